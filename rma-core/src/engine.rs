@@ -1,0 +1,385 @@
+//! The engine: one per process. It owns the transport, the global element pools, the
+//! process-wide counters and the registry of windows, and it runs global progress
+//! (MAKE_RMA_PROGRESS_GLOBAL, PROGRESS_WAIT).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
+
+use crate::barrier::Dissemination;
+use crate::config::Config;
+use crate::datatype::Element;
+use crate::error::{PeerError, Result, TransportError, UsageError};
+use crate::op_table::{OpElem, TargetElem};
+use crate::pool::GlobalPool;
+use crate::stats::{Counters, Stats};
+use crate::target::Memory;
+use crate::transport::{Event, RemoteSegment, Segment, Transport};
+use crate::window::{Window, WindowKind, WindowShared};
+use crate::wire::{self, Body, Kind};
+use crate::Rank;
+
+/// Window id used by the engine's own barrier.
+const ENGINE_WINDOW: u32 = u32::MAX;
+
+/// Process-wide state, shared by windows, requests and the progress thread.
+pub(crate) struct EngineShared {
+    pub transport: Arc<dyn Transport>,
+    pub config: Config,
+    pub rank: Rank,
+    pub size: usize,
+    windows: RwLock<Vec<Arc<WindowShared>>>,
+    next_window: AtomicU32,
+    pub op_pool: GlobalPool<OpElem>,
+    pub target_pool: GlobalPool<TargetElem>,
+    pub stats: Counters,
+    /// Poll buffer; holding it is holding the right to poll (one poller at a time).
+    events: Mutex<Vec<Event>>,
+    failed: Mutex<Option<Rank>>,
+    barrier: Mutex<EngineBarrier>,
+    stop: AtomicBool,
+}
+
+#[derive(Default)]
+struct EngineBarrier {
+    seq: u32,
+    arrivals: HashMap<(u32, u8), u32>,
+}
+
+/// The RMA engine of one process: create windows with it.
+///
+/// ```
+/// use rma_core::{sim, Assert, LockType};
+/// sim::run(2, sim::Profile::Rdma, 3, |engine| {
+///     let win = engine.allocate::<u32>(8)?;
+///     if engine.rank() == 0 {
+///         win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+///         win.put(&[7, 8, 9], 1, 2)?;
+///         win.unlock(1)?;
+///     }
+///     engine.barrier()?;
+///     if engine.rank() == 1 {
+///         assert_eq!(&win.local_to_vec()[2..5], &[7, 8, 9]);
+///     }
+///     win.free()?;
+///     Ok(())
+/// }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<EngineShared>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("rank", &self.shared.rank)
+            .field("size", &self.shared.size)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `transport`. Starts the progress thread if the config asks.
+    pub fn new(transport: Arc<dyn Transport>, config: Config) -> Engine {
+        let shared = Arc::new(EngineShared {
+            rank: transport.rank(),
+            size: transport.size(),
+            op_pool: GlobalPool::new(config.op_pool_global),
+            target_pool: GlobalPool::new(config.target_pool_global),
+            transport,
+            windows: RwLock::new(Vec::new()),
+            next_window: AtomicU32::new(0),
+            stats: Counters::default(),
+            events: Mutex::new(Vec::new()),
+            failed: Mutex::new(None),
+            barrier: Mutex::new(EngineBarrier::default()),
+            stop: AtomicBool::new(false),
+            config,
+        });
+        if shared.config.async_progress {
+            let weak: Weak<EngineShared> = Arc::downgrade(&shared);
+            let interval = shared.config.async_progress_interval;
+            std::thread::Builder::new()
+                .name("rma-progress".into())
+                .spawn(move || {
+                    // Strong progress: poke the engine until it is gone.
+                    while let Some(e) = weak.upgrade() {
+                        if e.stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let _ = e.progress();
+                        drop(e);
+                        std::thread::sleep(interval);
+                    }
+                })
+                .ok();
+        }
+        Engine { shared }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> Rank {
+        self.shared.rank
+    }
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.shared.size
+    }
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+    /// Process-wide counters (all windows).
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.snapshot()
+    }
+    /// Makes progress once on every window (MAKE_RMA_PROGRESS_GLOBAL).
+    pub fn progress(&self) -> Result<()> {
+        self.shared.progress()
+    }
+    /// A barrier over all ranks that keeps making RMA progress while it waits.
+    pub fn barrier(&self) -> Result<()> {
+        let e = &self.shared;
+        let mut bar = {
+            let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
+            b.seq += 1;
+            Dissemination::new(b.seq, e.size)
+        };
+        let mut enc = wire::Encoder::default();
+        e.wait_until("barrier", || {
+            let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
+            bar.advance(e.rank, e.size, &mut b.arrivals, |peer, seq, round| {
+                enc.start(Kind::Barrier, 0, ENGINE_WINDOW, 0)
+                    .u32(seq)
+                    .u8(round);
+                match e.transport.send(peer, enc.finish()) {
+                    Ok(()) => {
+                        e.stats.message(Kind::Barrier, enc.finish().len());
+                        Ok(true)
+                    }
+                    Err(TransportError::Busy) => Ok(false),
+                    Err(x) => Err(x.into()),
+                }
+            })
+        })
+    }
+
+    /// Allocates a window of `len` elements on every rank (collective, MPI_Win_allocate).
+    pub fn allocate<T: Element>(&self, len: usize) -> Result<Window<T>> {
+        let seg = self
+            .shared
+            .transport
+            .allocate(len * std::mem::size_of::<T>(), false)?;
+        self.make_window(
+            WindowKind::Allocate,
+            Memory::Static(seg),
+            std::mem::size_of::<T>(),
+        )
+    }
+
+    /// Allocates a window whose memory the ranks of a node share for direct load/store
+    /// (collective, MPI_Win_allocate_shared). Fails if the transport cannot share memory.
+    pub fn allocate_shared<T: Element>(&self, len: usize) -> Result<Window<T>> {
+        let seg = self
+            .shared
+            .transport
+            .allocate(len * std::mem::size_of::<T>(), true)?;
+        self.make_window(
+            WindowKind::Shared,
+            Memory::Static(seg),
+            std::mem::size_of::<T>(),
+        )
+    }
+
+    /// Creates a window over memory the user hands over (collective, MPI_Win_create);
+    /// [`Window::free`] gives it back.
+    pub fn create<T: Element>(&self, memory: Vec<T>) -> Result<Window<T>> {
+        let seg = self.shared.transport.expose(Box::new(memory))?;
+        self.make_window(
+            WindowKind::Create,
+            Memory::Static(seg),
+            std::mem::size_of::<T>(),
+        )
+    }
+
+    /// Creates a dynamic window with no memory yet (collective, MPI_Win_create_dynamic);
+    /// use [`Window::attach`].
+    pub fn create_dynamic<T: Element>(&self) -> Result<Window<T>> {
+        self.make_window(WindowKind::Dynamic, Memory::Dynamic(Vec::new()), 1)
+    }
+
+    fn make_window<T: Element>(
+        &self,
+        kind: WindowKind,
+        memory: Memory,
+        disp_unit: usize,
+    ) -> Result<Window<T>> {
+        let e = &self.shared;
+        let id = e.next_window.fetch_add(1, Ordering::Relaxed);
+        let (len, key) = match &memory {
+            Memory::Static(seg) => (seg.len() as u64, seg.descriptor()),
+            Memory::Dynamic(_) => (u64::MAX, Vec::new()),
+        };
+        let mut mine = Vec::with_capacity(12 + key.len());
+        mine.extend_from_slice(&len.to_le_bytes());
+        mine.extend_from_slice(&(disp_unit as u32).to_le_bytes());
+        mine.extend_from_slice(&key);
+        let all = e.transport.allgather(&mine)?;
+        let remote = all
+            .iter()
+            .map(|b| {
+                if b.len() < 12 {
+                    return Err(PeerError::Malformed {
+                        from: 0,
+                        reason: "short window descriptor",
+                    });
+                }
+                Ok(RemoteSegment {
+                    len: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+                    disp_unit: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+                    key: b[12..].to_vec(),
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let local: Option<Arc<dyn Segment>> = match &memory {
+            Memory::Static(s) => Some(s.clone()),
+            Memory::Dynamic(_) => None,
+        };
+        e.transport.window_ready(id, local.as_ref(), &remote);
+        let w = Arc::new(WindowShared::new(id, kind, e.clone(), remote, memory));
+        e.windows
+            .write()
+            .unwrap_or_else(|x| x.into_inner())
+            .push(w.clone());
+        // Nobody may send to this window before everyone has registered it.
+        e.transport.barrier()?;
+        Ok(Window {
+            shared: w,
+            _elem: std::marker::PhantomData,
+        })
+    }
+}
+
+impl Drop for EngineShared {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl EngineShared {
+    pub(crate) fn unregister(&self, id: u32) {
+        let mut ws = self.windows.write().unwrap_or_else(|x| x.into_inner());
+        ws.retain(|w| w.id != id);
+        drop(ws);
+        self.transport.window_ready(id, None, &[]);
+    }
+
+    /// MAKE_RMA_PROGRESS_GLOBAL: poll the transport, dispatch what arrived, then issue and
+    /// clean up on every window.
+    pub(crate) fn progress(&self) -> Result<()> {
+        let Ok(mut events) = self.events.try_lock() else {
+            // Another thread is polling; it will dispatch for us.
+            std::thread::yield_now();
+            return Ok(());
+        };
+        self.transport.poll(&mut events)?;
+        let windows = self.windows.read().unwrap_or_else(|x| x.into_inner());
+        for ev in events.drain(..) {
+            match ev {
+                Event::Received { from, data } => self.dispatch(&windows, from, &data),
+                Event::Completed { token, data } => {
+                    if let Some(w) = find(&windows, (token >> 40) as u32) {
+                        w.lock_state().handle_completion(w, token, Ok(data));
+                    }
+                }
+                Event::Failed { token, error } => {
+                    if let Some(w) = find(&windows, (token >> 40) as u32) {
+                        w.lock_state()
+                            .handle_completion(w, token, Err(error.into()));
+                    }
+                }
+                Event::PeerFailed { rank } => {
+                    *self.failed.lock().unwrap_or_else(|x| x.into_inner()) = Some(rank);
+                }
+            }
+        }
+        drop(events);
+        for w in windows.iter() {
+            w.lock_state().make_progress(w)?;
+        }
+        Ok(())
+    }
+
+    fn dispatch(&self, windows: &[Arc<WindowShared>], from: Rank, data: &[u8]) {
+        let p = match wire::decode(data) {
+            Ok(p) => p,
+            Err(reason) => {
+                tracing::warn!(from, reason, "dropped malformed packet");
+                self.stats.refused();
+                return;
+            }
+        };
+        if p.win == ENGINE_WINDOW {
+            if let Body::Barrier { seq, round } = p.body {
+                let mut b = self.barrier.lock().unwrap_or_else(|x| x.into_inner());
+                *b.arrivals.entry((seq, round)).or_default() += 1;
+            }
+            return;
+        }
+        match find(windows, p.win) {
+            Some(w) => {
+                if let Err(e) = w.lock_state().handle_packet(w, from, &p, data) {
+                    tracing::warn!(from, error = %e, "packet handling failed");
+                }
+            }
+            None => {
+                tracing::warn!(from, win = p.win, "packet for unknown window");
+                self.stats.refused();
+            }
+        }
+    }
+
+    /// PROGRESS_WAIT: makes progress until `cond` holds, a peer fails, or the configured
+    /// timeout passes without `cond` holding.
+    pub(crate) fn wait_until(
+        &self,
+        call: &'static str,
+        mut cond: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        if cond()? {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            self.progress()?;
+            if cond()? {
+                return Ok(());
+            }
+            if let Some(rank) = *self.failed.lock().unwrap_or_else(|x| x.into_inner()) {
+                return Err(PeerError::Dead { rank }.into());
+            }
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                if self.config.timeout.is_some_and(|t| start.elapsed() > t) {
+                    return Err(PeerError::Timeout { call }.into());
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+fn find(windows: &[Arc<WindowShared>], id: u32) -> Option<&Arc<WindowShared>> {
+    windows.iter().find(|w| w.id == id)
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Engine>();
+    is::<Window<u64>>();
+    let _ = UsageError::NotAttached;
+}

@@ -1,0 +1,74 @@
+//! rma-core: the transport-independent engine of rma, one-sided communication (remote
+//! memory access) with MPI-3/MPI-4.1 semantics.
+//!
+//! The engine decides **what** to send and **when**; backends implementing [`Transport`]
+//! only move bytes and report completions. It knows MPI semantics and MPICH's "New RMA
+//! Design" (seed 004) and no hardware: no sockets, no FFI, no `unsafe`.
+//!
+//! The map of the code follows the design document:
+//! - [`window`](Window): window kinds and the origin side of every operation and
+//!   synchronization (FENCE, PSCW, LOCK, LOCK_ALL, FLUSH algorithms);
+//! - `epoch`: the nine window states and three per-target states;
+//! - `op_table`: the slot array, target elements and operation elements;
+//! - `pool`: two-level (window, global) element pools;
+//! - `target`: the lock queue and the application of incoming operations;
+//! - `engine` ([`Engine`]): global progress (MAKE_RMA_PROGRESS_GLOBAL, PROGRESS_WAIT);
+//! - [`wire`]: the versioned active-message format;
+//! - [`transport`](Transport): the backend contract and [`Capabilities`];
+//! - [`Stats`]: counters of messages, bytes, paths and pool use.
+//!
+//! One runnable example per synchronization mode is on [`Window`] (fence),
+//! [`Engine`] (lock), [`Request`] (lock_all) and here (post/start/complete/wait), all on
+//! the in-process simulated transport of the `sim` feature:
+//!
+//! ```
+//! use rma_core::{sim, Assert};
+//! sim::run(2, sim::Profile::ActiveMessages, 11, |engine| {
+//!     let win = engine.allocate::<i32>(4)?;
+//!     let peer = 1 - engine.rank();
+//!     // Each rank exposes its window to the other and accesses the other's.
+//!     win.post(&[peer], Assert::NONE)?;
+//!     win.start(&[peer], Assert::NONE)?;
+//!     win.put(&[engine.rank() as i32 + 40], peer, 3)?;
+//!     win.complete()?;
+//!     win.wait()?;
+//!     assert_eq!(win.local_to_vec()[3], peer as i32 + 40);
+//!     win.free()?;
+//!     Ok(())
+//! }).unwrap();
+//! ```
+#![forbid(unsafe_code)]
+
+mod barrier;
+mod config;
+mod datatype;
+mod engine;
+mod epoch;
+mod error;
+mod op_table;
+mod pool;
+mod request;
+mod stats;
+mod target;
+pub mod transport;
+mod window;
+pub mod wire;
+
+#[cfg(feature = "sim")]
+pub mod sim;
+
+pub use config::Config;
+pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
+pub use engine::Engine;
+pub use epoch::{Assert, LockType};
+pub use error::{Error, PeerError, Result, TransportError, UsageError};
+pub use pool::{GlobalPool, LocalPool};
+pub use request::Request;
+pub use stats::{Counters, Stats};
+pub use transport::{
+    Capabilities, Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+};
+pub use window::{Layout, Window, WindowKind};
+
+/// A process's rank in the job.
+pub type Rank = u32;

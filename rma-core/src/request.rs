@@ -1,0 +1,113 @@
+//! Requests: the only way to read what an operation fetched, and only once it completed.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::error::Result;
+use crate::window::WindowShared;
+use crate::Rank;
+
+/// Completion state shared by the engine (which fills it) and a [`Request`].
+#[derive(Debug, Default)]
+pub(crate) struct RequestState {
+    done: AtomicBool,
+    result: Mutex<Option<Result<Vec<u8>>>>,
+}
+
+impl RequestState {
+    pub(crate) fn complete(&self, result: Result<Vec<u8>>) {
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+        self.done.store(true, Ordering::Release);
+    }
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+    fn take(&self) -> Result<Vec<u8>> {
+        self.result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or(Ok(Vec::new()))
+    }
+}
+
+/// How a completed request's bytes become its value.
+pub(crate) type Convert<R> = fn(Vec<u8>) -> R;
+
+/// An operation under way. Its value ([`wait`](Request::wait)) exists only once the
+/// operation is complete, so a get result can never be read early.
+///
+/// ```
+/// # rma_core::sim::run(2, rma_core::sim::Profile::ActiveMessages, 1, |engine| {
+/// let win = engine.allocate::<u64>(4)?;
+/// win.lock_all(rma_core::Assert::NONE)?;
+/// let peer = (engine.rank() + 1) % 2;
+/// let old = win.fetch_and_op(5, rma_core::AccOp::Sum, peer, 0)?;
+/// assert_eq!(old.wait()?, 0);
+/// win.unlock_all()?;
+/// engine.barrier()?;
+/// win.free()?;
+/// # Ok(())
+/// # }).unwrap();
+/// ```
+#[must_use = "a request must be waited on to learn its outcome"]
+pub struct Request<R> {
+    state: Arc<RequestState>,
+    window: Arc<WindowShared>,
+    target: Rank,
+    convert: Convert<R>,
+    _value: PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for Request<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("done", &self.state.is_done())
+            .finish()
+    }
+}
+
+impl<R> Request<R> {
+    pub(crate) fn new(
+        state: Arc<RequestState>,
+        window: Arc<WindowShared>,
+        target: Rank,
+        convert: Convert<R>,
+    ) -> Self {
+        Request {
+            state,
+            window,
+            target,
+            convert,
+            _value: PhantomData,
+        }
+    }
+
+    /// Someone waits on this op: it may not wait for piggybacking any longer.
+    fn kick(&self) -> Result<()> {
+        let mut st = self.window.lock_state();
+        st.force_issue(&self.window, self.target)
+    }
+
+    /// Makes progress once and says whether the operation is complete.
+    pub fn test(&self) -> Result<bool> {
+        if !self.state.is_done() {
+            self.kick()?;
+            self.window.engine.progress()?;
+        }
+        Ok(self.state.is_done())
+    }
+
+    /// Blocks (making progress) until the operation completes, and returns its value.
+    pub fn wait(self) -> Result<R> {
+        let state = self.state.clone();
+        if !state.is_done() {
+            self.kick()?;
+        }
+        self.window
+            .engine
+            .wait_until("request wait", || Ok(state.is_done()))?;
+        self.state.take().map(self.convert)
+    }
+}

@@ -1,0 +1,595 @@
+//! A deterministic simulated transport: ranks are threads of one process, joined by a
+//! simulated network whose seeded random number generator delays deliveries and
+//! interleaves senders (order per pair is kept, as the transport contract says), and
+//! which completes native operations late.
+//!
+//! It implements the same [`Transport`] trait as the real backends; nothing in the engine
+//! knows it is simulated. Two capability profiles: [`Profile::ActiveMessages`] (nothing
+//! native) and [`Profile::Rdma`] (native put, get, some atomics, completed
+//! asynchronously). It proves protocol logic; real multi-process proof is the backends'.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::datatype::{self, AccOp, DataType};
+use crate::error::{Error, Result, TransportError};
+use crate::transport::{
+    Capabilities, Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+};
+use crate::{Config, Engine, Rank};
+
+/// What the simulated network does natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// Every operation is an active message, applied by the target's progress.
+    ActiveMessages,
+    /// Put, get, fetch-and-add/replace/no-op on 4- and 8-byte integers and
+    /// compare-and-swap on 8-byte integers are native, completing asynchronously.
+    Rdma,
+}
+
+impl Profile {
+    fn capabilities(self) -> Capabilities {
+        match self {
+            Profile::ActiveMessages => Capabilities::ACTIVE_MESSAGES_ONLY,
+            Profile::Rdma => {
+                let mut atomics = 0;
+                for dt in [DataType::U64, DataType::I64, DataType::U32, DataType::I32] {
+                    for op in [AccOp::Sum, AccOp::Replace, AccOp::NoOp] {
+                        atomics |= Capabilities::atomic_bit(op, dt);
+                    }
+                }
+                Capabilities {
+                    rdma_write: true,
+                    rdma_read: true,
+                    atomics,
+                    compare_and_swap: (1 << DataType::U64 as u16) | (1 << DataType::I64 as u16),
+                    inject_size: 64,
+                    max_message: 1 << 20,
+                    shared_memory: true,
+                }
+            }
+        }
+    }
+}
+
+/// xorshift64*: small, seeded, reproducible.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+enum Bytes {
+    Owned(Vec<u8>),
+    User(Box<dyn UserMemory>),
+}
+
+impl Bytes {
+    fn get(&mut self) -> &mut [u8] {
+        match self {
+            Bytes::Owned(v) => v,
+            Bytes::User(u) => u.bytes_mut(),
+        }
+    }
+}
+
+/// Window memory of a simulated rank: bytes behind a mutex, which also makes `update`
+/// atomic with respect to the simulated native atomics.
+pub struct SimSegment {
+    bytes: Mutex<Bytes>,
+    len: usize,
+}
+
+impl SimSegment {
+    fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(self.bytes.lock().unwrap_or_else(|e| e.into_inner()).get())
+    }
+}
+
+impl Segment for SimSegment {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.with(|b| b[offset..offset + src.len()].copy_from_slice(src));
+    }
+    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        self.with(|b| f(&mut b[offset..offset + len]));
+    }
+    fn descriptor(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn shared_base(&self) -> Option<usize> {
+        Some(self.with(|b| b.as_ptr() as usize))
+    }
+    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
+        let me = Arc::into_inner(self)?;
+        match me.bytes.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Bytes::User(u) => Some(u),
+            Bytes::Owned(_) => None,
+        }
+    }
+}
+
+struct PendingNative {
+    token: u64,
+    target: Rank,
+    win: u32,
+    offset: u64,
+    what: NativeOwned,
+}
+
+enum NativeOwned {
+    Put(Vec<u8>),
+    Get(usize),
+    Accumulate {
+        op: AccOp,
+        datatype: DataType,
+        operand: Vec<u8>,
+        fetch: bool,
+    },
+    CompareAndSwap {
+        compare: Vec<u8>,
+        swap: Vec<u8>,
+    },
+}
+
+#[derive(Default)]
+struct Collective {
+    generation: u64,
+    arrived: usize,
+    slots: Vec<Vec<u8>>,
+    result: Arc<Vec<Vec<u8>>>,
+}
+
+/// The simulated network shared by all ranks of one run.
+pub struct Network {
+    size: usize,
+    profile: Profile,
+    /// inboxes[receiver][sender]: FIFO per pair.
+    inboxes: Vec<Mutex<Vec<VecDeque<Vec<u8>>>>>,
+    segments: Mutex<HashMap<(u32, Rank), Arc<dyn Segment>>>,
+    collective: Mutex<Collective>,
+    collective_cv: Condvar,
+    dead: Vec<AtomicBool>,
+    seed: u64,
+}
+
+impl Network {
+    /// A network of `size` ranks.
+    pub fn new(size: usize, profile: Profile, seed: u64) -> Arc<Network> {
+        Arc::new(Network {
+            size,
+            profile,
+            inboxes: (0..size)
+                .map(|_| Mutex::new(vec![VecDeque::new(); size]))
+                .collect(),
+            segments: Mutex::new(HashMap::new()),
+            collective: Mutex::new(Collective {
+                slots: vec![Vec::new(); size],
+                ..Default::default()
+            }),
+            collective_cv: Condvar::new(),
+            dead: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            seed,
+        })
+    }
+
+    /// Marks `rank` dead: peers' next polls report [`Event::PeerFailed`].
+    pub fn kill(&self, rank: Rank) {
+        self.dead[rank as usize].store(true, Ordering::SeqCst);
+        self.collective_cv.notify_all();
+    }
+
+    /// The endpoint of `rank`.
+    pub fn endpoint(self: &Arc<Self>, rank: Rank) -> SimTransport {
+        SimTransport {
+            net: self.clone(),
+            rank,
+            rng: Mutex::new(Rng::new(self.seed ^ (u64::from(rank) << 32))),
+            pending: Mutex::new(VecDeque::new()),
+            reported_dead: Mutex::new(vec![false; self.size]),
+        }
+    }
+
+    fn segment(&self, win: u32, rank: Rank) -> Option<Arc<dyn Segment>> {
+        self.segments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(win, rank))
+            .cloned()
+    }
+}
+
+/// One rank's endpoint on the simulated [`Network`].
+pub struct SimTransport {
+    net: Arc<Network>,
+    rank: Rank,
+    rng: Mutex<Rng>,
+    pending: Mutex<VecDeque<PendingNative>>,
+    reported_dead: Mutex<Vec<bool>>,
+}
+
+impl SimTransport {
+    fn roll(&self, n: u64) -> u64 {
+        self.rng.lock().unwrap_or_else(|e| e.into_inner()).below(n)
+    }
+
+    fn alive(&self, target: Rank) -> std::result::Result<(), TransportError> {
+        if self.net.dead[target as usize].load(Ordering::SeqCst) {
+            Err(TransportError::PeerUnreachable(target))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn apply(&self, p: &PendingNative) -> std::result::Result<Option<Vec<u8>>, TransportError> {
+        let seg = self
+            .net
+            .segment(p.win, p.target)
+            .ok_or(TransportError::Failed("no such window".into()))?;
+        let off = p.offset as usize;
+        let len = match &p.what {
+            NativeOwned::Put(d) => d.len(),
+            NativeOwned::Get(n) => *n,
+            NativeOwned::Accumulate { operand, .. } => operand.len(),
+            NativeOwned::CompareAndSwap { compare, .. } => compare.len(),
+        };
+        if off + len > seg.len() {
+            return Err(TransportError::Failed(
+                "remote access outside the registered region".into(),
+            ));
+        }
+        let mut out = None;
+        seg.update(off, len, &mut |t| match &p.what {
+            NativeOwned::Put(d) => t.copy_from_slice(d),
+            NativeOwned::Get(_) => out = Some(t.to_vec()),
+            NativeOwned::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch,
+            } => {
+                if *fetch {
+                    out = Some(t.to_vec());
+                }
+                datatype::accumulate(*op, *datatype, t, operand);
+            }
+            NativeOwned::CompareAndSwap { compare, swap } => {
+                out = Some(t.to_vec());
+                datatype::compare_and_swap(t, compare, swap);
+            }
+        });
+        Ok(out)
+    }
+
+    /// Native op: half the time complete at once, else later at a poll.
+    fn native(&self, p: PendingNative) -> std::result::Result<Issued, TransportError> {
+        self.alive(p.target)?;
+        if self.roll(2) == 0 {
+            return self.apply(&p).map(Issued::Complete);
+        }
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(p);
+        Ok(Issued::Pending)
+    }
+}
+
+impl Transport for SimTransport {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.net.size
+    }
+    fn capabilities(&self, _target: Rank) -> Capabilities {
+        self.net.profile.capabilities()
+    }
+    fn allocate(
+        &self,
+        len: usize,
+        shared: bool,
+    ) -> std::result::Result<Arc<dyn Segment>, TransportError> {
+        if shared && !self.net.profile.capabilities().shared_memory {
+            return Err(TransportError::Unsupported(
+                "shared memory in the active-message profile",
+            ));
+        }
+        Ok(Arc::new(SimSegment {
+            bytes: Mutex::new(Bytes::Owned(vec![0; len])),
+            len,
+        }))
+    }
+    fn expose(
+        &self,
+        mut memory: Box<dyn UserMemory>,
+    ) -> std::result::Result<Arc<dyn Segment>, TransportError> {
+        let len = memory.bytes_mut().len();
+        Ok(Arc::new(SimSegment {
+            bytes: Mutex::new(Bytes::User(memory)),
+            len,
+        }))
+    }
+    fn window_ready(&self, win: u32, local: Option<&Arc<dyn Segment>>, _remote: &[RemoteSegment]) {
+        let mut segs = self.net.segments.lock().unwrap_or_else(|e| e.into_inner());
+        match local {
+            Some(s) => segs.insert((win, self.rank), s.clone()),
+            None => segs.remove(&(win, self.rank)),
+        };
+    }
+    fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
+        self.net.segment(win, rank)?.shared_base()
+    }
+    fn allgather(&self, mine: &[u8]) -> std::result::Result<Vec<Vec<u8>>, TransportError> {
+        let net = &self.net;
+        let mut c = net.collective.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = c.generation;
+        c.slots[self.rank as usize] = mine.to_vec();
+        c.arrived += 1;
+        if c.arrived == net.size {
+            c.result = Arc::new(std::mem::replace(&mut c.slots, vec![Vec::new(); net.size]));
+            c.arrived = 0;
+            c.generation += 1;
+            net.collective_cv.notify_all();
+            return Ok(c.result.as_ref().clone());
+        }
+        loop {
+            let (g, timeout) = net
+                .collective_cv
+                .wait_timeout(c, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner());
+            c = g;
+            if c.generation != generation {
+                return Ok(c.result.as_ref().clone());
+            }
+            if let Some(dead) = net.dead.iter().position(|d| d.load(Ordering::SeqCst)) {
+                return Err(TransportError::PeerUnreachable(dead as Rank));
+            }
+            let _ = timeout;
+        }
+    }
+    fn barrier(&self) -> std::result::Result<(), TransportError> {
+        self.allgather(&[]).map(|_| ())
+    }
+    fn send(&self, target: Rank, packet: &[u8]) -> std::result::Result<(), TransportError> {
+        self.alive(target)?;
+        let mut inbox = self.net.inboxes[target as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        inbox[self.rank as usize].push_back(packet.to_vec());
+        Ok(())
+    }
+    fn put(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        self.native(PendingNative {
+            token,
+            target,
+            win,
+            offset,
+            what: NativeOwned::Put(data.to_vec()),
+        })
+    }
+    fn get(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        self.native(PendingNative {
+            token,
+            target,
+            win,
+            offset,
+            what: NativeOwned::Get(len),
+        })
+    }
+    fn atomic(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        let what = match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch,
+            } => {
+                if !self.net.profile.capabilities().has_atomic(op, datatype) {
+                    return Err(TransportError::Unsupported("atomic not offered"));
+                }
+                NativeOwned::Accumulate {
+                    op,
+                    datatype,
+                    operand: operand.to_vec(),
+                    fetch,
+                }
+            }
+            NativeAtomic::CompareAndSwap { compare, swap, .. } => NativeOwned::CompareAndSwap {
+                compare: compare.to_vec(),
+                swap: swap.to_vec(),
+            },
+        };
+        self.native(PendingNative {
+            token,
+            target,
+            win,
+            offset,
+            what,
+        })
+    }
+    fn poll(&self, events: &mut Vec<Event>) -> std::result::Result<usize, TransportError> {
+        let before = events.len();
+        // Native completions, some of them, in random order.
+        let mut done = Vec::new();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut i = 0;
+            while i < pending.len() {
+                if self.roll(3) == 0 {
+                    done.push(pending.remove(i).expect("in range"));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for p in done {
+            match self.apply(&p) {
+                Ok(data) => events.push(Event::Completed {
+                    token: p.token,
+                    data,
+                }),
+                Err(error) => events.push(Event::Failed {
+                    token: p.token,
+                    error,
+                }),
+            }
+        }
+        // Messages: a random subset of senders delivers a random number each (delays and
+        // interleaving across senders; FIFO within one sender).
+        if self.roll(4) != 0 {
+            let mut inbox = self.net.inboxes[self.rank as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let n = inbox.len();
+            let start = self.roll(n as u64) as usize;
+            for k in 0..n {
+                let from = (start + k) % n;
+                let take = 1 + self.roll(4) as usize;
+                for _ in 0..take {
+                    match inbox[from].pop_front() {
+                        Some(data) => events.push(Event::Received {
+                            from: from as Rank,
+                            data,
+                        }),
+                        None => break,
+                    }
+                }
+            }
+        }
+        let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
+        for (r, d) in self.net.dead.iter().enumerate() {
+            if d.load(Ordering::SeqCst) && !reported[r] && r as Rank != self.rank {
+                reported[r] = true;
+                events.push(Event::PeerFailed { rank: r as Rank });
+            }
+        }
+        Ok(events.len() - before)
+    }
+}
+
+/// Runs `f` on `n` simulated ranks (threads) with the default [`Config`] (timeout 20 s).
+/// Returns the first error or panic of any rank, or a deadline error if the run takes
+/// longer than 60 s (it never hangs a test).
+pub fn run<F>(n: usize, profile: Profile, seed: u64, f: F) -> std::result::Result<(), String>
+where
+    F: Fn(Engine) -> Result<()> + Send + Sync + 'static,
+{
+    let config = Config {
+        timeout: Some(Duration::from_secs(20)),
+        ..Config::default()
+    };
+    run_with(n, profile, seed, config, f)
+}
+
+/// [`run`] with a given configuration.
+pub fn run_with<F>(
+    n: usize,
+    profile: Profile,
+    seed: u64,
+    config: Config,
+    f: F,
+) -> std::result::Result<(), String>
+where
+    F: Fn(Engine) -> Result<()> + Send + Sync + 'static,
+{
+    let net = Network::new(n, profile, seed);
+    run_on(&net, config, Duration::from_secs(60), f)
+}
+
+/// Runs `f` on every rank of `net`, with a deadline for the whole run.
+pub fn run_on<F>(
+    net: &Arc<Network>,
+    config: Config,
+    deadline: Duration,
+    f: F,
+) -> std::result::Result<(), String>
+where
+    F: Fn(Engine) -> Result<()> + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    let (tx, rx) = mpsc::channel::<(Rank, std::result::Result<(), String>)>();
+    for rank in 0..net.size as Rank {
+        let (f, tx, config) = (f.clone(), tx.clone(), config.clone());
+        let transport = Arc::new(net.endpoint(rank));
+        std::thread::Builder::new()
+            .name(format!("sim-rank-{rank}"))
+            .spawn(move || {
+                let engine = Engine::new(transport, config);
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(engine)));
+                let out = match out {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(format!("rank {rank}: {e}")),
+                    Err(p) => Err(format!(
+                        "rank {rank} panicked: {}",
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default()
+                    )),
+                };
+                let _ = tx.send((rank, out));
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    drop(tx);
+    let end = std::time::Instant::now() + deadline;
+    let mut first_err = None;
+    for _ in 0..net.size {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((_, Ok(()))) => {}
+            Ok((_, Err(e))) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => return Err(format!("deadline of {deadline:?} passed: a rank hangs")),
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// Converts a run's error text back for `?` in tests.
+pub fn failed(msg: impl Into<String>) -> Error {
+    Error::Transport(TransportError::Failed(msg.into()))
+}

@@ -1,0 +1,114 @@
+//! Counters: messages and bytes by kind, ops by path, pool use. Per window and per
+//! process, readable at any time by tests and benchmarks.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::wire::Kind;
+
+/// Live counters (atomics, updated on the hot path with relaxed ordering).
+#[derive(Debug, Default)]
+pub struct Counters {
+    messages: [AtomicU64; Kind::COUNT],
+    bytes: [AtomicU64; Kind::COUNT],
+    ops_native: AtomicU64,
+    ops_active_message: AtomicU64,
+    ops_queued: AtomicU64,
+    op_elements_high_water: AtomicU64,
+    target_elements_high_water: AtomicU64,
+    restores: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn message(&self, kind: Kind, bytes: usize) {
+        self.messages[kind as usize].fetch_add(1, Relaxed);
+        self.bytes[kind as usize].fetch_add(bytes as u64, Relaxed);
+    }
+    pub(crate) fn op(&self, native: bool) {
+        if native {
+            self.ops_native.fetch_add(1, Relaxed);
+        } else {
+            self.ops_active_message.fetch_add(1, Relaxed);
+        }
+    }
+    pub(crate) fn queued(&self) {
+        self.ops_queued.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn restore(&self) {
+        self.restores.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn refused(&self) {
+        self.refused.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn elements_in_use(&self, ops: usize, targets: usize) {
+        self.op_elements_high_water.fetch_max(ops as u64, Relaxed);
+        self.target_elements_high_water
+            .fetch_max(targets as u64, Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> Stats {
+        let load = |a: &[AtomicU64; Kind::COUNT]| std::array::from_fn(|i| a[i].load(Relaxed));
+        Stats {
+            messages: load(&self.messages),
+            bytes: load(&self.bytes),
+            ops_native: self.ops_native.load(Relaxed),
+            ops_active_message: self.ops_active_message.load(Relaxed),
+            ops_queued: self.ops_queued.load(Relaxed),
+            op_elements_high_water: self.op_elements_high_water.load(Relaxed),
+            target_elements_high_water: self.target_elements_high_water.load(Relaxed),
+            restores: self.restores.load(Relaxed),
+            refused: self.refused.load(Relaxed),
+        }
+    }
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    messages: [u64; Kind::COUNT],
+    bytes: [u64; Kind::COUNT],
+    /// Operations done through the backend's native path.
+    pub ops_native: u64,
+    /// Operations sent as active messages.
+    pub ops_active_message: u64,
+    /// Operations queued in the op table before issue (piggyback, single-op, waiting for
+    /// a lock or a post).
+    pub ops_queued: u64,
+    /// Most operation elements in use at once.
+    pub op_elements_high_water: u64,
+    /// Most target elements in use at once.
+    pub target_elements_high_water: u64,
+    /// Times RESTORE_OP_ELEM_RESOURCES or RESTORE_TARGET_ELEM_RESOURCES ran.
+    pub restores: u64,
+    /// Incoming operations refused (malformed or out of the window).
+    pub refused: u64,
+}
+
+impl Stats {
+    /// Messages sent of one kind.
+    pub fn messages(&self, kind: Kind) -> u64 {
+        self.messages[kind as usize]
+    }
+    /// Bytes sent in messages of one kind.
+    pub fn bytes(&self, kind: Kind) -> u64 {
+        self.bytes[kind as usize]
+    }
+    /// All messages sent.
+    pub fn total_messages(&self) -> u64 {
+        self.messages.iter().sum()
+    }
+    /// The change from `earlier` to `self` (high-water marks are kept as they are).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            messages: std::array::from_fn(|i| self.messages[i] - earlier.messages[i]),
+            bytes: std::array::from_fn(|i| self.bytes[i] - earlier.bytes[i]),
+            ops_native: self.ops_native - earlier.ops_native,
+            ops_active_message: self.ops_active_message - earlier.ops_active_message,
+            ops_queued: self.ops_queued - earlier.ops_queued,
+            restores: self.restores - earlier.restores,
+            refused: self.refused - earlier.refused,
+            ..self.clone()
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The target side (seed 004 and MPI-4.1 13.5): what this process does when packets
+//! arrive for one of its windows. Locks are granted in FIFO order, accumulates applied
+//! element by element under the window's update atomicity, gets answered, RMA_DONE
+//! acknowledged, PSCW posts and completes counted, and every op checked against the window.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::datatype::{self, AccOp};
+use crate::transport::Segment;
+use crate::wire::{flags, Body, Extent, Packet};
+use crate::Rank;
+
+/// FIFO lock queue: a request is granted at once only when compatible with the holders
+/// and nobody waits before it, so exclusive requests are not starved by shared ones.
+#[derive(Debug, Default)]
+pub(crate) struct LockQueue {
+    exclusive: Option<Rank>,
+    /// Shared holders and how many shared locks each holds (self-locks may nest across
+    /// windows of one process; per window it is at most one).
+    shared: HashMap<Rank, u32>,
+    waiting: VecDeque<Waiter>,
+}
+
+/// A lock request that could not be granted yet; a single-op packet waits with it.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub origin: Rank,
+    pub exclusive: bool,
+    pub single_op: Option<Vec<u8>>,
+}
+
+impl LockQueue {
+    fn compatible(&self, exclusive: bool) -> bool {
+        self.exclusive.is_none() && (!exclusive || self.shared.is_empty())
+    }
+    fn acquire(&mut self, origin: Rank, exclusive: bool) {
+        if exclusive {
+            self.exclusive = Some(origin);
+        } else {
+            *self.shared.entry(origin).or_default() += 1;
+        }
+    }
+    /// Grants now or queues the request.
+    pub(crate) fn request(&mut self, waiter: Waiter) -> Option<Waiter> {
+        if self.waiting.is_empty() && self.compatible(waiter.exclusive) {
+            self.acquire(waiter.origin, waiter.exclusive);
+            Some(waiter)
+        } else {
+            self.waiting.push_back(waiter);
+            None
+        }
+    }
+    /// Releases `origin`'s lock; returns whether it held one.
+    pub(crate) fn release(&mut self, origin: Rank) -> bool {
+        if self.exclusive == Some(origin) {
+            self.exclusive = None;
+            return true;
+        }
+        match self.shared.get_mut(&origin) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                self.shared.remove(&origin);
+                true
+            }
+            None => false,
+        }
+    }
+    /// Waiters that can be granted now, in order.
+    pub(crate) fn grant_waiting(&mut self) -> Vec<Waiter> {
+        let mut granted = Vec::new();
+        while let Some(w) = self.waiting.front() {
+            if !self.compatible(w.exclusive) {
+                break;
+            }
+            let w = self.waiting.pop_front().expect("front exists");
+            self.acquire(w.origin, w.exclusive);
+            granted.push(w);
+        }
+        granted
+    }
+}
+
+/// Where incoming ops land: the window's segment, or a dynamic window's attached regions.
+#[derive(Clone)]
+pub(crate) enum Memory {
+    Static(Arc<dyn Segment>),
+    Dynamic(Vec<(u32, Arc<dyn Segment>)>),
+}
+
+/// Bits of a dynamic window address below the region id.
+pub(crate) const REGION_SHIFT: u32 = 40;
+
+impl Memory {
+    /// The segment and in-segment offset an extent falls in, if it lies wholly inside.
+    pub(crate) fn resolve(&self, e: &Extent) -> Option<(&Arc<dyn Segment>, usize)> {
+        let (seg, offset) = match self {
+            Memory::Static(s) => (s, e.offset),
+            Memory::Dynamic(regions) => {
+                let id = (e.offset >> REGION_SHIFT) as u32;
+                let seg = regions.iter().find(|(r, _)| *r == id).map(|(_, s)| s)?;
+                (seg, e.offset & ((1 << REGION_SHIFT) - 1))
+            }
+        };
+        let end = offset.checked_add(e.span())?;
+        (end <= seg.len() as u64).then_some((seg, offset as usize))
+    }
+}
+
+/// What a handled packet asks the window to do next (sending happens in the window,
+/// which owns the outgoing queue).
+#[derive(Debug, Default)]
+pub(crate) struct Reply {
+    /// Response packet to the origin, if any (get data, fetched values, refusals).
+    pub response: Option<(u64, bool, Vec<u8>)>,
+    /// Send an ack (after the response, or riding on it).
+    pub ack: bool,
+    /// The lock was released: grant waiters.
+    pub released: bool,
+}
+
+/// Per-window target state.
+#[derive(Default)]
+pub(crate) struct TargetSide {
+    pub locks: LockQueue,
+    /// Posts received per origin rank (only ranks that posted to us: bounded by the
+    /// access groups that include us, not by the job size).
+    pub posts: HashMap<Rank, u32>,
+    /// PSCW completes received per origin.
+    pub completes: HashMap<Rank, u32>,
+    /// The exposure epoch's group, between post and wait.
+    pub exposure: Option<Vec<Rank>>,
+    /// Barrier messages received, by (sequence, round).
+    pub barrier_arrivals: HashMap<(u32, u8), u32>,
+    /// Origins with an op refused since their last RMA_DONE.
+    pub refused: Vec<Rank>,
+    /// Ops received per origin since its last RMA_DONE (checked against its count).
+    pub since_done: HashMap<Rank, u32>,
+}
+
+impl TargetSide {
+    /// Applies an op packet (already decoded and version-checked) to the window memory.
+    /// Returns the response to send, if the op has one.
+    pub(crate) fn apply_op(
+        &mut self,
+        memory: &Memory,
+        from: Rank,
+        p: &Packet<'_>,
+    ) -> Option<(u64, bool, Vec<u8>)> {
+        *self.since_done.entry(from).or_default() += 1;
+        let extent = match &p.body {
+            Body::Put { extent, .. }
+            | Body::Get { extent, .. }
+            | Body::Accumulate { extent, .. }
+            | Body::GetAccumulate { extent, .. } => *extent,
+            Body::CompareAndSwap {
+                datatype, offset, ..
+            } => Extent::contiguous(*offset, datatype.size()),
+            _ => return None,
+        };
+        let token = match &p.body {
+            Body::Get { token, .. }
+            | Body::GetAccumulate { token, .. }
+            | Body::CompareAndSwap { token, .. } => Some(*token),
+            _ => None,
+        };
+        let Some((seg, base)) = memory.resolve(&extent) else {
+            tracing::debug!(
+                from,
+                offset = extent.offset,
+                "refused op outside the window"
+            );
+            if !self.refused.contains(&from) {
+                self.refused.push(from);
+            }
+            return token.map(|t| (t, false, Vec::new()));
+        };
+        let block = extent.block as usize;
+        match &p.body {
+            Body::Put { data, .. } => {
+                for ((off, len), chunk) in extent.blocks().zip(data.chunks(block.max(1))) {
+                    seg.write(base + off as usize, &chunk[..len]);
+                }
+                None
+            }
+            Body::Get { token, .. } => {
+                let mut out = vec![0; extent.bytes() as usize];
+                for ((off, len), chunk) in extent.blocks().zip(out.chunks_mut(block.max(1))) {
+                    seg.read(base + off as usize, &mut chunk[..len]);
+                }
+                Some((*token, true, out))
+            }
+            Body::Accumulate {
+                op, datatype, data, ..
+            } => {
+                for ((off, len), chunk) in extent.blocks().zip(data.chunks(block.max(1))) {
+                    seg.update(base + off as usize, len, &mut |t| {
+                        datatype::accumulate(*op, *datatype, t, chunk)
+                    });
+                }
+                None
+            }
+            Body::GetAccumulate {
+                token,
+                op,
+                datatype,
+                data,
+                ..
+            } => {
+                let mut out = vec![0; extent.bytes() as usize];
+                for (i, ((off, len), chunk)) in extent
+                    .blocks()
+                    .zip(out.chunks_mut(block.max(1)))
+                    .enumerate()
+                {
+                    seg.update(base + off as usize, len, &mut |t| {
+                        chunk[..len].copy_from_slice(t);
+                        if *op != AccOp::NoOp {
+                            datatype::accumulate(
+                                *op,
+                                *datatype,
+                                t,
+                                &data[i * block..i * block + len],
+                            );
+                        }
+                    });
+                }
+                Some((*token, true, out))
+            }
+            Body::CompareAndSwap {
+                token,
+                compare,
+                swap,
+                ..
+            } => {
+                let mut old = vec![0; compare.len()];
+                seg.update(base, compare.len(), &mut |t| {
+                    old.copy_from_slice(t);
+                    datatype::compare_and_swap(t, compare, swap);
+                });
+                Some((*token, true, old))
+            }
+            _ => None,
+        }
+    }
+
+    /// Handles the sync flags a packet carries once its op (if any) was applied:
+    /// RMA_DONE, UNLOCK, COMPLETE. Returns what to send back.
+    pub(crate) fn handle_sync_flags(&mut self, from: Rank, p: &Packet<'_>, reply: &mut Reply) {
+        if p.flags & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
+            let seen = self.since_done.remove(&from).unwrap_or(0);
+            if seen != p.done_count {
+                // Ordered delivery makes this impossible for a correct peer.
+                tracing::warn!(
+                    from,
+                    seen,
+                    expected = p.done_count,
+                    "RMA_DONE count mismatch"
+                );
+            }
+        }
+        if p.flags & flags::UNLOCK != 0 {
+            reply.released = self.locks.release(from);
+            reply.ack = true;
+        }
+        if p.flags & flags::DONE != 0 {
+            reply.ack = true;
+        }
+        if p.flags & flags::COMPLETE != 0 {
+            *self.completes.entry(from).or_default() += 1;
+        }
+    }
+
+    /// Takes (and clears) whether `origin` had an op refused since its last ack.
+    pub(crate) fn take_refused(&mut self, origin: Rank) -> bool {
+        match self.refused.iter().position(|r| *r == origin) {
+            Some(i) => {
+                self.refused.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(origin: Rank, exclusive: bool) -> Waiter {
+        Waiter {
+            origin,
+            exclusive,
+            single_op: None,
+        }
+    }
+
+    #[test]
+    fn lock_queue_is_fifo_and_exclusive() {
+        let mut q = LockQueue::default();
+        assert!(q.request(w(1, false)).is_some());
+        assert!(q.request(w(2, false)).is_some());
+        assert!(q.request(w(3, true)).is_none());
+        // A shared request behind a waiting exclusive one waits too (no starvation).
+        assert!(q.request(w(4, false)).is_none());
+        assert!(q.release(1));
+        assert!(q.grant_waiting().is_empty());
+        assert!(q.release(2));
+        let g = q.grant_waiting();
+        assert_eq!(g.iter().map(|w| w.origin).collect::<Vec<_>>(), vec![3]);
+        assert!(!q.release(9));
+        assert!(q.release(3));
+        assert_eq!(q.grant_waiting().len(), 1);
+    }
+}

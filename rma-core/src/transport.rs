@@ -1,0 +1,284 @@
+//! The contract between the engine and a backend: what a backend can do natively
+//! ([`Capabilities`]), the window memory it provides ([`Segment`]), and the byte moving
+//! and completion reporting the engine asks of it ([`Transport`]).
+//!
+//! The engine decides what to send and when; a backend only moves bytes and reports
+//! completions. A backend never decides when an epoch ends.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::datatype::{AccOp, DataType, Element};
+use crate::error::TransportError;
+use crate::Rank;
+
+/// What a backend does natively toward one target. The engine picks, per operation, the
+/// native path where this allows it and an active message otherwise, in a fixed order:
+/// native first, then active message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Puts complete without the target's help (RDMA write, shared-memory store).
+    pub rdma_write: bool,
+    /// Gets complete without the target's help.
+    pub rdma_read: bool,
+    /// Which (accumulate op, datatype) pairs run natively as (fetching) atomics:
+    /// bit `op * 16 + datatype`.
+    pub atomics: u128,
+    /// Datatypes whose compare-and-swap runs natively: bit `datatype`.
+    pub compare_and_swap: u16,
+    /// Largest payload sent inline with the request (no completion needed for the buffer).
+    pub inject_size: usize,
+    /// Largest active message the backend carries.
+    pub max_message: usize,
+    /// Processes on this target share memory with us (load/store on its window).
+    pub shared_memory: bool,
+}
+
+impl Capabilities {
+    /// Nothing native: every operation is an active message.
+    pub const ACTIVE_MESSAGES_ONLY: Capabilities = Capabilities {
+        rdma_write: false,
+        rdma_read: false,
+        atomics: 0,
+        compare_and_swap: 0,
+        inject_size: 0,
+        max_message: 1 << 20,
+        shared_memory: false,
+    };
+
+    /// The bit for an (op, datatype) pair in [`atomics`](Self::atomics).
+    pub const fn atomic_bit(op: AccOp, datatype: DataType) -> u128 {
+        1u128 << ((op as u32) * 16 % 128 + datatype as u32 % 16)
+    }
+
+    /// Whether (op, datatype) runs natively.
+    pub const fn has_atomic(&self, op: AccOp, datatype: DataType) -> bool {
+        self.atomics & Self::atomic_bit(op, datatype) != 0
+    }
+
+    /// Whether compare-and-swap on the datatype runs natively.
+    pub const fn has_compare_and_swap(&self, datatype: DataType) -> bool {
+        self.compare_and_swap & (1 << datatype as u16) != 0
+    }
+
+    /// Every (op, datatype) pair the engine defines, as a native-atomics mask.
+    pub fn all_atomics() -> u128 {
+        let mut mask = 0;
+        for op in 1..=12 {
+            for dt in 1..=10 {
+                let (op, dt) = (
+                    AccOp::from_code(op).unwrap(),
+                    DataType::from_code(dt).unwrap(),
+                );
+                if op.valid_for(dt) {
+                    mask |= Self::atomic_bit(op, dt);
+                }
+            }
+        }
+        mask
+    }
+}
+
+/// How a native operation went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Issued {
+    /// Done at the target before the call returned; with the fetched bytes for gets and
+    /// fetching atomics.
+    Complete(Option<Vec<u8>>),
+    /// Under way; an [`Event::Completed`] (or [`Event::Failed`]) with the token follows.
+    Pending,
+}
+
+/// A native atomic the engine asks for.
+#[derive(Debug, Clone, Copy)]
+pub enum NativeAtomic<'a> {
+    /// `target = op(target, operand)` element-wise; fetch the old values if asked.
+    Accumulate {
+        /// Operation.
+        op: AccOp,
+        /// Element type.
+        datatype: DataType,
+        /// Origin values.
+        operand: &'a [u8],
+        /// Return the previous target values.
+        fetch: bool,
+    },
+    /// Compare-and-swap of one element, always fetching.
+    CompareAndSwap {
+        /// Element type.
+        datatype: DataType,
+        /// Expected value.
+        compare: &'a [u8],
+        /// New value.
+        swap: &'a [u8],
+    },
+}
+
+/// What happened in the backend since the last poll.
+#[derive(Debug)]
+pub enum Event {
+    /// An active message arrived.
+    Received {
+        /// Sender.
+        from: Rank,
+        /// The packet, to decode with [`wire::decode`](crate::wire::decode).
+        data: Vec<u8>,
+    },
+    /// A native operation completed at the target.
+    Completed {
+        /// The token it was issued with.
+        token: u64,
+        /// Fetched bytes (gets, fetching atomics).
+        data: Option<Vec<u8>>,
+    },
+    /// A native operation failed.
+    Failed {
+        /// The token it was issued with.
+        token: u64,
+        /// Why.
+        error: TransportError,
+    },
+    /// A peer is gone; whatever waits on it must fail.
+    PeerFailed {
+        /// The peer.
+        rank: Rank,
+    },
+}
+
+/// Window memory that lives in this process and that peers reach through the backend.
+///
+/// Accesses go through these methods (not raw slices) because peers may touch the same
+/// bytes concurrently through the backend's native path.
+pub trait Segment: Send + Sync + Any {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Whether it has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies bytes out. `offset + dst.len() <= len()` is checked by the engine.
+    fn read(&self, offset: usize, dst: &mut [u8]);
+    /// Copies bytes in.
+    fn write(&self, offset: usize, src: &[u8]);
+    /// Read-modify-write of `len` bytes, atomic with respect to this backend's native
+    /// atomics on the same window.
+    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8]));
+    /// What a peer needs to reach this memory natively (address, key); exchanged at
+    /// window creation.
+    fn descriptor(&self) -> Vec<u8>;
+    /// Base address for direct load/store by processes that share this memory, if it is
+    /// shared memory.
+    fn shared_base(&self) -> Option<usize> {
+        None
+    }
+    /// Gives back the user memory a window was created over.
+    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>>;
+}
+
+/// Memory a user hands to a window created over it ([`Engine::create`](crate::Engine::create)).
+pub trait UserMemory: Any + Send + Sync {
+    /// Its bytes.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// For getting the concrete type back.
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+impl<T: Element> UserMemory for Vec<T> {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(self.as_mut_slice())
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// The peer-side facts about one target's window, as the origin keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSegment {
+    /// Bytes in the target's window.
+    pub len: u64,
+    /// The target's displacement unit.
+    pub disp_unit: u32,
+    /// The backend's [`Segment::descriptor`] of the target.
+    pub key: Vec<u8>,
+}
+
+/// A backend: moves bytes, reports completions, and offers the bootstrap collectives a
+/// window needs.
+///
+/// Contract the engine relies on:
+/// - active messages between one pair of ranks are delivered in order, and a rank can
+///   send to itself;
+/// - a native completion ([`Issued::Complete`] or [`Event::Completed`]) means the
+///   operation is complete at the target;
+/// - no call keeps a borrowed slice past its return (copy, inject, or complete first);
+/// - no call blocks on the progress of other ranks, except the collectives.
+pub trait Transport: Send + Sync {
+    /// This process's rank.
+    fn rank(&self) -> Rank;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// What this backend does natively toward `target`.
+    fn capabilities(&self, target: Rank) -> Capabilities;
+
+    /// Allocates window memory of `len` bytes, zeroed; `shared` asks for memory that the
+    /// ranks of this node can load and store directly.
+    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError>;
+    /// Exposes user memory as a window segment.
+    fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError>;
+    /// Tells the backend the window `win` is made of these segments (one per rank, from
+    /// the allgather), so that native ops can reach them; `None` when it is freed.
+    fn window_ready(&self, win: u32, local: Option<&Arc<dyn Segment>>, remote: &[RemoteSegment]) {
+        let _ = (win, local, remote);
+    }
+
+    /// Blocking allgather over all ranks (window creation only).
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError>;
+    /// Blocking barrier over all ranks (window creation and free only).
+    fn barrier(&self) -> Result<(), TransportError>;
+
+    /// Sends an active message. [`TransportError::Busy`] means try again after polling.
+    fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError>;
+    /// Native put of `data` at `offset` of `target`'s window `win`.
+    fn put(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+    ) -> Result<Issued, TransportError>;
+    /// Native get of `len` bytes at `offset`.
+    fn get(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        token: u64,
+    ) -> Result<Issued, TransportError>;
+    /// Native atomic at `offset`.
+    fn atomic(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        token: u64,
+    ) -> Result<Issued, TransportError>;
+
+    /// Appends what happened since the last call. Returns how many events were added.
+    fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
+
+    /// For a shared window `win`: the address in this process of `rank`'s segment, if
+    /// this process can load and store it directly.
+    fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
+        let _ = (win, rank);
+        None
+    }
+
+    /// A full memory barrier for shared-memory windows (seed 004's MEM_SYNC).
+    fn memory_sync(&self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,2417 @@
+//! Windows: the origin side of every operation and synchronization (seed 004's
+//! algorithms for FENCE, PSCW, LOCK, LOCK_ALL and FLUSH), and the dispatch of incoming
+//! packets to the [target side](crate::target).
+//!
+//! All state of one window sits behind one mutex ([`WinState`]). Blocking calls never
+//! hold it while they wait: each turn of a wait loop takes it, makes progress on this
+//! window, checks its condition and lets go, then drives the engine's global progress.
+
+use std::collections::{HashMap, VecDeque};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::barrier::Dissemination;
+use crate::datatype::{AccOp, DataType, Element};
+use crate::engine::EngineShared;
+use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEpoch};
+use crate::error::{Error, PeerError, Result, TransportError, UsageError};
+use crate::op_table::{OpElem, OpKind, OpTable, SyncFlag, TargetElem};
+use crate::pool::LocalPool;
+use crate::request::{Request, RequestState};
+use crate::stats::{Counters, Stats};
+use crate::target::{Memory, Reply, TargetSide, Waiter, REGION_SHIFT};
+use crate::transport::{Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
+use crate::wire::{self, flags, Body, Encoder, Extent, Kind, Packet};
+use crate::Rank;
+
+/// How a window's memory came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Memory allocated by the library (`allocate`).
+    Allocate,
+    /// Memory the user handed over (`create`).
+    Create,
+    /// Regions attached and detached at run time (`create_dynamic`).
+    Dynamic,
+    /// Memory shared by the ranks of a node, loadable and storable directly
+    /// (`allocate_shared`).
+    Shared,
+}
+
+/// A strided layout in elements: `count` blocks of `block` elements, `stride` elements
+/// apart. [`Layout::contiguous`] is one block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of blocks.
+    pub count: usize,
+    /// Elements per block.
+    pub block: usize,
+    /// Elements from the start of one block to the next.
+    pub stride: usize,
+}
+
+impl Layout {
+    /// `len` elements in one block.
+    pub fn contiguous(len: usize) -> Self {
+        Layout {
+            count: 1,
+            block: len,
+            stride: len,
+        }
+    }
+    /// `count` blocks of `block` elements every `stride` elements.
+    pub fn strided(count: usize, block: usize, stride: usize) -> Self {
+        Layout {
+            count,
+            block,
+            stride,
+        }
+    }
+    /// Elements described.
+    pub fn elements(&self) -> usize {
+        self.count * self.block
+    }
+    fn valid(&self) -> bool {
+        self.count <= 1 || self.stride >= self.block
+    }
+    fn span(&self) -> usize {
+        if self.count == 0 {
+            0
+        } else {
+            (self.count - 1) * self.stride + self.block
+        }
+    }
+}
+
+/// A window's state shared by its handle and the engine's progress.
+pub(crate) struct WindowShared {
+    pub id: u32,
+    pub kind: WindowKind,
+    pub engine: Arc<EngineShared>,
+    pub remote: Vec<RemoteSegment>,
+    pub memory: RwLock<Memory>,
+    pub state: Mutex<WinState>,
+    pub counters: Counters,
+    /// Next dynamic region id.
+    next_region: Mutex<u32>,
+}
+
+/// Everything mutable about a window (origin and target side).
+pub(crate) struct WinState {
+    epoch: WindowEpoch,
+    table: OpTable,
+    op_pool: LocalPool<OpElem>,
+    target_pool: LocalPool<TargetElem>,
+    /// Per-target locks of PER_TARGET epochs (bounded by the locks the user holds).
+    locks: HashMap<Rank, LockInfo>,
+    next_token: u64,
+    /// Native ops under way: token to target rank (bounded by the op pool).
+    native_index: HashMap<u64, Rank>,
+    /// Window-protocol lock grants and unlock acks still to come (LOCK_ALL window protocol).
+    window_grants: u32,
+    window_acks: u32,
+    barrier: Option<Dissemination>,
+    background_barriers: Vec<Dissemination>,
+    barrier_seq: u32,
+    /// A synchronization call in progress (other than flush), for the thread rules.
+    sync_call: Option<&'static str>,
+    /// Resource pressure: free idle target elements eagerly.
+    restoring: bool,
+    /// Errors found asynchronously (refused ops), reported by the next sync call.
+    deferred: Option<Error>,
+    pub target: TargetSide,
+    outbox: VecDeque<(Rank, Kind, Vec<u8>)>,
+    enc: Encoder,
+}
+
+/// What an attempt that may need resources or other ranks came to.
+enum Step<T> {
+    Done(T),
+    Blocked,
+}
+
+/// An operation, origin side, before it has an element.
+struct OpDesc<'a> {
+    kind: OpKind,
+    target: Rank,
+    extent: Extent,
+    op: Option<AccOp>,
+    datatype: DataType,
+    /// Payload (compare-and-swap: compare then swap).
+    data: &'a [u8],
+    request: Option<Arc<RequestState>>,
+}
+
+impl WinState {
+    pub(crate) fn new(engine: &EngineShared) -> Self {
+        let c = &engine.config;
+        WinState {
+            epoch: WindowEpoch::Unset,
+            table: OpTable::new(c.slots),
+            op_pool: LocalPool::new(c.op_pool_local),
+            target_pool: LocalPool::new(c.target_pool_local),
+            locks: HashMap::new(),
+            next_token: 0,
+            native_index: HashMap::new(),
+            window_grants: 0,
+            window_acks: 0,
+            barrier: None,
+            background_barriers: Vec::new(),
+            barrier_seq: 0,
+            sync_call: None,
+            restoring: false,
+            deferred: None,
+            target: TargetSide::default(),
+            outbox: VecDeque::new(),
+            enc: Encoder::default(),
+        }
+    }
+
+    // ----- sending -------------------------------------------------------------------
+
+    /// Sends the packet in `self.enc`, or queues it behind earlier ones (order per target
+    /// is part of the transport contract, so nothing overtakes the outbox).
+    fn send_encoded(&mut self, w: &WindowShared, to: Rank, kind: Kind) -> Result<()> {
+        let bytes = self.enc.finish();
+        if self.outbox.is_empty() {
+            match w.engine.transport.send(to, bytes) {
+                Ok(()) => {
+                    w.count_message(kind, bytes.len());
+                    return Ok(());
+                }
+                Err(TransportError::Busy) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.outbox.push_back((to, kind, bytes.to_vec()));
+        Ok(())
+    }
+
+    fn flush_outbox(&mut self, w: &WindowShared) -> Result<()> {
+        while let Some((to, kind, bytes)) = self.outbox.front() {
+            match w.engine.transport.send(*to, bytes) {
+                Ok(()) => {
+                    w.count_message(*kind, bytes.len());
+                    self.outbox.pop_front();
+                }
+                Err(TransportError::Busy) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn send_control(
+        &mut self,
+        w: &WindowShared,
+        to: Rank,
+        kind: Kind,
+        fl: u16,
+        done_count: u32,
+    ) -> Result<()> {
+        self.enc.start(kind, fl, w.id, done_count);
+        self.send_encoded(w, to, kind)
+    }
+
+    // ----- elements --------------------------------------------------------------------
+
+    fn new_token(&mut self, w: &WindowShared) -> u64 {
+        self.next_token += 1;
+        (u64::from(w.id) << 40) | (self.next_token & ((1 << 40) - 1))
+    }
+
+    /// The target element of `rank`, created in the state the epoch implies; `None` when
+    /// the pools are empty (the caller restores resources).
+    fn target_elem(&mut self, w: &WindowShared, rank: Rank) -> Option<&mut TargetElem> {
+        if self.table.get(rank).is_none() {
+            let mut elem = self.target_pool.get(&w.engine.target_pool)?;
+            let state = match &self.epoch {
+                WindowEpoch::PerTarget => match self.locks.get(&rank) {
+                    Some(l) if l.granted => TargetState::LockGranted,
+                    _ => TargetState::LockCalled,
+                },
+                WindowEpoch::LockAllCalled => TargetState::LockCalled,
+                _ => TargetState::Ready,
+            };
+            elem.reset(rank, state);
+            self.table.insert(elem);
+            w.counters
+                .elements_in_use(self.op_pool.in_use(), self.target_pool.in_use());
+        }
+        self.table.get_mut(rank)
+    }
+
+    fn free_target(&mut self, w: &WindowShared, rank: Rank) {
+        if let Some(elem) = self.table.remove(rank) {
+            self.target_pool.put(elem, &w.engine.target_pool);
+        }
+    }
+
+    fn free_op(&mut self, w: &WindowShared, mut op: Box<OpElem>) {
+        op.request = None;
+        op.data.clear();
+        self.op_pool.put(op, &w.engine.op_pool);
+    }
+
+    // ----- access ----------------------------------------------------------------------
+
+    /// Whether ops to `rank` may go on the wire now (and, for PSCW, consumes its post).
+    fn access_granted(&mut self, rank: Rank) -> bool {
+        match &mut self.epoch {
+            WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. } => true,
+            WindowEpoch::Pscw(p) => match p.index(rank) {
+                Some(i) if p.granted[i] => true,
+                Some(i) => match self.target.posts.get_mut(&rank) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        p.granted[i] = true;
+                        true
+                    }
+                    _ => false,
+                },
+                None => false,
+            },
+            WindowEpoch::PerTarget | WindowEpoch::LockAllCalled => {
+                matches!(
+                    self.table.get(rank).map(|t| t.state),
+                    Some(TargetState::LockGranted | TargetState::Ready)
+                )
+            }
+            _ => false,
+        }
+    }
+
+    fn advance_barrier(&mut self, w: &WindowShared) -> Result<bool> {
+        let (rank, size) = (w.engine.rank, w.engine.size);
+        let mut sends = Vec::new();
+        let mut done = true;
+        let current = self.barrier.as_ref().map_or(u32::MAX, |x| x.seq);
+        for b in self
+            .barrier
+            .iter_mut()
+            .chain(self.background_barriers.iter_mut())
+        {
+            let finished =
+                b.advance::<Error>(rank, size, &mut self.target.barrier_arrivals, |p, s, r| {
+                    sends.push((p, s, r));
+                    Ok(true)
+                })?;
+            if b.seq == current {
+                done = finished;
+            }
+        }
+        for (peer, seq, round) in sends {
+            self.enc.start(Kind::Barrier, 0, w.id, 0).u32(seq).u8(round);
+            self.send_encoded(w, peer, Kind::Barrier)?;
+        }
+        self.background_barriers.retain(|b| !b.is_done());
+        if done {
+            self.barrier = None;
+        }
+        Ok(done)
+    }
+
+    fn start_barrier(&mut self, w: &WindowShared) {
+        self.barrier_seq = self.barrier_seq.wrapping_add(1);
+        if let Some(old) = self.barrier.take() {
+            self.background_barriers.push(old);
+        }
+        self.barrier = Some(Dissemination::new(self.barrier_seq, w.engine.size));
+    }
+
+    // ----- ISSUE_OPS / CLEANUP_OPS / MAKE_RMA_PROGRESS --------------------------------
+
+    /// MAKE_RMA_PROGRESS_WIN: advance barriers, issue what can go, clean up.
+    pub(crate) fn make_progress(&mut self, w: &WindowShared) -> Result<()> {
+        self.flush_outbox(w)?;
+        if self.barrier.is_some() || !self.background_barriers.is_empty() {
+            self.advance_barrier(w)?;
+            if self.barrier.is_none() && matches!(self.epoch, WindowEpoch::FenceIssued) {
+                self.epoch = WindowEpoch::FenceGranted;
+            }
+        }
+        for rank in self.table.ranks() {
+            self.issue_ops_target(w, rank)?;
+        }
+        self.cleanup_ops_win(w);
+        Ok(())
+    }
+
+    /// CLEANUP_OPS_WIN: free idle target elements where the epoch allows.
+    fn cleanup_ops_win(&mut self, w: &WindowShared) {
+        if self.table.active == 0 {
+            return;
+        }
+        let eager = self.restoring || !w.engine.config.lazy_target_free;
+        if !eager {
+            return;
+        }
+        let keep_locks = matches!(self.epoch, WindowEpoch::LockAllCalled);
+        let idle: Vec<Rank> = self
+            .table
+            .iter()
+            .filter(|t| {
+                t.is_idle()
+                    && t.am_since_done == 0
+                    && !(keep_locks && t.state != TargetState::Ready)
+            })
+            .filter(|t| t.state != TargetState::LockIssued)
+            .map(|t| t.rank)
+            .collect();
+        for r in idle {
+            self.free_target(w, r);
+        }
+    }
+
+    /// ISSUE_OPS_TARGET: issue queued ops to one target as far as its state allows, with
+    /// the pending sync piggybacked on the last active-message op.
+    fn issue_ops_target(&mut self, w: &WindowShared, rank: Rank) -> Result<usize> {
+        let config = &w.engine.config;
+        let Some(elem) = self.table.get(rank) else {
+            return Ok(0);
+        };
+        // LOCK_CALLED: the single-short-op optimization, or ask for the lock.
+        if elem.state == TargetState::LockCalled {
+            if elem.pending.is_empty() && elem.sync == SyncFlag::None {
+                return Ok(0);
+            }
+            if elem.sync == SyncFlag::None && !elem.no_delay && !elem.pending.is_empty() {
+                // Wait: the op may yet be the single short op of this epoch.
+                let waits = config.single_op
+                    && elem.pending.len() == 1
+                    && elem.pending[0].data.len() <= config.single_op_threshold;
+                if waits {
+                    return Ok(0);
+                }
+            }
+            let single = config.single_op
+                && elem.sync == SyncFlag::Unlock
+                && elem.pending.len() == 1
+                && elem.pending[0].data.len() <= config.single_op_threshold;
+            let exclusive = self.lock_is_exclusive(rank);
+            if single {
+                let elem = self.table.get_mut(rank).expect("exists");
+                let op = elem.pending.pop_front().expect("one op");
+                let lock = if exclusive {
+                    flags::LOCK_EXCLUSIVE
+                } else {
+                    flags::LOCK_SHARED
+                };
+                let fl = lock | flags::UNLOCK;
+                elem.sync = SyncFlag::None;
+                elem.acks_awaited += 1;
+                elem.state = TargetState::LockGranted;
+                self.locks.remove(&rank);
+                self.send_op_am(w, rank, op, fl, 1)?;
+                return Ok(1);
+            }
+            if elem.pending.is_empty()
+                && elem.sync == SyncFlag::Unlock
+                && !self.must_take_lock(w, rank)
+            {
+                // An epoch with no operation: the lock need never be taken.
+                let elem = self.table.get_mut(rank).expect("exists");
+                elem.sync = SyncFlag::None;
+                return Ok(0);
+            }
+            let fl = if exclusive {
+                flags::LOCK_EXCLUSIVE
+            } else {
+                flags::LOCK_SHARED
+            };
+            self.table.get_mut(rank).expect("exists").state = TargetState::LockIssued;
+            self.send_control(w, rank, Kind::Lock, fl, 0)?;
+            return Ok(0);
+        }
+        if !self.access_granted(rank) {
+            return Ok(0);
+        }
+        let elem = self.table.get_mut(rank).expect("exists");
+        // Piggyback: hold small active-message ops until the epoch closes or too many pile up.
+        let delay = config.piggyback
+            && !elem.no_delay
+            && elem.sync == SyncFlag::None
+            && !elem.pending.is_empty()
+            && elem.pending.len() <= config.piggyback_threshold
+            && !elem.pending.iter().any(|o| o.native);
+        if delay {
+            return Ok(0);
+        }
+        if elem.sync != SyncFlag::None && elem.pending.len() > 1 {
+            // Move ops with responses to the tail so the last response carries the ack.
+            let (mut rest, tail): (VecDeque<_>, VecDeque<_>) =
+                elem.pending.drain(..).partition(|o| !o.kind.has_response());
+            rest.extend(tail);
+            elem.pending = rest;
+        }
+        let mut issued = 0;
+        loop {
+            let elem = self.table.get_mut(rank).expect("exists");
+            let Some(op) = elem.pending.pop_front() else {
+                break;
+            };
+            let last = elem.pending.is_empty();
+            let sync = elem.sync;
+            if !op.native && last && sync != SyncFlag::None {
+                let fl = sync_flags(sync);
+                let count = elem.am_since_done + 1;
+                elem.sync = SyncFlag::None;
+                if sync != SyncFlag::Complete {
+                    elem.acks_awaited += 1;
+                }
+                self.send_op_am(w, rank, op, fl, count)?;
+            } else if op.native {
+                self.issue_native(w, rank, op)?;
+            } else {
+                self.send_op_am(w, rank, op, 0, 0)?;
+            }
+            issued += 1;
+        }
+        // A sync no op could carry goes alone, once native ops are complete at the target.
+        let elem = self.table.get_mut(rank).expect("exists");
+        if elem.sync != SyncFlag::None && elem.native_in_flight == 0 {
+            let sync = elem.sync;
+            let count = elem.am_since_done;
+            elem.sync = SyncFlag::None;
+            elem.am_since_done = 0;
+            if sync != SyncFlag::Complete {
+                elem.acks_awaited += 1;
+            }
+            self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
+        }
+        Ok(issued)
+    }
+
+    fn lock_is_exclusive(&self, rank: Rank) -> bool {
+        self.locks.get(&rank).is_some_and(|l| l.exclusive)
+    }
+
+    /// Local loads and stores may depend on the lock: self targets and shared memory.
+    fn must_take_lock(&self, w: &WindowShared, rank: Rank) -> bool {
+        rank == w.engine.rank || w.kind == WindowKind::Shared
+    }
+
+    /// Sends an op as an active message. Ops without a response complete locally here.
+    fn send_op_am(
+        &mut self,
+        w: &WindowShared,
+        rank: Rank,
+        mut op: Box<OpElem>,
+        fl: u16,
+        done_count: u32,
+    ) -> Result<()> {
+        encode_op(&mut self.enc, w.id, &op, fl, done_count);
+        let kind = op_kind_wire(op.kind);
+        self.send_encoded(w, rank, kind)?;
+        w.counters.op(false);
+        let elem = self.table.get_mut(rank).expect("target element exists");
+        if fl & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
+            elem.am_since_done = 0;
+        } else {
+            elem.am_since_done += 1;
+        }
+        if op.kind.has_response() {
+            op.native = false;
+            elem.issued.push(op);
+        } else {
+            if let Some(r) = op.request.take() {
+                r.complete(Ok(Vec::new()));
+            }
+            self.free_op(w, op);
+        }
+        Ok(())
+    }
+
+    fn issue_native(&mut self, w: &WindowShared, rank: Rank, mut op: Box<OpElem>) -> Result<()> {
+        let token = self.new_token(w);
+        op.token = token;
+        match native_call(w, rank, &op, token) {
+            Ok(Issued::Complete(data)) => {
+                w.counters.op(true);
+                if let Some(r) = op.request.take() {
+                    r.complete(Ok(data.unwrap_or_default()));
+                }
+                self.free_op(w, op);
+            }
+            Ok(Issued::Pending) => {
+                w.counters.op(true);
+                self.native_index.insert(token, rank);
+                let elem = self.table.get_mut(rank).expect("target element exists");
+                elem.native_in_flight += 1;
+                elem.issued.push(op);
+            }
+            Err(TransportError::Busy) => {
+                self.table
+                    .get_mut(rank)
+                    .expect("exists")
+                    .pending
+                    .push_front(op);
+            }
+            Err(e) => {
+                if let Some(r) = op.request.take() {
+                    r.complete(Err(e.clone().into()));
+                }
+                self.free_op(w, op);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    // ----- posting an op (RMA_OP) -------------------------------------------------------
+
+    fn try_post(&mut self, w: &WindowShared, d: &OpDesc<'_>, native: bool) -> Result<Step<()>> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        let rank = d.target;
+        // Which epoch grants access to this target?
+        match &self.epoch {
+            WindowEpoch::Unset => return Err(UsageError::NoEpoch { target: rank }.into()),
+            WindowEpoch::Pscw(p) if p.index(rank).is_none() => {
+                return Err(UsageError::NotInGroup { target: rank }.into())
+            }
+            WindowEpoch::PerTarget
+                if !self.locks.contains_key(&rank) && self.table.get(rank).is_none() =>
+            {
+                return Err(UsageError::NoEpoch { target: rank }.into())
+            }
+            _ => {}
+        }
+        if matches!(self.epoch, WindowEpoch::FenceIssued) && self.advance_barrier(w)? {
+            self.epoch = WindowEpoch::FenceGranted;
+        }
+        // Fast path: native, access granted, nothing queued before it.
+        let queued_before = self.table.get(rank).is_some_and(|t| !t.pending.is_empty());
+        if native
+            && !queued_before
+            && self
+                .table
+                .get(rank)
+                .is_none_or(|t| t.state != TargetState::LockCalled)
+        {
+            let granted = match self.epoch {
+                WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. } => true,
+                _ => self.table.get(rank).is_some() && self.access_granted(rank),
+            };
+            if granted && !d.kind.has_response() && d.request.is_none() {
+                let token = self.new_token(w);
+                match native_call_desc(w, d, token) {
+                    Ok(Issued::Complete(_)) => {
+                        w.counters.op(true);
+                        return Ok(Step::Done(()));
+                    }
+                    Ok(Issued::Pending) => {
+                        // Track it: needs an element. Put it in the table below by value.
+                        return self.track_native(w, d, token);
+                    }
+                    Err(TransportError::Busy) => return Ok(Step::Blocked),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        // Everything else needs a target element and an op element.
+        if self.table.get(rank).is_none() {
+            if self.target_pool_empty(w) {
+                return self.restore_target_elem_resources(w, rank);
+            }
+            self.target_elem(w, rank).expect("pool checked");
+        }
+        let Some(mut op) = self.op_pool.get(&w.engine.op_pool) else {
+            return self.restore_op_elem_resources(w, rank);
+        };
+        w.counters
+            .elements_in_use(self.op_pool.in_use(), self.target_pool.in_use());
+        op.kind = d.kind;
+        op.extent = d.extent;
+        op.op = d.op;
+        op.datatype = Some(d.datatype);
+        op.data.clear();
+        op.data.extend_from_slice(d.data);
+        op.native = native;
+        op.token = self.new_token(w);
+        op.request = d.request.clone();
+        let config = &w.engine.config;
+        let elem = self.table.get_mut(rank).expect("created above");
+        elem.pending.push_back(op);
+        // Issue now unless the op may wait for piggybacking (or single-op at unlock).
+        let big = d.data.len() > config.queue_max_bytes;
+        let issue_now =
+            big || elem.pending.len() > config.piggyback_threshold || !config.piggyback || native;
+        let lock_now = elem.state == TargetState::LockCalled
+            && (elem.pending.len() > 1
+                || !config.single_op
+                || d.data.len() > config.single_op_threshold);
+        if issue_now || lock_now {
+            self.issue_ops_target(w, rank)?;
+        }
+        if self.table.get(rank).is_some_and(|t| !t.pending.is_empty()) {
+            w.counters.queued();
+        }
+        Ok(Step::Done(()))
+    }
+
+    fn track_native(&mut self, w: &WindowShared, d: &OpDesc<'_>, token: u64) -> Result<Step<()>> {
+        w.counters.op(true);
+        // The op is already under way; find room to track it, restoring if we must. A
+        // missing element only delays cleanup: the completion is matched by token.
+        self.native_index.insert(token, d.target);
+        if let Some(elem) = self.target_elem(w, d.target) {
+            elem.native_in_flight += 1;
+            if let Some(mut op) = self.op_pool.get(&w.engine.op_pool) {
+                op.kind = d.kind;
+                op.token = token;
+                op.native = true;
+                self.table
+                    .get_mut(d.target)
+                    .expect("exists")
+                    .issued
+                    .push(op);
+            }
+        }
+        Ok(Step::Done(()))
+    }
+
+    fn target_pool_empty(&self, w: &WindowShared) -> bool {
+        self.target_pool.in_use() >= w.engine.config.target_pool_local
+            && w.engine.target_pool.available() == 0
+    }
+
+    /// RESTORE_TARGET_ELEM_RESOURCES, as a step: pick an element to drain and let
+    /// progress complete it; LOCK_ALL_CALLED falls back to the window protocol instead.
+    fn restore_target_elem_resources(
+        &mut self,
+        w: &WindowShared,
+        _for_rank: Rank,
+    ) -> Result<Step<()>> {
+        w.counters.restore();
+        if matches!(self.epoch, WindowEpoch::LockAllCalled) {
+            self.lock_all_window_protocol(w)?;
+            return Ok(Step::Blocked);
+        }
+        self.restoring = true;
+        self.drain_one();
+        self.cleanup_ops_win(w);
+        Ok(Step::Blocked)
+    }
+
+    /// RESTORE_OP_ELEM_RESOURCES: flush one target with queued ops.
+    fn restore_op_elem_resources(&mut self, w: &WindowShared, for_rank: Rank) -> Result<Step<()>> {
+        w.counters.restore();
+        let victim = match self.table.get(for_rank) {
+            Some(t) if !t.pending.is_empty() => Some(for_rank),
+            _ => self
+                .table
+                .iter()
+                .find(|t| !t.pending.is_empty())
+                .map(|t| t.rank),
+        };
+        if let Some(v) = victim {
+            let elem = self.table.get_mut(v).expect("exists");
+            if elem.sync == SyncFlag::None {
+                elem.sync = if matches!(self.epoch, WindowEpoch::Pscw(_)) {
+                    SyncFlag::None
+                } else {
+                    SyncFlag::Flush
+                };
+            }
+            // In PSCW no RMA_DONE is needed: just issue (the complete closes it).
+            self.force_issue(w, v)?;
+        }
+        Ok(Step::Blocked)
+    }
+
+    /// Issues a target's queued ops now, asking for its lock if needed (a request is
+    /// waited on, or flush_local).
+    pub(crate) fn force_issue(&mut self, w: &WindowShared, rank: Rank) -> Result<()> {
+        if let Some(t) = self.table.get_mut(rank) {
+            t.no_delay = true;
+            self.issue_ops_target(w, rank)?;
+        }
+        Ok(())
+    }
+
+    fn drain_one(&mut self) {
+        let in_pscw = matches!(self.epoch, WindowEpoch::Pscw(_));
+        let victim = self
+            .table
+            .iter()
+            .find(|t| t.state == TargetState::LockGranted || t.state == TargetState::Ready)
+            .or_else(|| self.table.iter().next())
+            .map(|t| t.rank);
+        if let Some(v) = victim {
+            let elem = self.table.get_mut(v).expect("exists");
+            if elem.sync == SyncFlag::None && (!elem.pending.is_empty() || elem.am_since_done > 0) {
+                elem.sync = if in_pscw {
+                    SyncFlag::None
+                } else {
+                    SyncFlag::Flush
+                };
+                if in_pscw {
+                    // PSCW needs no RMA_DONE until complete: issuing frees the op elements,
+                    // and the count rides on the complete.
+                    elem.am_since_done = 0;
+                }
+            }
+        }
+    }
+
+    /// LOCK_ALL: fall back from the per-target to the window protocol.
+    fn lock_all_window_protocol(&mut self, w: &WindowShared) -> Result<()> {
+        tracing::debug!(win = w.id, "lock_all falls back to the window protocol");
+        self.epoch = WindowEpoch::LockAllIssued;
+        for rank in 0..w.engine.size as Rank {
+            match self.table.get(rank).map(|t| t.state) {
+                Some(TargetState::LockCalled) => {
+                    self.table.get_mut(rank).expect("exists").state = TargetState::LockIssued;
+                    self.send_control(w, rank, Kind::Lock, flags::LOCK_SHARED, 0)?;
+                }
+                Some(_) => {}
+                None => {
+                    self.window_grants += 1;
+                    self.send_control(w, rank, Kind::Lock, flags::LOCK_SHARED, 0)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn lock_all_issued_done(&mut self) -> bool {
+        if !matches!(self.epoch, WindowEpoch::LockAllIssued) {
+            return true;
+        }
+        let done = self.window_grants == 0
+            && self
+                .table
+                .iter()
+                .all(|t| t.state != TargetState::LockIssued);
+        if done {
+            for t in self.table.ranks() {
+                if let Some(t) = self.table.get_mut(t) {
+                    // Every target is locked by the window now.
+                    t.state = TargetState::Ready;
+                }
+            }
+            self.epoch = WindowEpoch::LockAllGranted { nocheck: false };
+        }
+        done
+    }
+
+    // ----- incoming --------------------------------------------------------------------
+
+    /// Handles one decoded packet from `from`.
+    pub(crate) fn handle_packet(
+        &mut self,
+        w: &WindowShared,
+        from: Rank,
+        p: &Packet<'_>,
+        raw: &[u8],
+    ) -> Result<()> {
+        match p.kind {
+            k if k.is_op() => {
+                if p.flags & (flags::LOCK_SHARED | flags::LOCK_EXCLUSIVE) != 0 {
+                    let waiter = Waiter {
+                        origin: from,
+                        exclusive: p.flags & flags::LOCK_EXCLUSIVE != 0,
+                        single_op: Some(raw.to_vec()),
+                    };
+                    if let Some(granted) = self.target.locks.request(waiter) {
+                        self.apply_granted(w, granted)?;
+                    }
+                } else {
+                    self.apply_and_reply(w, from, p)?;
+                }
+            }
+            Kind::Response => {
+                let Body::Response { token, ok, data } = &p.body else {
+                    unreachable!("decoded")
+                };
+                if let Some(elem) = self.table.get_mut(from) {
+                    if let Some(i) = elem
+                        .issued
+                        .iter()
+                        .position(|o| o.token == *token && !o.native)
+                    {
+                        let op = elem.issued.swap_remove(i);
+                        if let Some(r) = &op.request {
+                            r.complete(if *ok {
+                                Ok(data.to_vec())
+                            } else {
+                                Err(PeerError::Refused { rank: from }.into())
+                            });
+                        }
+                        self.free_op(w, op);
+                    }
+                }
+                if p.flags & flags::ACK != 0 {
+                    self.handle_ack(from, p.flags);
+                }
+            }
+            Kind::Lock => {
+                let waiter = Waiter {
+                    origin: from,
+                    exclusive: p.flags & flags::LOCK_EXCLUSIVE != 0,
+                    single_op: None,
+                };
+                if let Some(g) = self.target.locks.request(waiter) {
+                    self.apply_granted(w, g)?;
+                }
+            }
+            Kind::LockGranted => {
+                if let Some(l) = self.locks.get_mut(&from) {
+                    l.granted = true;
+                }
+                match self.table.get_mut(from) {
+                    Some(t) if t.state == TargetState::LockIssued => {
+                        t.state = TargetState::LockGranted
+                    }
+                    _ => self.window_grants = self.window_grants.saturating_sub(1),
+                }
+            }
+            Kind::Done => {
+                let mut reply = Reply::default();
+                self.target.handle_sync_flags(from, p, &mut reply);
+                self.finish_reply(w, from, reply)?;
+            }
+            Kind::Ack => self.handle_ack(from, p.flags),
+            Kind::Post => *self.target.posts.entry(from).or_default() += 1,
+            Kind::Barrier => {
+                if let Body::Barrier { seq, round } = p.body {
+                    *self
+                        .target
+                        .barrier_arrivals
+                        .entry((seq, round))
+                        .or_default() += 1;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn handle_ack(&mut self, from: Rank, fl: u16) {
+        if fl & flags::REFUSED != 0 {
+            self.deferred = Some(PeerError::Refused { rank: from }.into());
+        }
+        match self.table.get_mut(from) {
+            Some(t) if t.acks_awaited > 0 => t.acks_awaited -= 1,
+            _ => self.window_acks = self.window_acks.saturating_sub(1),
+        }
+    }
+
+    fn apply_granted(&mut self, w: &WindowShared, granted: Waiter) -> Result<()> {
+        let mut queue = vec![granted];
+        while let Some(g) = queue.pop() {
+            match g.single_op {
+                Some(bytes) => {
+                    let p = wire::decode(&bytes).map_err(|reason| PeerError::Malformed {
+                        from: g.origin,
+                        reason,
+                    })?;
+                    if let Some(mut more) = self.apply_and_reply(w, g.origin, &p)? {
+                        more.reverse();
+                        queue.extend(more);
+                    }
+                }
+                None => self.send_control(w, g.origin, Kind::LockGranted, 0, 0)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies an op packet and sends what it calls for; returns lock waiters granted by
+    /// an UNLOCK it carried.
+    fn apply_and_reply(
+        &mut self,
+        w: &WindowShared,
+        from: Rank,
+        p: &Packet<'_>,
+    ) -> Result<Option<Vec<Waiter>>> {
+        let memory = w.memory.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let response = self.target.apply_op(&memory, from, p);
+        if response.as_ref().is_some_and(|r| !r.1) || self.target.refused.contains(&from) {
+            w.counters.refused();
+        }
+        let mut reply = Reply {
+            response,
+            ..Reply::default()
+        };
+        self.target.handle_sync_flags(from, p, &mut reply);
+        let released = reply.released;
+        self.finish_reply(w, from, reply)?;
+        Ok(released.then(|| self.target.locks.grant_waiting()))
+    }
+
+    fn finish_reply(&mut self, w: &WindowShared, from: Rank, reply: Reply) -> Result<()> {
+        let mut ack_flags = 0;
+        if reply.ack && self.target.take_refused(from) {
+            ack_flags |= flags::REFUSED;
+        }
+        match reply.response {
+            Some((token, ok, data)) => {
+                let fl = if reply.ack { flags::ACK | ack_flags } else { 0 };
+                self.enc
+                    .start(Kind::Response, fl, w.id, 0)
+                    .u64(token)
+                    .u8(ok as u8)
+                    .bytes(&data);
+                self.send_encoded(w, from, Kind::Response)?;
+            }
+            None if reply.ack => self.send_control(w, from, Kind::Ack, ack_flags, 0)?,
+            None => {}
+        }
+        if reply.released {
+            for g in self.target.locks.grant_waiting() {
+                self.apply_granted(w, g)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A native op completed (or failed).
+    pub(crate) fn handle_completion(
+        &mut self,
+        w: &WindowShared,
+        token: u64,
+        result: Result<Option<Vec<u8>>>,
+    ) {
+        let Some(rank) = self.native_index.remove(&token) else {
+            return;
+        };
+        let Some(elem) = self.table.get_mut(rank) else {
+            return;
+        };
+        elem.native_in_flight = elem.native_in_flight.saturating_sub(1);
+        if let Some(i) = elem
+            .issued
+            .iter()
+            .position(|o| o.token == token && o.native)
+        {
+            let op = elem.issued.swap_remove(i);
+            if let Some(r) = &op.request {
+                r.complete(result.map(Option::unwrap_or_default));
+            } else if let Err(e) = result {
+                self.deferred = Some(e);
+            }
+            self.free_op(w, op);
+        }
+    }
+}
+
+fn sync_flags(sync: SyncFlag) -> u16 {
+    match sync {
+        SyncFlag::None => 0,
+        SyncFlag::Flush => flags::DONE,
+        SyncFlag::Unlock => flags::UNLOCK,
+        SyncFlag::Complete => flags::COMPLETE,
+    }
+}
+
+fn op_kind_wire(k: OpKind) -> Kind {
+    match k {
+        OpKind::Put => Kind::Put,
+        OpKind::Get => Kind::Get,
+        OpKind::Accumulate => Kind::Accumulate,
+        OpKind::GetAccumulate => Kind::GetAccumulate,
+        OpKind::CompareAndSwap => Kind::CompareAndSwap,
+    }
+}
+
+fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_count: u32) {
+    let kind = op_kind_wire(op.kind);
+    enc.start(kind, fl, win, done_count);
+    let dt = op.datatype.unwrap_or(DataType::U8);
+    match op.kind {
+        OpKind::Put => {
+            enc.extent(op.extent).bytes(&op.data);
+        }
+        OpKind::Get => {
+            enc.u64(op.token).extent(op.extent);
+        }
+        OpKind::Accumulate => {
+            enc.u8(op.op.unwrap_or(AccOp::Replace) as u8)
+                .u8(dt as u8)
+                .extent(op.extent)
+                .bytes(&op.data);
+        }
+        OpKind::GetAccumulate => {
+            enc.u64(op.token)
+                .u8(op.op.unwrap_or(AccOp::NoOp) as u8)
+                .u8(dt as u8)
+                .extent(op.extent);
+            if op.op != Some(AccOp::NoOp) {
+                enc.bytes(&op.data);
+            }
+        }
+        OpKind::CompareAndSwap => {
+            enc.u64(op.token)
+                .u8(dt as u8)
+                .u64(op.extent.offset)
+                .bytes(&op.data);
+        }
+    }
+}
+
+fn native_call(
+    w: &WindowShared,
+    rank: Rank,
+    op: &OpElem,
+    token: u64,
+) -> std::result::Result<Issued, TransportError> {
+    let t = &w.engine.transport;
+    let off = op.extent.offset;
+    let dt = op.datatype.unwrap_or(DataType::U8);
+    match op.kind {
+        OpKind::Put => t.put(w.id, rank, off, &op.data, token),
+        OpKind::Get => t.get(w.id, rank, off, op.extent.bytes() as usize, token),
+        OpKind::Accumulate | OpKind::GetAccumulate => t.atomic(
+            w.id,
+            rank,
+            off,
+            NativeAtomic::Accumulate {
+                op: op.op.unwrap_or(AccOp::Replace),
+                datatype: dt,
+                operand: &op.data,
+                fetch: op.kind == OpKind::GetAccumulate,
+            },
+            token,
+        ),
+        OpKind::CompareAndSwap => {
+            let (c, s) = op.data.split_at(dt.size());
+            t.atomic(
+                w.id,
+                rank,
+                off,
+                NativeAtomic::CompareAndSwap {
+                    datatype: dt,
+                    compare: c,
+                    swap: s,
+                },
+                token,
+            )
+        }
+    }
+}
+
+fn native_call_desc(
+    w: &WindowShared,
+    d: &OpDesc<'_>,
+    token: u64,
+) -> std::result::Result<Issued, TransportError> {
+    let t = &w.engine.transport;
+    let off = d.extent.offset;
+    match d.kind {
+        OpKind::Put => t.put(w.id, d.target, off, d.data, token),
+        OpKind::Accumulate => t.atomic(
+            w.id,
+            d.target,
+            off,
+            NativeAtomic::Accumulate {
+                op: d.op.unwrap_or(AccOp::Replace),
+                datatype: d.datatype,
+                operand: d.data,
+                fetch: false,
+            },
+            token,
+        ),
+        _ => Err(TransportError::Unsupported(
+            "fast path takes puts and accumulates",
+        )),
+    }
+}
+
+impl WindowShared {
+    pub(crate) fn new(
+        id: u32,
+        kind: WindowKind,
+        engine: Arc<EngineShared>,
+        remote: Vec<RemoteSegment>,
+        memory: Memory,
+    ) -> Self {
+        let state = Mutex::new(WinState::new(&engine));
+        WindowShared {
+            id,
+            kind,
+            engine,
+            remote,
+            memory: RwLock::new(memory),
+            state,
+            counters: Counters::default(),
+            next_region: Mutex::new(1),
+        }
+    }
+
+    fn count_message(&self, kind: Kind, bytes: usize) {
+        self.counters.message(kind, bytes);
+        self.engine.stats.message(kind, bytes);
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, WinState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks until `cond` holds on this window's state, making progress on the way.
+    fn wait_for(
+        &self,
+        call: &'static str,
+        mut cond: impl FnMut(&mut WinState) -> Result<bool>,
+    ) -> Result<()> {
+        self.engine.wait_until(call, || {
+            let mut st = self.lock_state();
+            st.make_progress(self)?;
+            cond(&mut st)
+        })
+    }
+
+    fn check_rank(&self, rank: Rank) -> Result<()> {
+        if (rank as usize) < self.engine.size {
+            Ok(())
+        } else {
+            Err(UsageError::RankOutOfRange {
+                rank,
+                size: self.engine.size,
+            }
+            .into())
+        }
+    }
+
+    /// Origin-side bounds check and conversion of a displacement to a byte extent.
+    fn extent(&self, target: Rank, disp: u64, layout: Layout, elem: usize) -> Result<Extent> {
+        self.check_rank(target)?;
+        if !layout.valid() {
+            return Err(UsageError::BadLayout.into());
+        }
+        let e = |x: usize| (x * elem) as u32;
+        if self.kind == WindowKind::Dynamic {
+            // Addresses come from `attach`; the target checks them against its regions.
+            return Ok(Extent {
+                offset: disp,
+                count: layout.count as u32,
+                block: e(layout.block),
+                stride: e(layout.stride),
+            });
+        }
+        let r = &self.remote[target as usize];
+        let offset = disp
+            .checked_mul(u64::from(r.disp_unit))
+            .ok_or(UsageError::BadLayout)?;
+        let len = (layout.span() * elem) as u64;
+        if offset.checked_add(len).is_none_or(|end| end > r.len) {
+            return Err(UsageError::OutOfBounds {
+                target,
+                offset,
+                len,
+                window_len: r.len,
+            }
+            .into());
+        }
+        Ok(Extent {
+            offset,
+            count: layout.count as u32,
+            block: e(layout.block),
+            stride: e(layout.stride),
+        })
+    }
+
+    fn native_allowed(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        dt: DataType,
+        target: Rank,
+        contiguous: bool,
+    ) -> bool {
+        if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
+            return false;
+        }
+        let caps = self.engine.transport.capabilities(target);
+        match kind {
+            OpKind::Put => caps.rdma_write,
+            OpKind::Get => caps.rdma_read,
+            OpKind::Accumulate | OpKind::GetAccumulate => {
+                op.is_some_and(|o| caps.has_atomic(o, dt))
+            }
+            OpKind::CompareAndSwap => caps.has_compare_and_swap(dt),
+        }
+    }
+
+    fn post(&self, d: OpDesc<'_>) -> Result<()> {
+        let contiguous = d.extent.count <= 1;
+        let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, contiguous);
+        if d.kind == OpKind::Put
+            && !native
+            && d.extent.bytes() as usize + 64
+                > self.engine.transport.capabilities(d.target).max_message
+        {
+            return Err(TransportError::Unsupported(
+                "active message larger than the transport carries",
+            )
+            .into());
+        }
+        let mut first = true;
+        let mut result = Ok(());
+        self.engine.wait_until("operation", || {
+            let mut st = self.lock_state();
+            if !first {
+                st.make_progress(self)?;
+            }
+            first = false;
+            match st.try_post(self, &d, native) {
+                Ok(Step::Done(())) => Ok(true),
+                Ok(Step::Blocked) => Ok(false),
+                Err(e) => {
+                    result = Err(e);
+                    Ok(true)
+                }
+            }
+        })?;
+        result
+    }
+
+    fn enter_sync(&self, st: &mut WinState, call: &'static str) -> Result<()> {
+        if let Some(other) = st.sync_call {
+            let _ = other;
+            return Err(UsageError::ConcurrentSync { call }.into());
+        }
+        st.sync_call = Some(call);
+        Ok(())
+    }
+
+    fn leave_sync(&self) {
+        self.lock_state().sync_call = None;
+    }
+
+    /// Runs a sync call with the thread rules enforced and the call traced.
+    fn sync_call<R>(&self, call: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        {
+            let mut st = self.lock_state();
+            self.enter_sync(&mut st, call)?;
+        }
+        let span = tracing::debug_span!("rma_sync", call, win = self.id);
+        let _g = span.enter();
+        let r = f();
+        self.leave_sync();
+        r
+    }
+
+    fn take_deferred(&self) -> Result<()> {
+        match self.lock_state().deferred.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    // ----- FENCE -----------------------------------------------------------------------
+
+    fn fence(&self, assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOSTORE | Assert::NOPUT | Assert::NOPRECEDE | Assert::NOSUCCEED) {
+            return Err(UsageError::BadAssert { call: "fence" }.into());
+        }
+        self.sync_call("fence", || {
+            let t = &self.engine.transport;
+            {
+                let st = self.lock_state();
+                match st.epoch {
+                    WindowEpoch::Unset | WindowEpoch::FenceIssued | WindowEpoch::FenceGranted => {}
+                    ref e => {
+                        return Err(UsageError::EpochConflict {
+                            call: "fence",
+                            state: e.name(),
+                        }
+                        .into())
+                    }
+                }
+            }
+            let noprecede =
+                assert.contains(Assert::NOPRECEDE) && self.lock_state().table.active == 0;
+            if noprecede {
+                // Nothing to complete: do not block (FENCE_ISSUED with a non-blocking barrier).
+                let mut st = self.lock_state();
+                t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
+                st.start_barrier(self);
+                st.epoch = WindowEpoch::FenceIssued;
+                st.make_progress(self)?;
+                if assert.contains(Assert::NOSUCCEED) {
+                    st.epoch = WindowEpoch::Unset;
+                }
+                return Ok(());
+            }
+            // A previous NOPRECEDE fence's barrier must finish first.
+            self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
+            {
+                let mut st = self.lock_state();
+                if matches!(st.epoch, WindowEpoch::FenceIssued) {
+                    st.epoch = WindowEpoch::FenceGranted;
+                }
+                for rank in st.table.ranks() {
+                    let t = st.table.get_mut(rank).expect("listed");
+                    if t.am_since_done > 0 || t.pending.iter().any(|o| !o.native) {
+                        t.sync = SyncFlag::Flush;
+                    }
+                }
+            }
+            // Every op of the epoch complete at its target (seed 001).
+            self.wait_for("fence", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+            t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
+            {
+                let mut st = self.lock_state();
+                for rank in st.table.ranks() {
+                    st.free_target(self, rank);
+                }
+                st.start_barrier(self);
+                st.epoch = WindowEpoch::FenceIssued;
+            }
+            self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
+            t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC after PROC_SYNC
+            let mut st = self.lock_state();
+            st.epoch = if assert.contains(Assert::NOSUCCEED) {
+                WindowEpoch::Unset
+            } else {
+                WindowEpoch::FenceGranted
+            };
+            st.restoring = false;
+            match st.deferred.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// From FENCE_GRANTED with nothing queued, other epochs may begin directly.
+    fn no_access_epoch(st: &WinState) -> bool {
+        match st.epoch {
+            WindowEpoch::Unset => true,
+            WindowEpoch::FenceGranted | WindowEpoch::FenceIssued => st.table.active == 0,
+            _ => false,
+        }
+    }
+
+    // ----- PSCW ------------------------------------------------------------------------
+
+    fn check_group(&self, group: &[Rank]) -> Result<()> {
+        for (i, r) in group.iter().enumerate() {
+            self.check_rank(*r)?;
+            if group[..i].contains(r) {
+                return Err(UsageError::BadLayout.into());
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK) {
+            return Err(UsageError::BadAssert { call: "start" }.into());
+        }
+        self.check_group(group)?;
+        self.sync_call("start", || {
+            let mut st = self.lock_state();
+            if !Self::no_access_epoch(&st) {
+                return Err(UsageError::EpochConflict {
+                    call: "start",
+                    state: st.epoch.name(),
+                }
+                .into());
+            }
+            let nocheck = assert.contains(Assert::NOCHECK);
+            st.epoch = WindowEpoch::Pscw(PscwAccess {
+                group: group.to_vec(),
+                granted: vec![nocheck; group.len()],
+            });
+            drop(st);
+            // seed 004 RMA+shm, PSCW row: WIN_START has MEM_SYNC after PROC_SYNC; the PROC_SYNC
+            // (posts) is awaited lazily per target, so the barrier is taken here, before any op.
+            self.engine.transport.memory_sync();
+            Ok(())
+        })
+    }
+
+    fn complete(&self) -> Result<()> {
+        self.sync_call("complete", || {
+            let group = match &self.lock_state().epoch {
+                WindowEpoch::Pscw(p) => p.group.clone(),
+                _ => return Err(UsageError::NoExposureEpoch.into()),
+            };
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
+            for &rank in &group {
+                // Ops may only go once the target posted; complete waits for that post.
+                self.wait_for("complete", |st| {
+                    if !st.access_granted(rank) {
+                        return Ok(false);
+                    }
+                    if st.table.get(rank).is_none() {
+                        st.send_control(self, rank, Kind::Done, flags::COMPLETE, 0)?;
+                    } else {
+                        st.table.get_mut(rank).expect("exists").sync = SyncFlag::Complete;
+                        st.issue_ops_target(self, rank)?;
+                    }
+                    Ok(true)
+                })?;
+            }
+            self.wait_for("complete", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+            let mut st = self.lock_state();
+            for rank in st.table.ranks() {
+                st.free_target(self, rank);
+            }
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+            match st.deferred.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn post_exposure(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK | Assert::NOSTORE | Assert::NOPUT) {
+            return Err(UsageError::BadAssert { call: "post" }.into());
+        }
+        self.check_group(group)?;
+        let mut st = self.lock_state();
+        if st.target.exposure.is_some() {
+            return Err(UsageError::EpochConflict {
+                call: "post",
+                state: "exposure epoch open",
+            }
+            .into());
+        }
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_POST
+        if !assert.contains(Assert::NOCHECK) {
+            for &r in group {
+                st.send_control(self, r, Kind::Post, 0, 0)?;
+            }
+        }
+        st.target.exposure = Some(group.to_vec());
+        st.make_progress(self)
+    }
+
+    fn exposure_done(st: &mut WinState) -> bool {
+        let Some(group) = &st.target.exposure else {
+            return true;
+        };
+        if group
+            .iter()
+            .all(|r| st.target.completes.get(r).is_some_and(|n| *n > 0))
+        {
+            for r in group.clone() {
+                let n = st.target.completes.get_mut(&r).expect("checked");
+                *n -= 1;
+                if *n == 0 {
+                    st.target.completes.remove(&r);
+                }
+            }
+            st.target.exposure = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn wait_exposure(&self) -> Result<()> {
+        if self.lock_state().target.exposure.is_none() {
+            return Err(UsageError::NoExposureEpoch.into());
+        }
+        self.wait_for("wait", |st| Ok(Self::exposure_done(st)))?;
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_WAIT
+        Ok(())
+    }
+
+    fn test_exposure(&self) -> Result<bool> {
+        if self.lock_state().target.exposure.is_none() {
+            return Err(UsageError::NoExposureEpoch.into());
+        }
+        self.engine.progress()?;
+        let mut st = self.lock_state();
+        st.make_progress(self)?;
+        let done = Self::exposure_done(&mut st);
+        if done {
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_TEST
+        }
+        Ok(done)
+    }
+
+    // ----- LOCK / UNLOCK -------------------------------------------------------------------
+
+    fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK) {
+            return Err(UsageError::BadAssert { call: "lock" }.into());
+        }
+        self.check_rank(target)?;
+        let eager = {
+            let mut st = self.lock_state();
+            match st.epoch {
+                WindowEpoch::PerTarget => {}
+                _ if Self::no_access_epoch(&st) => st.epoch = WindowEpoch::PerTarget,
+                ref e => {
+                    return Err(UsageError::EpochConflict {
+                        call: "lock",
+                        state: e.name(),
+                    }
+                    .into())
+                }
+            }
+            if st.locks.contains_key(&target) {
+                return Err(UsageError::AlreadyLocked { target }.into());
+            }
+            let nocheck = assert.contains(Assert::NOCHECK);
+            let exclusive = lock_type == LockType::Exclusive;
+            st.locks.insert(
+                target,
+                LockInfo {
+                    exclusive,
+                    nocheck,
+                    granted: nocheck,
+                },
+            );
+            let state = if nocheck {
+                TargetState::LockGranted
+            } else {
+                TargetState::LockCalled
+            };
+            if let Some(t) = st.table.get_mut(target) {
+                t.state = state;
+            }
+            !nocheck && st.must_take_lock(self, target)
+        };
+        if eager {
+            // Local loads/stores after lock must be protected: take the lock now.
+            self.wait_for("lock", |st| {
+                if st.table.get(target).is_none() && st.target_elem(self, target).is_none() {
+                    st.restore_target_elem_resources(self, target)?;
+                    return Ok(false);
+                }
+                let t = st.table.get_mut(target).expect("exists");
+                if t.state == TargetState::LockCalled {
+                    t.state = TargetState::LockIssued;
+                    let fl = if lock_type == LockType::Exclusive {
+                        flags::LOCK_EXCLUSIVE
+                    } else {
+                        flags::LOCK_SHARED
+                    };
+                    st.send_control(self, target, Kind::Lock, fl, 0)?;
+                }
+                Ok(st.locks.get(&target).is_some_and(|l| l.granted))
+            })?;
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+        }
+        Ok(())
+    }
+
+    fn unlock(&self, target: Rank) -> Result<()> {
+        self.check_rank(target)?;
+        let info = {
+            let st = self.lock_state();
+            if !matches!(st.epoch, WindowEpoch::PerTarget) {
+                return Err(UsageError::NotLocked { target }.into());
+            }
+            *st.locks
+                .get(&target)
+                .ok_or(UsageError::NotLocked { target })?
+        };
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
+        self.wait_for("unlock", |st| {
+            if st.table.get(target).is_none() && st.target_elem(self, target).is_none() {
+                st.restore_target_elem_resources(self, target)?;
+                return Ok(false);
+            }
+            let t = st.table.get_mut(target).expect("exists");
+            t.sync = if info.nocheck {
+                if t.am_since_done > 0 || !t.pending.is_empty() {
+                    SyncFlag::Flush
+                } else {
+                    SyncFlag::None
+                }
+            } else {
+                SyncFlag::Unlock
+            };
+            st.issue_ops_target(self, target)?;
+            Ok(true)
+        })?;
+        self.wait_for("unlock", |st| {
+            Ok(st.table.get(target).is_none_or(|t| t.is_idle()))
+        })?;
+        let mut st = self.lock_state();
+        st.free_target(self, target);
+        st.locks.remove(&target);
+        if st.locks.is_empty() && st.table.active == 0 {
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+        }
+        match st.deferred.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn lock_all(&self, assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK) {
+            return Err(UsageError::BadAssert { call: "lock_all" }.into());
+        }
+        let mut st = self.lock_state();
+        if !Self::no_access_epoch(&st) {
+            return Err(UsageError::EpochConflict {
+                call: "lock_all",
+                state: st.epoch.name(),
+            }
+            .into());
+        }
+        st.epoch = if assert.contains(Assert::NOCHECK) {
+            WindowEpoch::LockAllGranted { nocheck: true }
+        } else {
+            WindowEpoch::LockAllCalled
+        };
+        for rank in st.table.ranks() {
+            let state = if assert.contains(Assert::NOCHECK) {
+                TargetState::Ready
+            } else {
+                TargetState::LockCalled
+            };
+            st.table.get_mut(rank).expect("listed").state = state;
+        }
+        drop(st);
+        if self.kind == WindowKind::Shared && !assert.contains(Assert::NOCHECK) {
+            // Shared memory may be touched by load/store: hold every lock before returning.
+            let mut st = self.lock_state();
+            st.lock_all_window_protocol(self)?;
+            drop(st);
+            self.wait_for("lock_all", |st| Ok(st.lock_all_issued_done()))?;
+        }
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: LOCK_ALL as LOCK
+        Ok(())
+    }
+
+    fn unlock_all(&self) -> Result<()> {
+        self.sync_call("unlock_all", || {
+            let nocheck = {
+                let st = self.lock_state();
+                match st.epoch {
+                    WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => None,
+                    WindowEpoch::LockAllGranted { nocheck } => Some(nocheck),
+                    ref e => {
+                        return Err(UsageError::EpochConflict {
+                            call: "unlock_all",
+                            state: e.name(),
+                        }
+                        .into())
+                    }
+                }
+            };
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
+            self.wait_for("unlock_all", |st| Ok(st.lock_all_issued_done()))?;
+            let window_protocol = matches!(
+                self.lock_state().epoch,
+                WindowEpoch::LockAllGranted { nocheck: false }
+            );
+            {
+                let mut st = self.lock_state();
+                for rank in st.table.ranks() {
+                    let t = st.table.get_mut(rank).expect("listed");
+                    t.sync = match t.state {
+                        // Per-target protocol: RMA_DONE+UNLOCK to each locked target.
+                        TargetState::LockCalled
+                        | TargetState::LockIssued
+                        | TargetState::LockGranted => SyncFlag::Unlock,
+                        TargetState::Ready if t.am_since_done > 0 || !t.pending.is_empty() => {
+                            SyncFlag::Flush
+                        }
+                        TargetState::Ready => SyncFlag::None,
+                    };
+                    st.issue_ops_target(self, rank)?;
+                }
+            }
+            self.wait_for("unlock_all", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+            {
+                let mut st = self.lock_state();
+                for rank in st.table.ranks() {
+                    st.free_target(self, rank);
+                }
+                if window_protocol && nocheck != Some(true) {
+                    // Window protocol: every target was locked; unlock them all.
+                    for rank in 0..self.engine.size as Rank {
+                        st.window_acks += 1;
+                        st.send_control(self, rank, Kind::Done, flags::UNLOCK, 0)?;
+                    }
+                }
+            }
+            self.wait_for("unlock_all", |st| Ok(st.window_acks == 0))?;
+            let mut st = self.lock_state();
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+            match st.deferred.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    // ----- FLUSH ---------------------------------------------------------------------------
+
+    fn check_passive(&self, st: &WinState, target: Option<Rank>) -> Result<()> {
+        match (&st.epoch, target) {
+            (WindowEpoch::PerTarget, Some(t)) if !st.locks.contains_key(&t) => {
+                Err(UsageError::NotLocked { target: t }.into())
+            }
+            (WindowEpoch::PerTarget, _) => Ok(()),
+            (e, _) if e.is_lock_all() => Ok(()),
+            (e, _) => Err(UsageError::EpochConflict {
+                call: "flush",
+                state: e.name(),
+            }
+            .into()),
+        }
+    }
+
+    fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
+        if let Some(t) = target {
+            self.check_rank(t)?;
+        }
+        {
+            let mut st = self.lock_state();
+            self.check_passive(&st, target)?;
+            let ranks = match target {
+                Some(t) => vec![t],
+                None => st.table.ranks(),
+            };
+            for rank in ranks {
+                let Some(t) = st.table.get_mut(rank) else {
+                    continue;
+                };
+                if remote
+                    && t.sync == SyncFlag::None
+                    && (t.am_since_done > 0 || t.pending.iter().any(|o| !o.native))
+                {
+                    t.sync = SyncFlag::Flush;
+                }
+                if !remote && !t.pending.is_empty() {
+                    st.force_issue(self, rank)?;
+                } else {
+                    st.issue_ops_target(self, rank)?;
+                }
+            }
+        }
+        let done = |t: &TargetElem| {
+            if remote {
+                t.ops_complete() && t.acks_awaited == 0 && t.sync == SyncFlag::None
+            } else {
+                t.ops_complete()
+            }
+        };
+        self.wait_for("flush", |st| {
+            // Locks still being acquired must be granted before their ops can complete.
+            for rank in st.table.ranks() {
+                let t = st.table.get(rank).expect("listed");
+                if t.state == TargetState::LockCalled
+                    && !t.pending.is_empty()
+                    && target.is_none_or(|x| x == rank)
+                {
+                    let t = st.table.get_mut(rank).expect("listed");
+                    if t.sync == SyncFlag::None {
+                        t.sync = SyncFlag::Flush;
+                    }
+                    st.issue_ops_target(self, rank)?;
+                }
+            }
+            Ok(match target {
+                Some(r) => st.table.get(r).is_none_or(done),
+                None => st.table.iter().all(done),
+            })
+        })?;
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC in WIN_FLUSH
+        self.take_deferred()
+    }
+}
+
+/// A window of elements of type `T`, spanning every rank of the engine.
+///
+/// Operations are methods of the window; each checks at run time that an epoch grants
+/// access to its target and that the target range lies in the target's window, and
+/// returns a typed [`UsageError`] otherwise. Origin data is only borrowed during the
+/// call (copied if the op must wait); fetched data is only reachable through a
+/// [`Request`] once complete. A window is `Send + Sync`: operations, fences and flushes
+/// may come from several threads (seed 004, "RMA + threads").
+///
+/// Fence epochs:
+/// ```
+/// use rma_core::{sim, Assert};
+/// sim::run(3, sim::Profile::ActiveMessages, 7, |engine| {
+///     let (me, n) = (engine.rank(), engine.size() as u32);
+///     let win = engine.allocate::<u64>(n as usize)?;
+///     win.fence(Assert::NOPRECEDE)?;
+///     for t in 0..n {
+///         win.put(&[me as u64 + 100], t, me as u64)?; // my slot in every window
+///     }
+///     win.fence(Assert::NOSUCCEED)?;
+///     assert_eq!(win.local_to_vec(), vec![100, 101, 102]);
+///     win.free()?;
+///     Ok(())
+/// }).unwrap();
+/// ```
+pub struct Window<T: Element> {
+    pub(crate) shared: Arc<WindowShared>,
+    pub(crate) _elem: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> std::fmt::Debug for Window<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("id", &self.shared.id)
+            .field("kind", &self.shared.kind)
+            .finish()
+    }
+}
+
+fn to_vec<T: Element>(bytes: Vec<u8>) -> Vec<T> {
+    bytemuck::pod_collect_to_vec(&bytes)
+}
+
+fn to_one<T: Element>(bytes: Vec<u8>) -> T {
+    bytemuck::pod_read_unaligned(&bytes[..std::mem::size_of::<T>()])
+}
+
+impl<T: Element> Window<T> {
+    const SIZE: usize = std::mem::size_of::<T>();
+
+    fn check_op(op: AccOp) -> Result<()> {
+        if op.valid_for(T::DATATYPE) {
+            Ok(())
+        } else {
+            Err(UsageError::OpNotForType {
+                op,
+                datatype: T::DATATYPE,
+            }
+            .into())
+        }
+    }
+
+    fn request<R>(
+        &self,
+        state: Arc<RequestState>,
+        target: Rank,
+        convert: fn(Vec<u8>) -> R,
+    ) -> Request<R> {
+        Request::new(state, self.shared.clone(), target, convert)
+    }
+
+    /// The window's kind.
+    pub fn kind(&self) -> WindowKind {
+        self.shared.kind
+    }
+
+    /// Puts `data` at element displacement `disp` of `target`'s window.
+    pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
+        self.put_strided(
+            data,
+            Layout::contiguous(data.len()),
+            target,
+            disp,
+            Layout::contiguous(data.len()),
+        )
+    }
+
+    /// Puts the elements `origin` selects from `data` into the elements `target_layout`
+    /// selects at `disp` (both layouts must describe the same number of elements).
+    pub fn put_strided(
+        &self,
+        data: &[T],
+        origin: Layout,
+        target: Rank,
+        disp: u64,
+        target_layout: Layout,
+    ) -> Result<()> {
+        let packed = gather(data, origin, target_layout)?;
+        let extent = self
+            .shared
+            .extent(target, disp, target_layout, Self::SIZE)?;
+        self.shared.post(OpDesc {
+            kind: OpKind::Put,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(&packed),
+            request: None,
+        })
+    }
+
+    /// A put whose local completion can be waited on (MPI_Rput).
+    pub fn rput(&self, data: &[T], target: Rank, disp: u64) -> Result<Request<()>> {
+        let state = Arc::new(RequestState::default());
+        let extent =
+            self.shared
+                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        self.shared.post(OpDesc {
+            kind: OpKind::Put,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(data),
+            request: Some(state.clone()),
+        })?;
+        Ok(self.request(state, target, |_| ()))
+    }
+
+    /// Gets `count` elements at `disp` of `target`'s window. The data is the request's
+    /// value; the request completes no later than the epoch's next flush or end.
+    pub fn get(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
+        self.get_strided(target, disp, Layout::contiguous(count))
+    }
+
+    /// Request-based get (MPI_Rget); the same as [`get`](Self::get).
+    pub fn rget(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
+        self.get(target, disp, count)
+    }
+
+    /// Gets the elements `layout` selects at `disp`, packed.
+    pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        let state = Arc::new(RequestState::default());
+        self.shared.post(OpDesc {
+            kind: OpKind::Get,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: &[],
+            request: Some(state.clone()),
+        })?;
+        Ok(self.request(state, target, to_vec::<T>))
+    }
+
+    /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically
+    /// with respect to other accumulates.
+    pub fn accumulate(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
+        self.accumulate_strided(
+            data,
+            Layout::contiguous(data.len()),
+            op,
+            target,
+            disp,
+            Layout::contiguous(data.len()),
+        )
+    }
+
+    /// Strided accumulate.
+    pub fn accumulate_strided(
+        &self,
+        data: &[T],
+        origin: Layout,
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        target_layout: Layout,
+    ) -> Result<()> {
+        Self::check_op(op)?;
+        let packed = gather(data, origin, target_layout)?;
+        let extent = self
+            .shared
+            .extent(target, disp, target_layout, Self::SIZE)?;
+        self.shared.post(OpDesc {
+            kind: OpKind::Accumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(&packed),
+            request: None,
+        })
+    }
+
+    /// Request-based accumulate (MPI_Raccumulate): completes locally.
+    pub fn raccumulate(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<()>> {
+        Self::check_op(op)?;
+        let extent =
+            self.shared
+                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        let state = Arc::new(RequestState::default());
+        self.shared.post(OpDesc {
+            kind: OpKind::Accumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(data),
+            request: Some(state.clone()),
+        })?;
+        Ok(self.request(state, target, |_| ()))
+    }
+
+    /// Atomically fetches the target elements and accumulates `data` into them; with
+    /// [`AccOp::NoOp`] it is an atomic read of `data.len()` elements.
+    pub fn get_accumulate(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<Vec<T>>> {
+        Self::check_op(op)?;
+        let extent =
+            self.shared
+                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        let state = Arc::new(RequestState::default());
+        self.shared.post(OpDesc {
+            kind: OpKind::GetAccumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(data),
+            request: Some(state.clone()),
+        })?;
+        Ok(self.request(state, target, to_vec::<T>))
+    }
+
+    /// Request-based get_accumulate (MPI_Rget_accumulate); the same as
+    /// [`get_accumulate`](Self::get_accumulate).
+    pub fn rget_accumulate(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<Vec<T>>> {
+        self.get_accumulate(data, op, target, disp)
+    }
+
+    /// Atomic fetch-and-op on one element; the request's value is the old value.
+    pub fn fetch_and_op(&self, value: T, op: AccOp, target: Rank, disp: u64) -> Result<Request<T>> {
+        Self::check_op(op)?;
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+        let state = Arc::new(RequestState::default());
+        self.shared.post(OpDesc {
+            kind: OpKind::GetAccumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::bytes_of(&value),
+            request: Some(state.clone()),
+        })?;
+        Ok(self.request(state, target, to_one::<T>))
+    }
+
+    /// Atomic compare-and-swap of one element: `swap` replaces it if it equals `compare`
+    /// (bitwise). The request's value is the old value.
+    pub fn compare_and_swap(
+        &self,
+        compare: T,
+        swap: T,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<T>> {
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+        let state = Arc::new(RequestState::default());
+        let mut data = bytemuck::bytes_of(&compare).to_vec();
+        data.extend_from_slice(bytemuck::bytes_of(&swap));
+        self.shared.post(OpDesc {
+            kind: OpKind::CompareAndSwap,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: &data,
+            request: Some(state.clone()),
+        })?;
+        Ok(self.request(state, target, to_one::<T>))
+    }
+
+    /// Fence (MPI_Win_fence). Ends the previous fence epoch, completing each of its
+    /// operations at its target (seed 001), and starts the next unless
+    /// [`Assert::NOSUCCEED`]. With [`Assert::NOPRECEDE`] it does not block.
+    pub fn fence(&self, assert: Assert) -> Result<()> {
+        self.shared.fence(assert)
+    }
+
+    /// Starts an access epoch to `group` (MPI_Win_start).
+    pub fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        self.shared.start(group, assert)
+    }
+
+    /// Ends the access epoch of [`start`](Self::start) (MPI_Win_complete).
+    pub fn complete(&self) -> Result<()> {
+        self.shared.complete()
+    }
+
+    /// Starts an exposure epoch to `group` (MPI_Win_post).
+    pub fn post(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        self.shared.post_exposure(group, assert)
+    }
+
+    /// Waits for every origin of the exposure epoch to complete (MPI_Win_wait).
+    pub fn wait(&self) -> Result<()> {
+        self.shared.wait_exposure()
+    }
+
+    /// Whether the exposure epoch is over, ending it if so (MPI_Win_test).
+    pub fn test(&self) -> Result<bool> {
+        self.shared.test_exposure()
+    }
+
+    /// Locks `target`'s window (MPI_Win_lock).
+    pub fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
+        self.shared.lock(lock_type, target, assert)
+    }
+
+    /// Completes every op to `target` at the target and releases the lock (MPI_Win_unlock).
+    pub fn unlock(&self, target: Rank) -> Result<()> {
+        self.shared.unlock(target)
+    }
+
+    /// Shared lock on every rank's window (MPI_Win_lock_all).
+    pub fn lock_all(&self, assert: Assert) -> Result<()> {
+        self.shared.lock_all(assert)
+    }
+
+    /// Ends a [`lock_all`](Self::lock_all) epoch (MPI_Win_unlock_all).
+    pub fn unlock_all(&self) -> Result<()> {
+        self.shared.unlock_all()
+    }
+
+    /// Completes every op to `target` at the target (MPI_Win_flush).
+    pub fn flush(&self, target: Rank) -> Result<()> {
+        self.shared.flush(Some(target), true)
+    }
+
+    /// Completes every op at its target (MPI_Win_flush_all).
+    pub fn flush_all(&self) -> Result<()> {
+        self.shared.flush(None, true)
+    }
+
+    /// Completes every op to `target` locally: origin buffers reusable, fetched data
+    /// available (MPI_Win_flush_local).
+    pub fn flush_local(&self, target: Rank) -> Result<()> {
+        self.shared.flush(Some(target), false)
+    }
+
+    /// Local completion of every op (MPI_Win_flush_local_all).
+    pub fn flush_local_all(&self) -> Result<()> {
+        self.shared.flush(None, false)
+    }
+
+    /// Synchronizes the public and private copies of this window (MPI_Win_sync): a
+    /// full memory barrier.
+    pub fn sync(&self) -> Result<()> {
+        self.shared.engine.transport.memory_sync();
+        Ok(())
+    }
+
+    /// Reads this process's own window memory (outside epochs, or under a self lock).
+    pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<()> {
+        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
+        let Memory::Static(seg) = &*mem else {
+            return Err(UsageError::Unsupported {
+                what: "read_local on a dynamic window",
+            }
+            .into());
+        };
+        let off = disp * Self::SIZE;
+        let len = std::mem::size_of_val(out);
+        if off + len > seg.len() {
+            return Err(UsageError::OutOfBounds {
+                target: self.shared.engine.rank,
+                offset: off as u64,
+                len: len as u64,
+                window_len: seg.len() as u64,
+            }
+            .into());
+        }
+        seg.read(off, bytemuck::cast_slice_mut(out));
+        Ok(())
+    }
+
+    /// Writes this process's own window memory.
+    pub fn write_local(&self, disp: usize, data: &[T]) -> Result<()> {
+        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
+        let Memory::Static(seg) = &*mem else {
+            return Err(UsageError::Unsupported {
+                what: "write_local on a dynamic window",
+            }
+            .into());
+        };
+        let off = disp * Self::SIZE;
+        if off + std::mem::size_of_val(data) > seg.len() {
+            return Err(UsageError::OutOfBounds {
+                target: self.shared.engine.rank,
+                offset: off as u64,
+                len: std::mem::size_of_val(data) as u64,
+                window_len: seg.len() as u64,
+            }
+            .into());
+        }
+        seg.write(off, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    /// A copy of this process's whole window (empty for dynamic windows).
+    pub fn local_to_vec(&self) -> Vec<T> {
+        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
+        match &*mem {
+            Memory::Static(seg) => {
+                let mut v = vec![T::zeroed(); seg.len() / Self::SIZE];
+                seg.read(0, bytemuck::cast_slice_mut(&mut v));
+                v
+            }
+            Memory::Dynamic(_) => Vec::new(),
+        }
+    }
+
+    /// Elements in `rank`'s window.
+    pub fn len_of(&self, rank: Rank) -> Result<usize> {
+        self.shared.check_rank(rank)?;
+        let r = &self.shared.remote[rank as usize];
+        Ok(r.len as usize / Self::SIZE)
+    }
+
+    /// For windows from `allocate_shared`: the address and byte length of `rank`'s
+    /// segment in this process, for direct load/store between synchronizations.
+    pub fn shared_query(&self, rank: Rank) -> Result<(usize, usize)> {
+        self.shared.check_rank(rank)?;
+        if self.shared.kind != WindowKind::Shared {
+            return Err(UsageError::Unsupported {
+                what: "shared_query on a window not from allocate_shared",
+            }
+            .into());
+        }
+        self.shared
+            .engine
+            .transport
+            .shared_base(self.shared.id, rank)
+            .map(|base| (base, self.shared.remote[rank as usize].len as usize))
+            .ok_or_else(|| {
+                UsageError::Unsupported {
+                    what: "peer memory not shared with this process",
+                }
+                .into()
+            })
+    }
+
+    /// Attaches `memory` to a dynamic window; returns the address peers use as
+    /// displacement (MPI_Win_attach + MPI_Get_address).
+    pub fn attach(&self, memory: Vec<T>) -> Result<u64> {
+        if self.shared.kind != WindowKind::Dynamic {
+            return Err(UsageError::Unsupported {
+                what: "attach on a window not from create_dynamic",
+            }
+            .into());
+        }
+        let seg = self.shared.engine.transport.expose(Box::new(memory))?;
+        let id = {
+            let mut n = self
+                .shared
+                .next_region
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            *n
+        };
+        let mut mem = self
+            .shared
+            .memory
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Memory::Dynamic(regions) = &mut *mem {
+            regions.push((id, seg));
+        }
+        Ok(u64::from(id) << REGION_SHIFT)
+    }
+
+    /// Detaches the region at `address` and gives its memory back.
+    pub fn detach(&self, address: u64) -> Result<Vec<T>> {
+        let id = (address >> REGION_SHIFT) as u32;
+        let mut mem = self
+            .shared
+            .memory
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let Memory::Dynamic(regions) = &mut *mem else {
+            return Err(UsageError::NotAttached.into());
+        };
+        let i = regions
+            .iter()
+            .position(|(r, _)| *r == id)
+            .ok_or(UsageError::NotAttached)?;
+        let (_, seg) = regions.swap_remove(i);
+        user_vec(seg).ok_or_else(|| UsageError::NotAttached.into())
+    }
+
+    /// This window's counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Frees the window (collective, MPI_Win_free). Every epoch must be closed. Gives
+    /// back the memory of a window from `create`.
+    pub fn free(self) -> Result<Option<Vec<T>>> {
+        let w = &self.shared;
+        {
+            let st = w.lock_state();
+            if !WindowShared::no_access_epoch(&st)
+                || st.target.exposure.is_some()
+                || !st.locks.is_empty()
+            {
+                return Err(UsageError::EpochOpen.into());
+            }
+        }
+        // Outstanding barriers first, then one more so no peer still needs us.
+        w.wait_for("free", |st| {
+            Ok(st.barrier.is_none() && st.background_barriers.is_empty())
+        })?;
+        w.lock_state().start_barrier(w);
+        w.wait_for(
+            "free",
+            |st| Ok(st.barrier.is_none() && st.outbox.is_empty()),
+        )?;
+        w.engine.unregister(w.id);
+        let mut st = w.lock_state();
+        let WinState {
+            op_pool,
+            target_pool,
+            ..
+        } = &mut *st;
+        op_pool.release(&w.engine.op_pool);
+        target_pool.release(&w.engine.target_pool);
+        drop(st);
+        let mem = std::mem::replace(
+            &mut *w.memory.write().unwrap_or_else(|e| e.into_inner()),
+            Memory::Dynamic(Vec::new()),
+        );
+        match (w.kind, mem) {
+            (WindowKind::Create, Memory::Static(seg)) => Ok(user_vec(seg)),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
+    let user: Box<dyn UserMemory> = seg.into_user_memory()?;
+    user.into_any().downcast::<Vec<T>>().ok().map(|b| *b)
+}
+
+/// Packs the elements `origin` selects from `data`, checking it matches `target`.
+fn gather<T: Element>(
+    data: &[T],
+    origin: Layout,
+    target: Layout,
+) -> Result<std::borrow::Cow<'_, [T]>> {
+    if !origin.valid() || origin.elements() != target.elements() || origin.span() > data.len() {
+        return Err(UsageError::BadLayout.into());
+    }
+    if origin.count <= 1 {
+        return Ok(std::borrow::Cow::Borrowed(&data[..origin.elements()]));
+    }
+    let mut out = Vec::with_capacity(origin.elements());
+    for i in 0..origin.count {
+        out.extend_from_slice(&data[i * origin.stride..i * origin.stride + origin.block]);
+    }
+    Ok(std::borrow::Cow::Owned(out))
+}

@@ -1,0 +1,514 @@
+//! The active-message wire format: versioned, length-checked, decoded without trusting
+//! the sender.
+//!
+//! Every packet starts with a 12-byte header: version (1 byte), kind (1), flags (2),
+//! window id (4), done count (4). The body depends on the kind. All integers are little
+//! endian; payloads are window bytes in the sender's native order (ranks of one job share
+//! an architecture).
+
+use crate::datatype::{AccOp, DataType};
+
+/// Version of this format; a packet of another version is refused.
+pub const VERSION: u8 = 1;
+/// Bytes of the fixed header.
+pub const HEADER_LEN: usize = 12;
+
+/// Packet flags. Several may ride on one packet (the piggyback optimizations).
+pub mod flags {
+    /// Single-op: take a shared lock before applying.
+    pub const LOCK_SHARED: u16 = 1 << 0;
+    /// Single-op: take an exclusive lock before applying.
+    pub const LOCK_EXCLUSIVE: u16 = 1 << 1;
+    /// Release the lock once the counted ops are applied.
+    pub const UNLOCK: u16 = 1 << 2;
+    /// RMA_DONE: acknowledge once the counted ops are applied.
+    pub const DONE: u16 = 1 << 3;
+    /// PSCW complete: this origin's access epoch is over once the counted ops are applied.
+    pub const COMPLETE: u16 = 1 << 4;
+    /// On a response: it also acknowledges the RMA_DONE (or UNLOCK) of its origin.
+    pub const ACK: u16 = 1 << 5;
+    /// On an ack: some operation since the last RMA_DONE was refused by the target.
+    pub const REFUSED: u16 = 1 << 6;
+    /// Every flag this version knows.
+    pub const ALL: u16 = (1 << 7) - 1;
+}
+
+/// Packet kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[allow(missing_docs)] // the names are the design's message names
+pub enum Kind {
+    Put = 1,
+    Get,
+    Accumulate,
+    GetAccumulate,
+    CompareAndSwap,
+    Response,
+    Lock,
+    LockGranted,
+    Done,
+    Ack,
+    Post,
+    Barrier,
+}
+
+impl Kind {
+    /// Number of kinds (for counter arrays).
+    pub const COUNT: usize = 13;
+
+    fn from_code(c: u8) -> Option<Kind> {
+        use Kind::*;
+        Some(match c {
+            1 => Put,
+            2 => Get,
+            3 => Accumulate,
+            4 => GetAccumulate,
+            5 => CompareAndSwap,
+            6 => Response,
+            7 => Lock,
+            8 => LockGranted,
+            9 => Done,
+            10 => Ack,
+            11 => Post,
+            12 => Barrier,
+            _ => return None,
+        })
+    }
+
+    /// A short name, for counters and traces.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Put => "put",
+            Kind::Get => "get",
+            Kind::Accumulate => "accumulate",
+            Kind::GetAccumulate => "get_accumulate",
+            Kind::CompareAndSwap => "compare_and_swap",
+            Kind::Response => "response",
+            Kind::Lock => "lock",
+            Kind::LockGranted => "lock_granted",
+            Kind::Done => "rma_done",
+            Kind::Ack => "ack",
+            Kind::Post => "post",
+            Kind::Barrier => "barrier",
+        }
+    }
+
+    /// Whether the target counts this packet as an operation for RMA_DONE.
+    pub const fn is_op(self) -> bool {
+        matches!(
+            self,
+            Kind::Put | Kind::Get | Kind::Accumulate | Kind::GetAccumulate | Kind::CompareAndSwap
+        )
+    }
+}
+
+/// Where in the target window an op lands: `count` blocks of `block` bytes, `stride`
+/// bytes apart, from byte `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// First byte (or a dynamic window address).
+    pub offset: u64,
+    /// Number of blocks.
+    pub count: u32,
+    /// Bytes per block.
+    pub block: u32,
+    /// Bytes from the start of one block to the next.
+    pub stride: u32,
+}
+
+impl Extent {
+    /// A contiguous range.
+    pub fn contiguous(offset: u64, len: usize) -> Self {
+        Extent {
+            offset,
+            count: 1,
+            block: len as u32,
+            stride: len as u32,
+        }
+    }
+    /// Bytes of payload.
+    pub fn bytes(&self) -> u64 {
+        self.count as u64 * self.block as u64
+    }
+    /// Bytes from the first to one past the last touched byte.
+    pub fn span(&self) -> u64 {
+        if self.count == 0 {
+            0
+        } else {
+            (self.count as u64 - 1) * self.stride as u64 + self.block as u64
+        }
+    }
+    /// Whether blocks are disjoint and in order.
+    pub fn is_well_formed(&self) -> bool {
+        self.count <= 1 || self.stride >= self.block
+    }
+    /// Byte offsets of each block, relative to `offset`.
+    pub fn blocks(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        (0..self.count as u64).map(|i| (i * self.stride as u64, self.block as usize))
+    }
+}
+
+/// A decoded packet, borrowing payloads from the received bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packet<'a> {
+    /// The kind.
+    pub kind: Kind,
+    /// Flags from [`flags`].
+    pub flags: u16,
+    /// Window id (the same on every rank: windows are created collectively in order).
+    pub win: u32,
+    /// With `DONE`, `UNLOCK` or `COMPLETE`: how many counted ops precede (or include) it.
+    pub done_count: u32,
+    /// The body.
+    pub body: Body<'a>,
+}
+
+/// The kind-specific part of a packet.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)] // fields are named for what they are
+pub enum Body<'a> {
+    Put {
+        extent: Extent,
+        data: &'a [u8],
+    },
+    Get {
+        token: u64,
+        extent: Extent,
+    },
+    Accumulate {
+        op: AccOp,
+        datatype: DataType,
+        extent: Extent,
+        data: &'a [u8],
+    },
+    GetAccumulate {
+        token: u64,
+        op: AccOp,
+        datatype: DataType,
+        extent: Extent,
+        data: &'a [u8],
+    },
+    CompareAndSwap {
+        token: u64,
+        datatype: DataType,
+        offset: u64,
+        compare: &'a [u8],
+        swap: &'a [u8],
+    },
+    /// `ok == false`: the op was refused (out of the window); `data` is empty.
+    Response {
+        token: u64,
+        ok: bool,
+        data: &'a [u8],
+    },
+    /// No body: `Lock`, `LockGranted`, `Done`, `Ack`, `Post`.
+    Empty,
+    Barrier {
+        seq: u32,
+        round: u8,
+    },
+}
+
+/// Why a packet was refused.
+pub type DecodeError = &'static str;
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.buf.len() < n {
+            return Err("truncated packet");
+        }
+        let (h, t) = self.buf.split_at(n);
+        self.buf = t;
+        Ok(h)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().map_err(|_| "truncated")?,
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| "truncated")?,
+        ))
+    }
+    fn extent(&mut self) -> Result<Extent, DecodeError> {
+        let e = Extent {
+            offset: self.u64()?,
+            count: self.u32()?,
+            block: self.u32()?,
+            stride: self.u32()?,
+        };
+        if !e.is_well_formed() {
+            return Err("overlapping strided blocks");
+        }
+        Ok(e)
+    }
+    fn op(&mut self) -> Result<(AccOp, DataType), DecodeError> {
+        let op = AccOp::from_code(self.u8()?).ok_or("unknown accumulate op")?;
+        let dt = DataType::from_code(self.u8()?).ok_or("unknown datatype")?;
+        if !op.valid_for(dt) {
+            return Err("accumulate op not defined for datatype");
+        }
+        Ok((op, dt))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+    fn end(&self) -> Result<(), DecodeError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err("trailing bytes")
+        }
+    }
+}
+
+/// Decodes a packet. Every length is checked against what the header and body declare;
+/// nothing is trusted.
+pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
+    let mut r = Reader { buf };
+    if r.u8()? != VERSION {
+        return Err("unknown wire version");
+    }
+    let kind = Kind::from_code(r.u8()?).ok_or("unknown packet kind")?;
+    let flags = u16::from_le_bytes(r.take(2)?.try_into().map_err(|_| "truncated")?);
+    if flags & !flags::ALL != 0 {
+        return Err("unknown flags");
+    }
+    let win = r.u32()?;
+    let done_count = r.u32()?;
+    let body = match kind {
+        Kind::Put => {
+            let extent = r.extent()?;
+            let data = r.rest();
+            if data.len() as u64 != extent.bytes() {
+                return Err("put payload length differs from its extent");
+            }
+            Body::Put { extent, data }
+        }
+        Kind::Get => {
+            let token = r.u64()?;
+            let extent = r.extent()?;
+            r.end()?;
+            Body::Get { token, extent }
+        }
+        Kind::Accumulate | Kind::GetAccumulate => {
+            let token = if kind == Kind::GetAccumulate {
+                r.u64()?
+            } else {
+                0
+            };
+            let (op, datatype) = r.op()?;
+            let extent = r.extent()?;
+            let data = r.rest();
+            if !(extent.block as usize).is_multiple_of(datatype.size()) {
+                return Err("block is not a whole number of elements");
+            }
+            // get_accumulate with NO_OP carries no origin data.
+            let expect = if op == AccOp::NoOp && kind == Kind::GetAccumulate {
+                0
+            } else {
+                extent.bytes()
+            };
+            if data.len() as u64 != expect {
+                return Err("accumulate payload length differs from its extent");
+            }
+            if kind == Kind::Accumulate {
+                Body::Accumulate {
+                    op,
+                    datatype,
+                    extent,
+                    data,
+                }
+            } else {
+                Body::GetAccumulate {
+                    token,
+                    op,
+                    datatype,
+                    extent,
+                    data,
+                }
+            }
+        }
+        Kind::CompareAndSwap => {
+            let token = r.u64()?;
+            let datatype = DataType::from_code(r.u8()?).ok_or("unknown datatype")?;
+            let offset = r.u64()?;
+            let n = datatype.size();
+            let compare = r.take(n)?;
+            let swap = r.take(n)?;
+            r.end()?;
+            Body::CompareAndSwap {
+                token,
+                datatype,
+                offset,
+                compare,
+                swap,
+            }
+        }
+        Kind::Response => {
+            let token = r.u64()?;
+            let ok = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err("bad response status"),
+            };
+            Body::Response {
+                token,
+                ok,
+                data: r.rest(),
+            }
+        }
+        Kind::Barrier => {
+            let seq = r.u32()?;
+            let round = r.u8()?;
+            r.end()?;
+            Body::Barrier { seq, round }
+        }
+        Kind::Lock | Kind::LockGranted | Kind::Done | Kind::Ack | Kind::Post => {
+            r.end()?;
+            Body::Empty
+        }
+    };
+    Ok(Packet {
+        kind,
+        flags,
+        win,
+        done_count,
+        body,
+    })
+}
+
+/// Builds packets into a reusable buffer.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    buf: Vec<u8>,
+}
+
+impl Encoder {
+    /// Starts a packet, clearing the buffer.
+    pub fn start(&mut self, kind: Kind, flags: u16, win: u32, done_count: u32) -> &mut Self {
+        self.buf.clear();
+        self.buf.push(VERSION);
+        self.buf.push(kind as u8);
+        self.buf.extend_from_slice(&flags.to_le_bytes());
+        self.buf.extend_from_slice(&win.to_le_bytes());
+        self.buf.extend_from_slice(&done_count.to_le_bytes());
+        self
+    }
+    /// Appends a byte.
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.buf.push(v);
+        self
+    }
+    /// Appends a u32.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a u64.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends an extent.
+    pub fn extent(&mut self, e: Extent) -> &mut Self {
+        self.u64(e.offset).u32(e.count).u32(e.block).u32(e.stride)
+    }
+    /// Appends raw bytes.
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(b);
+        self
+    }
+    /// The encoded packet.
+    pub fn finish(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_round_trips() {
+        let mut e = Encoder::default();
+        e.start(Kind::Put, flags::DONE, 7, 3)
+            .extent(Extent::contiguous(16, 4))
+            .bytes(&[1, 2, 3, 4]);
+        let p = decode(e.finish()).unwrap();
+        assert_eq!(p.kind, Kind::Put);
+        assert_eq!((p.flags, p.win, p.done_count), (flags::DONE, 7, 3));
+        assert_eq!(
+            p.body,
+            Body::Put {
+                extent: Extent::contiguous(16, 4),
+                data: &[1, 2, 3, 4]
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_lies() {
+        let mut e = Encoder::default();
+        // Payload shorter than the extent claims.
+        e.start(Kind::Put, 0, 0, 0)
+            .extent(Extent::contiguous(0, 8))
+            .bytes(&[0; 4]);
+        assert!(decode(e.finish()).is_err());
+        // Bitwise op on floats.
+        e.start(Kind::Accumulate, 0, 0, 0)
+            .u8(AccOp::Band as u8)
+            .u8(DataType::F64 as u8)
+            .extent(Extent::contiguous(0, 8))
+            .bytes(&[0; 8]);
+        assert_eq!(
+            decode(e.finish()),
+            Err("accumulate op not defined for datatype")
+        );
+        // Overlapping strides.
+        e.start(Kind::Get, 0, 0, 0).u64(1).extent(Extent {
+            offset: 0,
+            count: 2,
+            block: 8,
+            stride: 4,
+        });
+        assert!(decode(e.finish()).is_err());
+        // Unknown version, unknown flags, truncation.
+        assert!(decode(&[2, 1, 0, 0]).is_err());
+        e.start(Kind::Lock, 0x8000, 0, 0);
+        assert!(decode(e.finish()).is_err());
+        for n in 0..HEADER_LEN {
+            assert!(decode(&e.finish()[..n]).is_err());
+        }
+    }
+
+    #[test]
+    fn never_panics_on_garbage() {
+        // A cheap deterministic fuzz: every prefix and bit flip of a valid packet.
+        let mut e = Encoder::default();
+        e.start(Kind::CompareAndSwap, 0, 1, 0)
+            .u64(9)
+            .u8(DataType::U64 as u8)
+            .u64(8)
+            .bytes(&[0; 8])
+            .bytes(&[1; 8]);
+        let good = e.finish().to_vec();
+        assert!(decode(&good).is_ok());
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut b = good.clone();
+                b[i] ^= 1 << bit;
+                let _ = decode(&b);
+            }
+            let _ = decode(&good[..i]);
+        }
+    }
+}

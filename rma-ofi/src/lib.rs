@@ -1,0 +1,1 @@
+//! libfabric transport (to come: see the rma-ofi issue).

@@ -1,0 +1,1 @@
+//! InfiniBand verbs transport over rdma-core (to come: see the rma-verbs issue).
