@@ -12,7 +12,6 @@ use std::time::Duration;
 /// assert!(config.slots > 0);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct Config {
     /// Size of each window's slot array (`RMA_SLOTS`).
     pub slots: usize,

@@ -284,13 +284,13 @@ impl SimTransport {
     /// Native op: half the time complete at once, else later at a poll.
     fn native(&self, p: PendingNative) -> std::result::Result<Issued, TransportError> {
         self.alive(p.target)?;
-        if self.roll(2) == 0 {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // Like an RDMA queue pair, ops apply in issue order; completions may come late.
+        if pending.is_empty() && self.roll(2) == 0 {
+            drop(pending);
             return self.apply(&p).map(Issued::Complete);
         }
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(p);
+        pending.push_back(p);
         Ok(Issued::Pending)
     }
 }
@@ -451,18 +451,12 @@ impl Transport for SimTransport {
     }
     fn poll(&self, events: &mut Vec<Event>) -> std::result::Result<usize, TransportError> {
         let before = events.len();
-        // Native completions, some of them, in random order.
+        // Native completions: a random number from the front (issue order).
         let mut done = Vec::new();
         {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            let mut i = 0;
-            while i < pending.len() {
-                if self.roll(3) == 0 {
-                    done.push(pending.remove(i).expect("in range"));
-                } else {
-                    i += 1;
-                }
-            }
+            let n = self.roll(pending.len() as u64 + 1) as usize;
+            done.extend(pending.drain(..n));
         }
         for p in done {
             match self.apply(&p) {

@@ -271,7 +271,7 @@ impl WinState {
                 },
                 None => false,
             },
-            WindowEpoch::PerTarget | WindowEpoch::LockAllCalled => {
+            WindowEpoch::PerTarget | WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => {
                 matches!(
                     self.table.get(rank).map(|t| t.state),
                     Some(TargetState::LockGranted | TargetState::Ready)
@@ -329,6 +329,9 @@ impl WinState {
             if self.barrier.is_none() && matches!(self.epoch, WindowEpoch::FenceIssued) {
                 self.epoch = WindowEpoch::FenceGranted;
             }
+        }
+        if matches!(self.epoch, WindowEpoch::LockAllIssued) {
+            self.lock_all_issued_done();
         }
         for rank in self.table.ranks() {
             self.issue_ops_target(w, rank)?;
@@ -741,6 +744,7 @@ impl WinState {
             .map(|t| t.rank);
         if let Some(v) = victim {
             let elem = self.table.get_mut(v).expect("exists");
+            elem.no_delay = true;
             if elem.sync == SyncFlag::None && (!elem.pending.is_empty() || elem.am_since_done > 0) {
                 elem.sync = if in_pscw {
                     SyncFlag::None

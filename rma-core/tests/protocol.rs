@@ -1,0 +1,570 @@
+//! Protocol tests on the simulated transport: message counts of the optimizations,
+//! tiny element pools, the progress cases of seeds 001 and 003, mutual exclusion and
+//! atomicity, misuse and dead peers.
+
+use std::time::Duration;
+
+use rma_core::sim::{self, Profile};
+use rma_core::wire::Kind;
+use rma_core::{AccOp, Assert, Config, Engine, Error, LockType, PeerError, Result, UsageError};
+
+fn config() -> Config {
+    Config {
+        timeout: Some(Duration::from_secs(20)),
+        ..Config::default()
+    }
+}
+
+fn run(n: usize, profile: Profile, seed: u64, config: Config, f: fn(Engine) -> Result<()>) {
+    sim::run_with(n, profile, seed, config, f)
+        .unwrap_or_else(|e| panic!("{profile:?} seed {seed}: {e}"));
+}
+
+// ----- message counts -------------------------------------------------------------------
+
+#[test]
+fn single_op_lock_put_unlock_is_one_request_and_one_ack() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(2, profile, 5, config(), |e| {
+            let win = e.allocate::<u64>(4)?;
+            if e.rank() == 0 {
+                win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+                win.put(&[42], 1, 2)?;
+                win.unlock(1)?;
+                let s = win.stats();
+                assert_eq!(s.messages(Kind::Put), 1, "{s:?}");
+                assert_eq!(
+                    s.total_messages(),
+                    1,
+                    "lock and unlock ride on the put: {s:?}"
+                );
+            }
+            e.barrier()?;
+            if e.rank() == 1 {
+                let s = win.stats();
+                assert_eq!(s.messages(Kind::Ack), 1, "{s:?}");
+                assert_eq!(s.total_messages(), 1, "{s:?}");
+                assert_eq!(win.local_to_vec()[2], 42);
+            }
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn without_single_op_lock_put_unlock_takes_more_messages() {
+    let cfg = Config {
+        single_op: false,
+        ..config()
+    };
+    run(2, Profile::ActiveMessages, 6, cfg, |e| {
+        let win = e.allocate::<u64>(4)?;
+        if e.rank() == 0 {
+            win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+            win.put(&[42], 1, 2)?;
+            win.unlock(1)?;
+            let s = win.stats();
+            assert_eq!(s.messages(Kind::Lock), 1, "{s:?}");
+            assert_eq!(s.messages(Kind::Put), 1, "{s:?}");
+            assert_eq!(
+                s.total_messages(),
+                2,
+                "lock, then put carrying UNLOCK: {s:?}"
+            );
+        }
+        e.barrier()?;
+        if e.rank() == 1 {
+            let s = win.stats();
+            assert_eq!(s.messages(Kind::LockGranted), 1, "{s:?}");
+            assert_eq!(s.messages(Kind::Ack), 1, "{s:?}");
+            assert_eq!(win.local_to_vec()[2], 42);
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn fence_puts_carry_rma_done_on_the_last_op() {
+    run(2, Profile::ActiveMessages, 7, config(), |e| {
+        let win = e.allocate::<u64>(8)?;
+        win.fence(Assert::NOPRECEDE)?;
+        let before = win.stats();
+        if e.rank() == 0 {
+            for k in 0..5u64 {
+                win.put(&[k + 1], 1, k)?;
+            }
+        }
+        win.fence(Assert::NOSUCCEED)?;
+        let s = win.stats().since(&before);
+        if e.rank() == 0 {
+            assert_eq!(s.messages(Kind::Put), 5, "{s:?}");
+            assert_eq!(
+                s.messages(Kind::Done),
+                0,
+                "RMA_DONE rides on the last put: {s:?}"
+            );
+        } else {
+            assert_eq!(s.messages(Kind::Ack), 1, "{s:?}");
+            assert_eq!(&win.local_to_vec()[..5], &[1, 2, 3, 4, 5]);
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn fence_get_moves_last_and_its_reply_carries_the_ack() {
+    run(2, Profile::ActiveMessages, 8, config(), |e| {
+        let win = e.allocate::<u64>(8)?;
+        win.write_local(7, &[e.rank() as u64 + 70])?;
+        win.fence(Assert::NONE)?;
+        let before = win.stats();
+        let mut got = None;
+        if e.rank() == 0 {
+            win.put(&[1], 1, 0)?;
+            got = Some(win.get(1, 7, 1)?); // posted in the middle...
+            win.put(&[2], 1, 1)?;
+            win.put(&[3], 1, 2)?;
+        }
+        win.fence(Assert::NOSUCCEED)?;
+        let s = win.stats().since(&before);
+        if let Some(g) = got {
+            assert_eq!(g.wait()?, vec![71]);
+            assert_eq!(s.messages(Kind::Put), 3);
+            assert_eq!(s.messages(Kind::Get), 1);
+            assert_eq!(s.messages(Kind::Done), 0, "{s:?}");
+        } else {
+            assert_eq!(s.messages(Kind::Response), 1, "{s:?}");
+            assert_eq!(
+                s.messages(Kind::Ack),
+                0,
+                "...issued last, its response acknowledges: {s:?}"
+            );
+            assert_eq!(&win.local_to_vec()[..3], &[1, 2, 3]);
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn flush_with_native_puts_needs_no_message() {
+    run(2, Profile::Rdma, 9, config(), |e| {
+        let win = e.allocate::<u64>(8)?;
+        win.lock_all(Assert::NOCHECK)?;
+        let before = win.stats();
+        if e.rank() == 0 {
+            for k in 0..4 {
+                win.put(&[9], 1, k)?;
+                win.flush(1)?;
+            }
+            let s = win.stats().since(&before);
+            assert_eq!(s.ops_native, 4);
+            assert_eq!(
+                s.total_messages(),
+                0,
+                "remote completion is the transport's: {s:?}"
+            );
+        }
+        win.unlock_all()?;
+        e.barrier()?;
+        if e.rank() == 1 {
+            assert_eq!(&win.local_to_vec()[..4], &[9; 4]);
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+// ----- tiny pools ------------------------------------------------------------------------
+
+fn tiny() -> Config {
+    Config {
+        op_pool_local: 2,
+        op_pool_global: 0,
+        target_pool_local: 1,
+        target_pool_global: 0,
+        ..config()
+    }
+}
+
+const OPS: u64 = 10_000;
+
+/// Rank 0 sends OPS accumulates round robin to ranks 1..=3; each target counts.
+fn check_counts(win: &rma_core::Window<u64>, e: &Engine) -> Result<()> {
+    if e.rank() != 0 {
+        let expect = (0..OPS).filter(|i| i % 3 + 1 == e.rank() as u64).count() as u64;
+        assert_eq!(win.local_to_vec()[0], expect, "rank {}", e.rank());
+        let even = (0..OPS)
+            .filter(|i| i % 3 + 1 == e.rank() as u64 && i % 2 == 0)
+            .count() as u64;
+        assert_eq!(win.local_to_vec()[1], even * 4, "rank {}", e.rank());
+    }
+    Ok(())
+}
+
+fn blast(win: &rma_core::Window<u64>) -> Result<()> {
+    for i in 0..OPS {
+        let t = (i % 3 + 1) as u32;
+        win.accumulate(&[1], AccOp::Sum, t, 0)?;
+        win.put(&[0], t, 2)?;
+        if i % 2 == 0 {
+            win.accumulate(&[4], AccOp::Sum, t, 1)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn tiny_pools_fence() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(4, profile, 11, tiny(), |e| {
+            let win = e.allocate::<u64>(4)?;
+            win.fence(Assert::NOPRECEDE)?;
+            if e.rank() == 0 {
+                blast(&win)?;
+                assert!(win.stats().restores > 0);
+                assert!(win.stats().target_elements_high_water <= 1);
+                assert!(win.stats().op_elements_high_water <= 2);
+            }
+            win.fence(Assert::NOSUCCEED)?;
+            check_counts(&win, &e)?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn tiny_pools_pscw() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(4, profile, 12, tiny(), |e| {
+            let win = e.allocate::<u64>(4)?;
+            if e.rank() == 0 {
+                win.start(&[1, 2, 3], Assert::NONE)?;
+                blast(&win)?;
+                win.complete()?;
+            } else {
+                win.post(&[0], Assert::NONE)?;
+                win.wait()?;
+                check_counts(&win, &e)?;
+            }
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn tiny_pools_lock() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(4, profile, 13, tiny(), |e| {
+            let win = e.allocate::<u64>(4)?;
+            if e.rank() == 0 {
+                for t in 1..=3 {
+                    win.lock(LockType::Exclusive, t, Assert::NONE)?;
+                }
+                blast(&win)?;
+                for t in 1..=3 {
+                    win.unlock(t)?;
+                }
+            }
+            e.barrier()?;
+            check_counts(&win, &e)?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn tiny_pools_lock_all() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(4, profile, 14, tiny(), |e| {
+            let win = e.allocate::<u64>(4)?;
+            if e.rank() == 0 {
+                win.lock_all(Assert::NONE)?;
+                blast(&win)?;
+                win.unlock_all()?;
+            }
+            e.barrier()?;
+            check_counts(&win, &e)?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+// ----- progress (seed 003) and fence completion (seed 001) ----------------------------
+
+#[test]
+fn symmetric_post_start_put_complete_wait() {
+    run(2, Profile::ActiveMessages, 15, config(), |e| {
+        let win = e.allocate::<u32>(2)?;
+        let peer = 1 - e.rank();
+        win.post(&[peer], Assert::NONE)?;
+        win.start(&[peer], Assert::NONE)?;
+        win.put(&[e.rank() + 5], peer, 0)?;
+        win.complete()?;
+        win.wait()?;
+        assert_eq!(win.local_to_vec()[0], peer + 5);
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn complete_does_not_wait_for_the_targets_wait() {
+    // Rank 0: start, put, complete, then "send" (a barrier); rank 1: post, "recv" (the
+    // barrier), wait. Complete must not need rank 1 to be in wait.
+    run(2, Profile::ActiveMessages, 16, config(), |e| {
+        let win = e.allocate::<u32>(2)?;
+        if e.rank() == 0 {
+            win.start(&[1], Assert::NONE)?;
+            win.put(&[77], 1, 1)?;
+            win.complete()?;
+            e.barrier()?;
+        } else {
+            win.post(&[0], Assert::NONE)?;
+            e.barrier()?;
+            win.wait()?;
+            assert_eq!(win.local_to_vec()[1], 77);
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn fence_completes_at_target_so_a_later_lock_get_sees_the_put() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(3, profile, 17, config(), |e| {
+            let win = e.allocate::<u64>(2)?;
+            win.fence(Assert::NONE)?;
+            if e.rank() == 0 {
+                win.put(&[1234], 1, 0)?;
+            }
+            win.fence(Assert::NOSUCCEED)?;
+            // No other synchronization: the fence completed the put at rank 1 (seed 001).
+            if e.rank() == 2 {
+                win.lock(LockType::Shared, 1, Assert::NOCHECK)?;
+                let g = win.get(1, 0, 1)?;
+                win.unlock(1)?;
+                assert_eq!(g.wait()?, vec![1234]);
+            }
+            e.barrier()?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+// ----- mutual exclusion and atomicity ------------------------------------------------
+
+#[test]
+fn exclusive_locks_exclude() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(4, profile, 18, config(), |e| {
+            let win = e.allocate::<u64>(1)?;
+            for _ in 0..300 {
+                // A non-atomic read-modify-write, safe only under mutual exclusion.
+                win.lock(LockType::Exclusive, 0, Assert::NONE)?;
+                let v = win.get(0, 0, 1)?.wait()?[0];
+                win.put(&[v + 1], 0, 0)?;
+                win.unlock(0)?;
+            }
+            e.barrier()?;
+            if e.rank() == 0 {
+                assert_eq!(win.local_to_vec()[0], 1200);
+            }
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn concurrent_accumulates_are_atomic() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+        run(4, profile, 19, config(), |e| {
+            let win = e.allocate::<u64>(4)?;
+            win.lock_all(Assert::NONE)?;
+            let mut olds = Vec::new();
+            for i in 0..500u64 {
+                win.accumulate(&[1, 2, 3, 4], AccOp::Sum, 0, 0)?;
+                win.accumulate(&[i + 1000 * e.rank() as u64], AccOp::Max, 1, 3)?;
+                olds.push(win.fetch_and_op(1, AccOp::Sum, 1, 0)?);
+            }
+            win.flush_all()?;
+            let olds: Vec<u64> = olds.into_iter().map(|r| r.wait()).collect::<Result<_>>()?;
+            assert!(
+                olds.windows(2).all(|w| w[0] < w[1]),
+                "fetch_and_op results of one origin increase: {olds:?}"
+            );
+            win.unlock_all()?;
+            e.barrier()?;
+            match e.rank() {
+                0 => assert_eq!(win.local_to_vec(), vec![2000, 4000, 6000, 8000]),
+                1 => assert_eq!((win.local_to_vec()[0], win.local_to_vec()[3]), (2000, 3499)),
+                _ => {}
+            }
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn threads_may_put_and_flush_concurrently() {
+    run(2, Profile::ActiveMessages, 20, config(), |e| {
+        let win = e.allocate::<u64>(64)?;
+        win.lock_all(Assert::NONE)?;
+        if e.rank() == 0 {
+            std::thread::scope(|s| {
+                for t in 0..4u64 {
+                    let win = &win;
+                    s.spawn(move || -> Result<()> {
+                        for k in 0..16u64 {
+                            win.put(&[t * 100 + k], 1, t * 16 + k)?;
+                            if k % 4 == 0 {
+                                win.flush(1)?;
+                            }
+                        }
+                        win.flush(1)
+                    });
+                }
+            });
+        }
+        win.unlock_all()?;
+        e.barrier()?;
+        if e.rank() == 1 {
+            let v = win.local_to_vec();
+            for t in 0..4u64 {
+                for k in 0..16u64 {
+                    assert_eq!(v[(t * 16 + k) as usize], t * 100 + k);
+                }
+            }
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+// ----- misuse and failures -------------------------------------------------------------
+
+fn usage<T: std::fmt::Debug>(r: Result<T>) -> UsageError {
+    match r {
+        Err(Error::Usage(u)) => u,
+        other => panic!("expected a usage error, got {other:?}"),
+    }
+}
+
+#[test]
+fn misuse_gets_typed_errors_and_changes_nothing() {
+    run(2, Profile::ActiveMessages, 21, config(), |e| {
+        let win = e.allocate::<f64>(4)?;
+        let peer = 1 - e.rank();
+        assert!(matches!(
+            usage(win.put(&[1.0], peer, 0)),
+            UsageError::NoEpoch { .. }
+        ));
+        assert!(matches!(
+            usage(win.unlock(peer)),
+            UsageError::NotLocked { .. }
+        ));
+        assert!(matches!(usage(win.wait()), UsageError::NoExposureEpoch));
+        assert!(matches!(
+            usage(win.flush(peer)),
+            UsageError::EpochConflict { .. }
+        ));
+        assert!(matches!(
+            usage(win.put(&[1.0], 9, 0)),
+            UsageError::RankOutOfRange { .. }
+        ));
+        win.lock(LockType::Shared, peer, Assert::NONE)?;
+        assert!(matches!(
+            usage(win.lock(LockType::Shared, peer, Assert::NONE)),
+            UsageError::AlreadyLocked { .. }
+        ));
+        assert!(matches!(
+            usage(win.put(&[1.0; 2], peer, 3)),
+            UsageError::OutOfBounds { .. }
+        ));
+        assert!(matches!(
+            usage(win.accumulate(&[1.0], AccOp::Band, peer, 0)),
+            UsageError::OpNotForType { .. }
+        ));
+        assert!(matches!(
+            usage(win.lock_all(Assert::NONE)),
+            UsageError::EpochConflict { .. }
+        ));
+        assert!(matches!(
+            usage(win.fence(Assert::NONE)),
+            UsageError::EpochConflict { .. }
+        ));
+        assert!(matches!(
+            usage(win.lock(LockType::Shared, peer, Assert::NOPRECEDE)),
+            UsageError::BadAssert { .. }
+        ));
+        win.unlock(peer)?;
+        win.start(&[peer], Assert::NONE)?;
+        assert!(matches!(
+            usage(win.put(&[1.0], e.rank(), 0)),
+            UsageError::NotInGroup { .. }
+        ));
+        win.post(&[peer], Assert::NONE)?;
+        assert!(matches!(
+            usage(win.post(&[peer], Assert::NONE)),
+            UsageError::EpochConflict { .. }
+        ));
+        win.complete()?;
+        win.wait()?;
+        // Nothing above reached any window.
+        assert_eq!(win.local_to_vec(), vec![0.0; 4]);
+        e.barrier()?;
+        win.lock_all(Assert::NONE)?;
+        let open = e.allocate::<u8>(1);
+        drop(open);
+        win.unlock_all()?;
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn free_with_an_open_epoch_is_refused() {
+    run(1, Profile::ActiveMessages, 22, config(), |e| {
+        let win = e.allocate::<u8>(8)?;
+        win.lock_all(Assert::NONE)?;
+        let w2 = e.allocate::<u8>(8)?;
+        w2.lock(LockType::Exclusive, 0, Assert::NONE)?;
+        assert!(matches!(usage(w2.free()), UsageError::EpochOpen));
+        win.unlock_all()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_dead_peer_fails_blocking_calls_instead_of_hanging() {
+    let net = sim::Network::new(2, Profile::ActiveMessages, 23);
+    let killer = net.clone();
+    let started = std::time::Instant::now();
+    let out = sim::run_on(&net, config(), Duration::from_secs(30), move |e| {
+        let win = e.allocate::<u64>(4)?;
+        if e.rank() == 1 {
+            // Dies mid-epoch without a word.
+            killer.kill(1);
+            return Ok(());
+        }
+        win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+        win.put(&[1, 2], 1, 0)?;
+        match win.unlock(1) {
+            Err(Error::Peer(PeerError::Dead { rank: 1 })) => Ok(()),
+            other => panic!("expected a dead peer, got {other:?}"),
+        }
+    });
+    out.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
