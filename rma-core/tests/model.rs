@@ -144,7 +144,10 @@ fn program() -> impl Strategy<Value = Program> {
 
 /// The sequential model: windows after each epoch, and what each get must return
 /// (`None` where a put to the same slot in the same epoch makes it undefined).
-fn model(p: &Program) -> (Vec<Vec<u64>>, Vec<Vec<Vec<Option<u64>>>>) {
+/// Expected get results: [epoch][origin][nth get].
+type ExpectedGets = Vec<Vec<Vec<Option<u64>>>>;
+
+fn model(p: &Program) -> (Vec<Vec<u64>>, ExpectedGets) {
     let mut win = vec![vec![0u64; SLOTS]; p.ranks];
     let mut gets = Vec::new();
     for e in &p.epochs {

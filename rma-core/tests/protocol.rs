@@ -568,3 +568,97 @@ fn a_dead_peer_fails_blocking_calls_instead_of_hanging() {
     out.unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+// ----- threads and progress ------------------------------------------------------------
+
+#[test]
+fn async_progress_lets_passive_target_complete_while_the_target_computes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    let cfg = Config {
+        async_progress: true,
+        ..config()
+    };
+    run(2, Profile::ActiveMessages, 24, cfg, |e| {
+        let win = e.allocate::<u64>(2)?;
+        e.barrier()?;
+        if e.rank() == 0 {
+            win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+            win.put(&[5, 6], 1, 0)?;
+            win.unlock(1)?;
+            DONE.store(true, Ordering::SeqCst);
+        } else {
+            // Compute without a single library call until the origin is done.
+            let start = std::time::Instant::now();
+            while !DONE.load(Ordering::SeqCst) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "origin waited on the computing target"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(win.local_to_vec(), vec![5, 6]);
+        }
+        e.barrier()?;
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn overlapping_sync_calls_from_two_threads_are_refused() {
+    run(2, Profile::ActiveMessages, 25, config(), |e| {
+        let win = e.allocate::<u64>(2)?;
+        win.fence(Assert::NOPRECEDE)?;
+        if e.rank() == 0 {
+            std::thread::scope(|s| -> Result<()> {
+                // Thread A: a fence that blocks until rank 1 joins it.
+                let a = s.spawn(|| win.fence(Assert::NONE));
+                std::thread::sleep(Duration::from_millis(100));
+                // Thread B: a second fence while A's is in progress (not allowed by seed 004).
+                let b = win.fence(Assert::NONE);
+                assert!(
+                    matches!(b, Err(Error::Usage(UsageError::ConcurrentSync { .. }))),
+                    "{b:?}"
+                );
+                a.join().expect("thread A")
+            })?;
+        } else {
+            std::thread::sleep(Duration::from_millis(400));
+            win.fence(Assert::NONE)?;
+        }
+        win.fence(Assert::NOSUCCEED)?;
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
+fn shared_windows_give_peer_addresses_where_memory_is_shared() {
+    run(2, Profile::Rdma, 26, config(), |e| {
+        let win = e.allocate_shared::<u32>(16)?;
+        let (base0, len0) = win.shared_query(0)?;
+        let (base1, len1) = win.shared_query(1)?;
+        assert!(base0 != 0 && base1 != 0 && base0 != base1);
+        assert_eq!((len0, len1), (64, 64));
+        assert!(matches!(
+            usage(win.shared_query(7)),
+            UsageError::RankOutOfRange { .. }
+        ));
+        win.free()?;
+        let plain = e.allocate::<u32>(4)?;
+        assert!(matches!(
+            usage(plain.shared_query(0)),
+            UsageError::Unsupported { .. }
+        ));
+        plain.free()?;
+        Ok(())
+    });
+    run(2, Profile::ActiveMessages, 27, config(), |e| {
+        assert!(matches!(
+            e.allocate_shared::<u32>(4),
+            Err(Error::Transport(_))
+        ));
+        Ok(())
+    });
+}
