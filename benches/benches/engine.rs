@@ -1,2 +1,426 @@
-//! Criterion benches of the engine (filled in below).
-fn main() {}
+//! Criterion benches of the rma engine.
+//!
+//! - `post_and_issue`: the origin-side cost of one put (and of flushes and fetching ops)
+//!   as the number of targets with a live target element grows, over an in-bench "echo"
+//!   transport that is rank 0 of a large job and answers for every other rank at once;
+//! - `pool`: the two-level element pools;
+//! - `sim_put_flush`: put + flush between two ranks of the simulated transport (threads).
+//!
+//! Run with `cargo bench -p rma-benches --bench engine`.
+
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
+use rma_core::sim::{self, Network, Profile};
+use rma_core::transport::{Capabilities, Event, Issued, NativeAtomic, Segment, UserMemory};
+use rma_core::wire::{self, flags, Body, Encoder, Kind};
+use rma_core::{
+    AccOp, Assert, Config, Engine, GlobalPool, LocalPool, Rank, Transport, TransportError, Window,
+};
+
+/// The echo transport's own rank.
+const ME: Rank = 0;
+/// Active-target counts of `post_and_issue`.
+const TARGETS: [usize; 4] = [1, 16, 256, 4096];
+/// Ranks in the echo job: this rank plus the largest number of targets.
+const WORLD: usize = 4096 + 1;
+/// Puts between two flushes.
+const FLUSH_EVERY: u64 = 16;
+
+// ----- the echo transport ------------------------------------------------------------------
+
+/// Window memory of the echo transport: bytes behind a mutex.
+struct EchoSegment {
+    bytes: Mutex<Vec<u8>>,
+}
+
+impl EchoSegment {
+    fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self.bytes.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Segment for EchoSegment {
+    fn len(&self) -> usize {
+        self.with(|b| b.len())
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.with(|b| b[offset..offset + src.len()].copy_from_slice(src));
+    }
+    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        self.with(|b| f(&mut b[offset..offset + len]));
+    }
+    fn descriptor(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
+        None
+    }
+}
+
+#[derive(Default)]
+struct EchoState {
+    /// Packets waiting for the next poll, with their sender.
+    inbox: VecDeque<(Rank, Vec<u8>)>,
+    enc: Encoder,
+    zeros: Vec<u8>,
+}
+
+/// Rank 0 of a job of `size` ranks in which no other rank exists: whatever is sent to a
+/// peer is answered at once, as that peer's target side would answer it (acks for
+/// RMA_DONE and UNLOCK, responses of zeros for fetching ops, lock grants, and barrier
+/// messages sent straight back). Messages to itself are delivered as they are.
+struct Echo {
+    size: usize,
+    state: Mutex<EchoState>,
+}
+
+impl Echo {
+    fn new(size: usize) -> Self {
+        Echo {
+            size,
+            state: Mutex::default(),
+        }
+    }
+}
+
+impl Transport for Echo {
+    fn rank(&self) -> Rank {
+        ME
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn capabilities(&self, _target: Rank) -> Capabilities {
+        Capabilities::ACTIVE_MESSAGES_ONLY
+    }
+    fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+        Ok(Arc::new(EchoSegment {
+            bytes: Mutex::new(vec![0; len]),
+        }))
+    }
+    fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
+        Ok(Arc::new(EchoSegment {
+            bytes: Mutex::new(memory.bytes_mut().to_vec()),
+        }))
+    }
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
+        Ok(vec![mine.to_vec(); self.size])
+    }
+    fn barrier(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
+        if target as usize >= self.size {
+            return Err(TransportError::PeerUnreachable(target));
+        }
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if target == ME {
+            st.inbox.push_back((ME, packet.to_vec()));
+            return Ok(());
+        }
+        let p = wire::decode(packet).map_err(|e| TransportError::Failed(format!("echo: {e}")))?;
+        let ack = p.flags & (flags::DONE | flags::UNLOCK) != 0;
+        let fetched = match &p.body {
+            Body::Get { token, extent } | Body::GetAccumulate { token, extent, .. } => {
+                Some((*token, extent.bytes() as usize))
+            }
+            Body::CompareAndSwap { token, compare, .. } => Some((*token, compare.len())),
+            _ => None,
+        };
+        let EchoState { inbox, enc, zeros } = &mut *st;
+        let reply: Option<&[u8]> = match (fetched, &p.body) {
+            (Some((token, len)), _) => {
+                zeros.resize(zeros.len().max(len), 0);
+                let fl = if ack { flags::ACK } else { 0 };
+                Some(
+                    enc.start(Kind::Response, fl, p.win, 0)
+                        .u64(token)
+                        .u8(1)
+                        .bytes(&zeros[..len])
+                        .finish(),
+                )
+            }
+            (None, Body::Barrier { seq, round }) => {
+                // Counts as the arrival the dissemination round waits for.
+                Some(
+                    enc.start(Kind::Barrier, 0, p.win, 0)
+                        .u32(*seq)
+                        .u8(*round)
+                        .finish(),
+                )
+            }
+            _ if p.kind == Kind::Lock => Some(enc.start(Kind::LockGranted, 0, p.win, 0).finish()),
+            _ if ack => Some(enc.start(Kind::Ack, 0, p.win, 0).finish()),
+            _ => None,
+        };
+        if let Some(bytes) = reply {
+            inbox.push_back((target, bytes.to_vec()));
+        }
+        Ok(())
+    }
+
+    fn put(&self, _: u32, _: Rank, _: u64, _: &[u8], _: u64) -> Result<Issued, TransportError> {
+        Err(TransportError::Unsupported("echo: no native put"))
+    }
+    fn get(&self, _: u32, _: Rank, _: u64, _: usize, _: u64) -> Result<Issued, TransportError> {
+        Err(TransportError::Unsupported("echo: no native get"))
+    }
+    fn atomic(
+        &self,
+        _: u32,
+        _: Rank,
+        _: u64,
+        _: NativeAtomic<'_>,
+        _: u64,
+    ) -> Result<Issued, TransportError> {
+        Err(TransportError::Unsupported("echo: no native atomics"))
+    }
+
+    fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let n = st.inbox.len();
+        events.extend(
+            st.inbox
+                .drain(..)
+                .map(|(from, data)| Event::Received { from, data }),
+        );
+        Ok(n)
+    }
+}
+
+// ----- post_and_issue ----------------------------------------------------------------------
+
+/// An engine over the echo transport with a `lock_all(NOCHECK)` epoch open on a window
+/// whose first `active` peers each hold a target element.
+struct Fixture {
+    engine: Engine,
+    win: Window<u64>,
+    active: usize,
+    next: usize,
+}
+
+impl Fixture {
+    // Field by field rather than `..Config::default()`: `Config` may be non-exhaustive.
+    #[allow(clippy::field_reassign_with_default)]
+    fn new(active: usize) -> Self {
+        let mut config = Config::default();
+        config.target_pool_global = 2 * WORLD;
+        config.op_pool_global = 2 * WORLD;
+        config.timeout = Some(Duration::from_secs(30));
+        let engine = Engine::new(Arc::new(Echo::new(WORLD)), config);
+        let win = engine.allocate::<u64>(8).expect("allocate");
+        win.lock_all(Assert::NOCHECK).expect("lock_all");
+        // First touch: one put to each target creates its element; lazy target free
+        // keeps it for the rest of the epoch.
+        for t in 1..=active {
+            win.put(&[1], t as Rank, 0).expect("first put");
+        }
+        win.flush_all().expect("flush_all");
+        let stats = win.stats();
+        assert!(stats.target_elements_high_water >= active as u64);
+        assert_eq!(stats.restores, 0, "pools too small for {active} targets");
+        Fixture {
+            engine,
+            win,
+            active,
+            next: 0,
+        }
+    }
+
+    /// The next active target, round robin.
+    fn target(&mut self) -> Rank {
+        let t = self.next;
+        self.next = (self.next + 1) % self.active;
+        t as Rank + 1
+    }
+
+    fn put(&mut self) {
+        let t = self.target();
+        self.win.put(black_box(&[1u64]), t, 0).expect("put");
+    }
+
+    fn finish(self) {
+        self.win.unlock_all().expect("unlock_all");
+        self.win.free().expect("free");
+        drop(self.engine);
+    }
+}
+
+fn post_and_issue(c: &mut Criterion) {
+    let mut g = c.benchmark_group("post_and_issue");
+    g.throughput(Throughput::Elements(1));
+    for active in TARGETS {
+        let mut fx = Fixture::new(active);
+        // The put call alone: flushes happen between timed stretches of 16 puts.
+        g.bench_function(BenchmarkId::new("post_put/targets", active), |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let n = (iters - done).min(FLUSH_EVERY);
+                    let start = Instant::now();
+                    for _ in 0..n {
+                        fx.put();
+                    }
+                    timed += start.elapsed();
+                    fx.win.flush_all().expect("flush_all");
+                    done += n;
+                }
+                timed
+            })
+        });
+        // A put plus a share of the flush_all that follows every 16 puts.
+        g.bench_function(BenchmarkId::new("put_flush16/targets", active), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for i in 1..=iters {
+                    fx.put();
+                    if i % FLUSH_EVERY == 0 {
+                        fx.win.flush_all().expect("flush_all");
+                    }
+                }
+                fx.win.flush_all().expect("flush_all");
+                start.elapsed()
+            })
+        });
+        // flush_all with nothing to flush: the walk over the target elements.
+        g.bench_function(BenchmarkId::new("flush_all_idle/targets", active), |b| {
+            b.iter(|| fx.win.flush_all().expect("flush_all"))
+        });
+        // A fetching op waited on: one round trip through global progress.
+        g.bench_function(BenchmarkId::new("fetch_and_op_wait/targets", active), |b| {
+            b.iter(|| {
+                let t = fx.target();
+                let r = fx.win.fetch_and_op(1, AccOp::Sum, t, 0).expect("fop");
+                black_box(r.wait().expect("wait"))
+            })
+        });
+        fx.finish();
+    }
+    g.finish();
+
+    // A fence epoch over the whole echo job (ceil(log2 4097) = 13 barrier rounds).
+    let mut g = c.benchmark_group("fence");
+    let engine = Engine::new(Arc::new(Echo::new(WORLD)), Config::default());
+    let win = engine.allocate::<u64>(8).expect("allocate");
+    win.fence(Assert::NOPRECEDE).expect("fence");
+    g.bench_function(BenchmarkId::new("put_fence/world", WORLD), |b| {
+        b.iter(|| {
+            win.put(black_box(&[1u64]), 1, 0).expect("put");
+            win.fence(Assert::NONE).expect("fence")
+        })
+    });
+    g.finish();
+    win.fence(Assert::NOSUCCEED).expect("fence");
+    win.free().expect("free");
+}
+
+// ----- pool ----------------------------------------------------------------------------------
+
+fn pool(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pool");
+    g.throughput(Throughput::Elements(1));
+    // Served by the window's local pool.
+    let global = GlobalPool::<u64>::new(1024);
+    let mut local = LocalPool::<u64>::new(64);
+    g.bench_function("local_get_put", |b| {
+        b.iter(|| {
+            let e = local.get(&global).expect("element");
+            local.put(black_box(e), &global);
+        })
+    });
+    // A local pool of capacity zero: every element comes from and goes to the global
+    // (lock-free) pool.
+    let mut empty = LocalPool::<u64>::new(0);
+    g.bench_function("global_get_put", |b| {
+        b.iter(|| {
+            let e = empty.get(&global).expect("element");
+            empty.put(black_box(e), &global);
+        })
+    });
+    // 128 elements out and back through a local pool of 64: half spill to the global one.
+    let mut held = Vec::with_capacity(128);
+    g.throughput(Throughput::Elements(128));
+    g.bench_function("burst_128_over_local_64", |b| {
+        b.iter(|| {
+            for _ in 0..128 {
+                held.push(local.get(&global).expect("element"));
+            }
+            for e in held.drain(..) {
+                local.put(e, &global);
+            }
+        })
+    });
+    g.finish();
+}
+
+// ----- sim_put_flush -------------------------------------------------------------------------
+
+/// `iters` put + flush from rank 0 to rank 1 on a fresh 2-rank simulated network; the
+/// time of rank 0's loop (thread start, window creation and teardown excluded).
+fn sim_put_flush_run(profile: Profile, iters: u64) -> Duration {
+    let net = Network::new(2, profile, 42);
+    let elapsed = Arc::new(Mutex::new(Duration::ZERO));
+    let out = elapsed.clone();
+    sim::run_on(
+        &net,
+        Config::default(),
+        Duration::from_secs(300),
+        move |engine| {
+            let win = engine.allocate::<u64>(8)?;
+            if engine.rank() == 0 {
+                win.lock_all(Assert::NONE)?;
+                let start = Instant::now();
+                for i in 0..iters {
+                    win.put(&[i], 1, 0)?;
+                    win.flush(1)?;
+                }
+                *out.lock().unwrap_or_else(|e| e.into_inner()) = start.elapsed();
+                win.unlock_all()?;
+            }
+            // Rank 1 makes progress (applies active messages) while it waits here.
+            engine.barrier()?;
+            win.free()?;
+            Ok(())
+        },
+    )
+    .expect("simulated run");
+    let d = *elapsed.lock().unwrap_or_else(|e| e.into_inner());
+    d
+}
+
+fn sim_put_flush(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sim_put_flush");
+    g.throughput(Throughput::Elements(1));
+    for (name, profile) in [("am", Profile::ActiveMessages), ("rdma", Profile::Rdma)] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| sim_put_flush_run(profile, iters))
+        });
+    }
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500))
+}
+
+/// Every group, with a configuration that keeps the whole run short.
+fn benches() {
+    let mut c = config().configure_from_args();
+    post_and_issue(&mut c);
+    pool(&mut c);
+    sim_put_flush(&mut c);
+}
+
+criterion_main!(benches);

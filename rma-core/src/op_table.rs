@@ -178,6 +178,26 @@ impl OpTable {
             .flat_map(|i| self.slots[(start + i) % n].iter().map(|t| t.rank))
             .collect()
     }
+    /// Ranks of target elements with something to issue or send (pending ops, a sync, a
+    /// lock to retry), starting at the round-robin position: what ISSUE_OPS_WIN visits.
+    pub(crate) fn ranks_with_work(&mut self) -> Vec<Rank> {
+        if self.active == 0 {
+            return Vec::new();
+        }
+        let n = self.slots.len();
+        let start = self.next_slot % n;
+        self.next_slot = (start + 1) % n;
+        (0..n)
+            .flat_map(|i| self.slots[(start + i) % n].iter())
+            .filter(|t| {
+                !t.pending.is_empty()
+                    || t.sync != SyncFlag::None
+                    || t.state == crate::epoch::TargetState::LockIssued
+            })
+            .map(|t| t.rank)
+            .collect()
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {
         self.slots.iter().flat_map(|s| s.iter().map(|b| &**b))
     }

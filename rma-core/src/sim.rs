@@ -28,6 +28,9 @@ pub enum Profile {
     /// Put, get, fetch-and-add/replace/no-op on 4- and 8-byte integers and
     /// compare-and-swap on 8-byte integers are native, completing asynchronously.
     Rdma,
+    /// Like shared memory: every op native (all atomics), and native passive-target
+    /// locks that need no message and no help from the target.
+    SharedMemory,
 }
 
 impl Profile {
@@ -49,8 +52,15 @@ impl Profile {
                     inject_size: 64,
                     max_message: 1 << 20,
                     shared_memory: true,
+                    native_locks: false,
                 }
             }
+            Profile::SharedMemory => Capabilities {
+                atomics: Capabilities::all_atomics(),
+                compare_and_swap: 0x7fe,
+                native_locks: true,
+                ..Profile::Rdma.capabilities()
+            },
         }
     }
 }
@@ -167,6 +177,8 @@ pub struct Network {
     /// inboxes[receiver][sender]: FIFO per pair.
     inboxes: Vec<Mutex<Vec<VecDeque<Vec<u8>>>>>,
     segments: Mutex<HashMap<(u32, Rank), Arc<dyn Segment>>>,
+    /// Native lock words: (exclusive held, shared holders) per (window, rank).
+    locks: Mutex<HashMap<(u32, Rank), (bool, u32)>>,
     collective: Mutex<Collective>,
     collective_cv: Condvar,
     dead: Vec<AtomicBool>,
@@ -183,6 +195,7 @@ impl Network {
                 .map(|_| Mutex::new(vec![VecDeque::new(); size]))
                 .collect(),
             segments: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
             collective: Mutex::new(Collective {
                 slots: vec![Vec::new(); size],
                 ..Default::default()
@@ -448,6 +461,43 @@ impl Transport for SimTransport {
             offset,
             what,
         })
+    }
+    fn try_lock(
+        &self,
+        win: u32,
+        target: Rank,
+        exclusive: bool,
+    ) -> std::result::Result<bool, TransportError> {
+        self.alive(target)?;
+        if self.net.profile != Profile::SharedMemory {
+            return Err(TransportError::Unsupported("native locks"));
+        }
+        let mut locks = self.net.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let word = locks.entry((win, target)).or_default();
+        let free = !word.0 && (!exclusive || word.1 == 0);
+        if free {
+            if exclusive {
+                word.0 = true;
+            } else {
+                word.1 += 1;
+            }
+        }
+        Ok(free)
+    }
+    fn unlock(
+        &self,
+        win: u32,
+        target: Rank,
+        exclusive: bool,
+    ) -> std::result::Result<(), TransportError> {
+        let mut locks = self.net.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let word = locks.entry((win, target)).or_default();
+        if exclusive {
+            word.0 = false;
+        } else {
+            word.1 = word.1.saturating_sub(1);
+        }
+        Ok(())
     }
     fn poll(&self, events: &mut Vec<Event>) -> std::result::Result<usize, TransportError> {
         let before = events.len();

@@ -32,6 +32,9 @@ pub struct Capabilities {
     pub max_message: usize,
     /// Processes on this target share memory with us (load/store on its window).
     pub shared_memory: bool,
+    /// Passive-target locks are taken and released by the backend
+    /// ([`Transport::try_lock`]) without the target's help: no lock messages.
+    pub native_locks: bool,
 }
 
 impl Capabilities {
@@ -44,6 +47,7 @@ impl Capabilities {
         inject_size: 0,
         max_message: 1 << 20,
         shared_memory: false,
+        native_locks: false,
     };
 
     /// The bit for an (op, datatype) pair in [`atomics`](Self::atomics).
@@ -220,6 +224,12 @@ pub trait Transport: Send + Sync {
     fn size(&self) -> usize;
     /// What this backend does natively toward `target`.
     fn capabilities(&self, target: Rank) -> Capabilities;
+    /// What it does natively on window `win` toward `target` (for example fewer native
+    /// atomics on a window over user memory). Defaults to [`capabilities`](Self::capabilities).
+    fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
+        let _ = win;
+        self.capabilities(target)
+    }
 
     /// Allocates window memory of `len` bytes, zeroed; `shared` asks for memory that the
     /// ranks of this node can load and store directly.
@@ -266,6 +276,18 @@ pub trait Transport: Send + Sync {
         atomic: NativeAtomic<'_>,
         token: u64,
     ) -> Result<Issued, TransportError>;
+
+    /// Tries once to take the passive-target lock of `target`'s window `win` natively
+    /// (only with [`Capabilities::native_locks`]). Never blocks.
+    fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        let _ = (win, target, exclusive);
+        Err(TransportError::Unsupported("native locks"))
+    }
+    /// Releases a lock taken by [`try_lock`](Self::try_lock).
+    fn unlock(&self, win: u32, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        let _ = (win, target, exclusive);
+        Err(TransportError::Unsupported("native locks"))
+    }
 
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;

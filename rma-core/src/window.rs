@@ -110,6 +110,8 @@ pub(crate) struct WinState {
     /// Window-protocol lock grants and unlock acks still to come (LOCK_ALL window protocol).
     window_grants: u32,
     window_acks: u32,
+    /// Next rank whose lock the native window protocol takes.
+    native_lock_cursor: Rank,
     barrier: Option<Dissemination>,
     background_barriers: Vec<Dissemination>,
     barrier_seq: u32,
@@ -155,6 +157,7 @@ impl WinState {
             native_index: HashMap::new(),
             window_grants: 0,
             window_acks: 0,
+            native_lock_cursor: 0,
             barrier: None,
             background_barriers: Vec::new(),
             barrier_seq: 0,
@@ -331,9 +334,10 @@ impl WinState {
             }
         }
         if matches!(self.epoch, WindowEpoch::LockAllIssued) {
+            self.advance_native_window_locks(w)?;
             self.lock_all_issued_done();
         }
-        for rank in self.table.ranks() {
+        for rank in self.table.ranks_with_work() {
             self.issue_ops_target(w, rank)?;
         }
         self.cleanup_ops_win(w);
@@ -373,12 +377,32 @@ impl WinState {
         let Some(elem) = self.table.get(rank) else {
             return Ok(0);
         };
-        // LOCK_CALLED: the single-short-op optimization, or ask for the lock.
-        if elem.state == TargetState::LockCalled {
-            if elem.pending.is_empty() && elem.sync == SyncFlag::None {
+        // Native locks: retry a lock the backend could not take yet.
+        if elem.state == TargetState::LockIssued && Self::native_locks(w, rank) {
+            let exclusive = self.lock_is_exclusive(rank);
+            if w.engine.transport.try_lock(w.id, rank, exclusive)? {
+                self.table.get_mut(rank).expect("exists").state = TargetState::LockGranted;
+                if let Some(l) = self.locks.get_mut(&rank) {
+                    l.granted = true;
+                }
+            } else {
                 return Ok(0);
             }
-            if elem.sync == SyncFlag::None && !elem.no_delay && !elem.pending.is_empty() {
+        }
+        let Some(elem) = self.table.get(rank) else {
+            return Ok(0);
+        };
+        // LOCK_CALLED: the single-short-op optimization, or ask for the lock.
+        if elem.state == TargetState::LockCalled {
+            let native_locks = Self::native_locks(w, rank);
+            if elem.pending.is_empty() && elem.sync == SyncFlag::None && !elem.no_delay {
+                return Ok(0);
+            }
+            if elem.sync == SyncFlag::None
+                && !elem.no_delay
+                && !elem.pending.is_empty()
+                && !native_locks
+            {
                 // Wait: the op may yet be the single short op of this epoch.
                 let waits = config.single_op
                     && elem.pending.len() == 1
@@ -388,6 +412,7 @@ impl WinState {
                 }
             }
             let single = config.single_op
+                && !native_locks
                 && elem.sync == SyncFlag::Unlock
                 && elem.pending.len() == 1
                 && elem.pending[0].data.len() <= config.single_op_threshold;
@@ -417,14 +442,14 @@ impl WinState {
                 elem.sync = SyncFlag::None;
                 return Ok(0);
             }
-            let fl = if exclusive {
-                flags::LOCK_EXCLUSIVE
-            } else {
-                flags::LOCK_SHARED
-            };
-            self.table.get_mut(rank).expect("exists").state = TargetState::LockIssued;
-            self.send_control(w, rank, Kind::Lock, fl, 0)?;
-            return Ok(0);
+            self.request_lock(w, rank)?;
+            if self
+                .table
+                .get(rank)
+                .is_none_or(|t| t.state != TargetState::LockGranted)
+            {
+                return Ok(0);
+            }
         }
         if !self.access_granted(rank) {
             return Ok(0);
@@ -472,6 +497,8 @@ impl WinState {
         }
         // A sync no op could carry goes alone, once native ops are complete at the target.
         let elem = self.table.get_mut(rank).expect("exists");
+        // Whoever waited for these ops has them issued; piggybacking may resume.
+        elem.no_delay = false;
         if elem.sync != SyncFlag::None && elem.native_in_flight == 0 {
             let sync = elem.sync;
             let count = elem.am_since_done;
@@ -483,6 +510,40 @@ impl WinState {
             self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
         }
         Ok(issued)
+    }
+
+    fn native_locks(w: &WindowShared, rank: Rank) -> bool {
+        w.engine
+            .transport
+            .window_capabilities(w.id, rank)
+            .native_locks
+    }
+
+    /// Asks for `rank`'s lock: natively (one attempt now, retried by progress) or by a
+    /// LOCK message.
+    fn request_lock(&mut self, w: &WindowShared, rank: Rank) -> Result<()> {
+        let exclusive = self.lock_is_exclusive(rank);
+        let granted = if Self::native_locks(w, rank) {
+            w.engine.transport.try_lock(w.id, rank, exclusive)?
+        } else {
+            let fl = if exclusive {
+                flags::LOCK_EXCLUSIVE
+            } else {
+                flags::LOCK_SHARED
+            };
+            self.send_control(w, rank, Kind::Lock, fl, 0)?;
+            false
+        };
+        let t = self.table.get_mut(rank).expect("target element exists");
+        if granted {
+            t.state = TargetState::LockGranted;
+            if let Some(l) = self.locks.get_mut(&rank) {
+                l.granted = true;
+            }
+        } else {
+            t.state = TargetState::LockIssued;
+        }
+        Ok(())
     }
 
     fn lock_is_exclusive(&self, rank: Rank) -> bool {
@@ -764,18 +825,34 @@ impl WinState {
     fn lock_all_window_protocol(&mut self, w: &WindowShared) -> Result<()> {
         tracing::debug!(win = w.id, "lock_all falls back to the window protocol");
         self.epoch = WindowEpoch::LockAllIssued;
+        self.native_lock_cursor = 0;
         for rank in 0..w.engine.size as Rank {
             match self.table.get(rank).map(|t| t.state) {
-                Some(TargetState::LockCalled) => {
-                    self.table.get_mut(rank).expect("exists").state = TargetState::LockIssued;
-                    self.send_control(w, rank, Kind::Lock, flags::LOCK_SHARED, 0)?;
-                }
+                Some(TargetState::LockCalled) => self.request_lock(w, rank)?,
                 Some(_) => {}
                 None => {
                     self.window_grants += 1;
-                    self.send_control(w, rank, Kind::Lock, flags::LOCK_SHARED, 0)?;
+                    if !Self::native_locks(w, rank) {
+                        self.send_control(w, rank, Kind::Lock, flags::LOCK_SHARED, 0)?;
+                    }
                 }
             }
+        }
+        self.advance_native_window_locks(w)
+    }
+
+    /// Window protocol over native locks: take the remaining targets' locks in rank order,
+    /// as far as they are free now.
+    fn advance_native_window_locks(&mut self, w: &WindowShared) -> Result<()> {
+        while (self.native_lock_cursor as usize) < w.engine.size {
+            let rank = self.native_lock_cursor;
+            if self.table.get(rank).is_none() && Self::native_locks(w, rank) {
+                if !w.engine.transport.try_lock(w.id, rank, false)? {
+                    return Ok(());
+                }
+                self.window_grants -= 1;
+            }
+            self.native_lock_cursor += 1;
         }
         Ok(())
     }
@@ -1228,7 +1305,7 @@ impl WindowShared {
         if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
             return false;
         }
-        let caps = self.engine.transport.capabilities(target);
+        let caps = self.engine.transport.window_capabilities(self.id, target);
         match kind {
             OpKind::Put => caps.rdma_write,
             OpKind::Get => caps.rdma_read,
@@ -1585,13 +1662,9 @@ impl WindowShared {
                 }
                 let t = st.table.get_mut(target).expect("exists");
                 if t.state == TargetState::LockCalled {
-                    t.state = TargetState::LockIssued;
-                    let fl = if lock_type == LockType::Exclusive {
-                        flags::LOCK_EXCLUSIVE
-                    } else {
-                        flags::LOCK_SHARED
-                    };
-                    st.send_control(self, target, Kind::Lock, fl, 0)?;
+                    st.request_lock(self, target)?;
+                } else if t.state == TargetState::LockIssued {
+                    st.issue_ops_target(self, target)?;
                 }
                 Ok(st.locks.get(&target).is_some_and(|l| l.granted))
             })?;
@@ -1617,8 +1690,9 @@ impl WindowShared {
                 st.restore_target_elem_resources(self, target)?;
                 return Ok(false);
             }
+            let native = WinState::native_locks(self, target);
             let t = st.table.get_mut(target).expect("exists");
-            t.sync = if info.nocheck {
+            t.sync = if info.nocheck || native {
                 if t.am_since_done > 0 || !t.pending.is_empty() {
                     SyncFlag::Flush
                 } else {
@@ -1635,7 +1709,15 @@ impl WindowShared {
         })?;
         let mut st = self.lock_state();
         st.free_target(self, target);
-        st.locks.remove(&target);
+        let held = st
+            .locks
+            .remove(&target)
+            .is_some_and(|l| l.granted && !l.nocheck);
+        if held && WinState::native_locks(self, target) {
+            self.engine
+                .transport
+                .unlock(self.id, target, info.exclusive)?;
+        }
         if st.locks.is_empty() && st.table.active == 0 {
             st.epoch = WindowEpoch::Unset;
             st.restoring = false;
@@ -1708,8 +1790,22 @@ impl WindowShared {
             {
                 let mut st = self.lock_state();
                 for rank in st.table.ranks() {
+                    let native = WinState::native_locks(self, rank);
                     let t = st.table.get_mut(rank).expect("listed");
+                    let needs_done = t.am_since_done > 0 || !t.pending.is_empty();
                     t.sync = match t.state {
+                        // Native locks: complete remotely, release after (below).
+                        TargetState::LockCalled
+                        | TargetState::LockIssued
+                        | TargetState::LockGranted
+                            if native =>
+                        {
+                            if needs_done {
+                                SyncFlag::Flush
+                            } else {
+                                SyncFlag::None
+                            }
+                        }
                         // Per-target protocol: RMA_DONE+UNLOCK to each locked target.
                         TargetState::LockCalled
                         | TargetState::LockIssued
@@ -1726,13 +1822,24 @@ impl WindowShared {
             {
                 let mut st = self.lock_state();
                 for rank in st.table.ranks() {
+                    let held = st
+                        .table
+                        .get(rank)
+                        .is_some_and(|t| t.state == TargetState::LockGranted);
+                    if held && !window_protocol && WinState::native_locks(self, rank) {
+                        self.engine.transport.unlock(self.id, rank, false)?;
+                    }
                     st.free_target(self, rank);
                 }
                 if window_protocol && nocheck != Some(true) {
                     // Window protocol: every target was locked; unlock them all.
                     for rank in 0..self.engine.size as Rank {
-                        st.window_acks += 1;
-                        st.send_control(self, rank, Kind::Done, flags::UNLOCK, 0)?;
+                        if WinState::native_locks(self, rank) {
+                            self.engine.transport.unlock(self.id, rank, false)?;
+                        } else {
+                            st.window_acks += 1;
+                            st.send_control(self, rank, Kind::Done, flags::UNLOCK, 0)?;
+                        }
                     }
                 }
             }
@@ -2393,6 +2500,14 @@ impl<T: Element> Window<T> {
             (WindowKind::Create, Memory::Static(seg)) => Ok(user_vec(seg)),
             _ => Ok(None),
         }
+    }
+}
+
+impl<T: Element> Drop for Window<T> {
+    /// A window dropped without [`free`](Window::free) leaves the engine's registry (no
+    /// collective, no message): peers that still address it get their packets refused.
+    fn drop(&mut self) {
+        self.shared.engine.unregister(self.shared.id);
     }
 }
 

@@ -107,7 +107,11 @@ fn program() -> impl Strategy<Value = Program> {
             (
                 Just(ranks),
                 prop::collection::vec(epoch, 1..4),
-                prop_oneof![Just(Profile::ActiveMessages), Just(Profile::Rdma)],
+                prop_oneof![
+                    Just(Profile::ActiveMessages),
+                    Just(Profile::Rdma),
+                    Just(Profile::SharedMemory)
+                ],
                 any::<bool>(),
                 any::<bool>(),
                 any::<bool>(),

@@ -53,6 +53,33 @@ fn single_op_lock_put_unlock_is_one_request_and_one_ack() {
 }
 
 #[test]
+fn native_locks_need_no_message_and_no_target_progress() {
+    run(2, Profile::SharedMemory, 28, config(), |e| {
+        let win = e.allocate::<u64>(4)?;
+        e.barrier()?;
+        if e.rank() == 0 {
+            for _ in 0..10 {
+                win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+                win.accumulate(&[1], AccOp::Sum, 1, 0)?;
+                win.unlock(1)?;
+            }
+            win.lock_all(Assert::NONE)?;
+            win.put(&[3], 1, 1)?;
+            win.flush(1)?;
+            win.unlock_all()?;
+            let s = win.stats();
+            assert_eq!(s.total_messages(), 0, "{s:?}");
+        }
+        e.barrier()?;
+        if e.rank() == 1 {
+            assert_eq!(&win.local_to_vec()[..2], &[10, 3]);
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
 fn without_single_op_lock_put_unlock_takes_more_messages() {
     let cfg = Config {
         single_op: false,
@@ -259,7 +286,11 @@ fn tiny_pools_pscw() {
 
 #[test]
 fn tiny_pools_lock() {
-    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+    for profile in [
+        Profile::ActiveMessages,
+        Profile::Rdma,
+        Profile::SharedMemory,
+    ] {
         run(4, profile, 13, tiny(), |e| {
             let win = e.allocate::<u64>(4)?;
             if e.rank() == 0 {
@@ -281,7 +312,11 @@ fn tiny_pools_lock() {
 
 #[test]
 fn tiny_pools_lock_all() {
-    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+    for profile in [
+        Profile::ActiveMessages,
+        Profile::Rdma,
+        Profile::SharedMemory,
+    ] {
         run(4, profile, 14, tiny(), |e| {
             let win = e.allocate::<u64>(4)?;
             if e.rank() == 0 {
@@ -365,7 +400,11 @@ fn fence_completes_at_target_so_a_later_lock_get_sees_the_put() {
 
 #[test]
 fn exclusive_locks_exclude() {
-    for profile in [Profile::ActiveMessages, Profile::Rdma] {
+    for profile in [
+        Profile::ActiveMessages,
+        Profile::Rdma,
+        Profile::SharedMemory,
+    ] {
         run(4, profile, 18, config(), |e| {
             let win = e.allocate::<u64>(1)?;
             for _ in 0..300 {

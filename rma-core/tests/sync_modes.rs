@@ -4,7 +4,11 @@
 use rma_core::sim::{self, Profile};
 use rma_core::{AccOp, Assert, Engine, LockType, Rank, Request, Result, Window};
 
-const PROFILES: [Profile; 2] = [Profile::ActiveMessages, Profile::Rdma];
+const PROFILES: [Profile; 3] = [
+    Profile::ActiveMessages,
+    Profile::Rdma,
+    Profile::SharedMemory,
+];
 const N: usize = 16;
 
 struct Fetched {
