@@ -247,7 +247,7 @@ impl Engine {
             Memory::Static(s) => Some(s.clone()),
             Memory::Dynamic(_) => None,
         };
-        e.transport.window_ready(id, local.as_ref(), &remote);
+        e.transport.window_ready(id, local.as_ref(), &remote)?;
         let w = Arc::new(WindowShared::new(id, kind, e.clone(), remote, memory));
         e.windows
             .write()
@@ -273,7 +273,7 @@ impl EngineShared {
         let mut ws = self.windows.write().unwrap_or_else(|x| x.into_inner());
         ws.retain(|w| w.id != id);
         drop(ws);
-        self.transport.window_ready(id, None, &[]);
+        self.transport.window_freed(id);
     }
 
     /// MAKE_RMA_PROGRESS_GLOBAL: poll the transport, dispatch what arrived, then issue and

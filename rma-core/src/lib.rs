@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod barrier;
+pub mod bootstrap;
 mod config;
 mod datatype;
 mod engine;
@@ -57,6 +58,7 @@ pub mod wire;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+pub use bootstrap::Bootstrap;
 pub use config::Config;
 pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
 pub use engine::Engine;

@@ -343,12 +343,27 @@ impl Transport for SimTransport {
             len,
         }))
     }
-    fn window_ready(&self, win: u32, local: Option<&Arc<dyn Segment>>, _remote: &[RemoteSegment]) {
-        let mut segs = self.net.segments.lock().unwrap_or_else(|e| e.into_inner());
-        match local {
-            Some(s) => segs.insert((win, self.rank), s.clone()),
-            None => segs.remove(&(win, self.rank)),
-        };
+    fn window_ready(
+        &self,
+        win: u32,
+        local: Option<&Arc<dyn Segment>>,
+        _remote: &[RemoteSegment],
+    ) -> std::result::Result<(), TransportError> {
+        if let Some(s) = local {
+            self.net
+                .segments
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((win, self.rank), s.clone());
+        }
+        Ok(())
+    }
+    fn window_freed(&self, win: u32) {
+        self.net
+            .segments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(win, self.rank));
     }
     fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
         self.net.segment(win, rank)?.shared_base()

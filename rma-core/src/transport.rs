@@ -237,9 +237,20 @@ pub trait Transport: Send + Sync {
     /// Exposes user memory as a window segment.
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError>;
     /// Tells the backend the window `win` is made of these segments (one per rank, from
-    /// the allgather), so that native ops can reach them; `None` when it is freed.
-    fn window_ready(&self, win: u32, local: Option<&Arc<dyn Segment>>, remote: &[RemoteSegment]) {
+    /// the allgather; `local` is `None` for dynamic windows), so that native ops can
+    /// reach them. Collective: every rank calls it for the same window.
+    fn window_ready(
+        &self,
+        win: u32,
+        local: Option<&Arc<dyn Segment>>,
+        remote: &[RemoteSegment],
+    ) -> Result<(), TransportError> {
         let _ = (win, local, remote);
+        Ok(())
+    }
+    /// The window is freed (or dropped): forget it. May be called more than once.
+    fn window_freed(&self, win: u32) {
+        let _ = win;
     }
 
     /// Blocking allgather over all ranks (window creation only).

@@ -1,1 +1,709 @@
-//! Shared-memory transport for ranks on one node (to come: see the rma-shm issue).
+//! rma-shm: the shared-memory transport of rma, for ranks on one node.
+//!
+//! - **Window memory** from `allocate`/`allocate_shared` lives in POSIX shared memory
+//!   that every local rank maps; put and get are copies into or out of the peer's
+//!   mapping, accumulates, fetch-and-op and compare-and-swap are CPU atomics per element
+//!   (all integer widths natively, other ops and floats by compare-exchange loops), so
+//!   accumulates stay atomic with respect to each other across processes.
+//! - **Windows over user memory** (`create`) are reached by cross-memory attach
+//!   (process_vm_writev/readv); their accumulates are active messages.
+//! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
+//!   and unlock complete while the target computes, with no action by the target.
+//! - **Control** (fence barriers, PSCW post/complete, RMA_DONE, acks) travels through
+//!   single-producer single-consumer rings in shared memory, one per ordered pair.
+//! - **Segments** are named per job, created with mode 0600 and unlinked as soon as
+//!   every rank has mapped them, so nothing stays in /dev/shm after an exit or a crash.
+//! - **Memory barriers** are the engine's `Transport::memory_sync` calls, placed per the
+//!   "RMA + shared memory" rows of seed 004 (see rma-core's `window` module); the rings
+//!   publish with Release/Acquire.
+
+mod atomics;
+mod region;
+mod ring;
+mod sys;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rma_core::transport::{
+    Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+};
+use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
+
+use region::Region;
+use ring::Ring;
+use sys::Mapping;
+
+/// Lock words per process (one per live window segment), 64 bytes apart.
+const LOCK_SLOTS: usize = 1024;
+const LOCK_TABLE: usize = LOCK_SLOTS * 64;
+/// Bytes of each ring (one per sender in every inbox).
+const RING_BYTES: usize = 256 * 1024;
+const EXCLUSIVE: u64 = 1 << 63;
+
+fn fail(what: &str, e: std::io::Error) -> TransportError {
+    TransportError::Failed(format!("{what}: {e}"))
+}
+
+/// The lock slots of this process's inbox.
+#[derive(Debug, Default)]
+struct SlotTable {
+    used: Vec<bool>,
+}
+
+/// A window segment in this process.
+struct LocalSegment {
+    region: Region,
+    /// Shared-memory mapping (allocate, allocate_shared); `None` for user memory.
+    mapping: Option<Arc<Mapping>>,
+    name: Option<String>,
+    user: Mutex<Option<Box<dyn UserMemory>>>,
+    lock_slot: u32,
+    slots: Arc<Mutex<SlotTable>>,
+}
+
+impl Drop for LocalSegment {
+    fn drop(&mut self) {
+        if let Some(name) = &self.name {
+            // Normally gone already (unlinked once every rank mapped it).
+            let _ = sys::unlink(name);
+        }
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).used[self.lock_slot as usize] = false;
+    }
+}
+
+impl Segment for LocalSegment {
+    fn len(&self) -> usize {
+        self.region.len()
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.region.read(offset, dst);
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.region.write(offset, src);
+    }
+    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        // Only the active-message path of this process updates like this, serialized by
+        // the window's lock in the engine; native atomics never target the same windows
+        // (a window uses one path per (op, type)).
+        let mut buf = vec![0; len];
+        self.region.read(offset, &mut buf);
+        f(&mut buf);
+        self.region.write(offset, &buf);
+    }
+    fn descriptor(&self) -> Vec<u8> {
+        let mut d = Vec::new();
+        match &self.name {
+            Some(name) => {
+                d.push(0);
+                d.extend_from_slice(&self.lock_slot.to_le_bytes());
+                d.extend_from_slice(name.as_bytes());
+            }
+            None => {
+                d.push(1);
+                d.extend_from_slice(&self.lock_slot.to_le_bytes());
+                d.extend_from_slice(&sys::pid().to_le_bytes());
+                d.extend_from_slice(&(self.region.base() as u64).to_le_bytes());
+            }
+        }
+        d
+    }
+    fn shared_base(&self) -> Option<usize> {
+        self.mapping.as_ref().map(|m| m.ptr() as usize)
+    }
+    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
+        let me = Arc::into_inner(self)?;
+        let user = me.user.lock().unwrap_or_else(|e| e.into_inner()).take();
+        user
+    }
+}
+
+/// How this process reaches one rank's part of one window.
+#[derive(Debug)]
+enum PeerMemory {
+    /// Mapped here: load/store and atomics.
+    Mapped(Region),
+    /// Another process's user memory: cross-memory attach.
+    CrossMemory { pid: u32, addr: u64, len: usize },
+    /// Not reachable natively: active messages.
+    None,
+}
+
+struct PeerWindow {
+    memory: PeerMemory,
+    lock: Option<Region>,
+}
+
+struct ShmWindow {
+    peers: Vec<PeerWindow>,
+    _mappings: Vec<Arc<Mapping>>,
+}
+
+/// The shared-memory transport of one process.
+pub struct ShmTransport {
+    boot: Arc<dyn Bootstrap>,
+    rank: Rank,
+    size: usize,
+    job: String,
+    /// Every rank's inbox, mapped here (ours included).
+    inboxes: Vec<Arc<Mapping>>,
+    send_locks: Vec<Mutex<()>>,
+    pids: Vec<u32>,
+    windows: RwLock<HashMap<u32, Arc<ShmWindow>>>,
+    slots: Arc<Mutex<SlotTable>>,
+    next_segment: AtomicU64,
+    collective: AtomicU32,
+    polls: AtomicU64,
+    reported_dead: Mutex<Vec<bool>>,
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ShmTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+fn inbox_name(job: &str, rank: Rank) -> String {
+    format!("/rma-{job}-{rank}-inbox")
+}
+
+fn inbox_len(size: usize) -> usize {
+    LOCK_TABLE + size * Ring::footprint(RING_BYTES)
+}
+
+impl ShmTransport {
+    /// Joins the job's shared-memory world: creates this rank's inbox, maps every
+    /// peer's, and unlinks the names once all are mapped. Every rank must be on this node.
+    pub fn new(boot: Arc<dyn Bootstrap>) -> Result<ShmTransport, TransportError> {
+        let (rank, size) = (boot.rank(), boot.size());
+        let job = boot.job_id().to_string();
+        let nodes = boot.allgather("shm-node", boot.node_id().as_bytes())?;
+        if nodes.iter().any(|n| n != boot.node_id().as_bytes()) {
+            return Err(TransportError::Unsupported(
+                "shared memory needs every rank on one node",
+            ));
+        }
+        sys::allow_cross_memory_attach();
+        let name = inbox_name(&job, rank);
+        let own = Arc::new(
+            Mapping::create(&name, inbox_len(size))
+                .map_err(|e| fail(&format!("create {name}"), e))?,
+        );
+        let pids = boot.allgather("shm-pid", &sys::pid().to_le_bytes())?;
+        let pids: Vec<u32> = pids
+            .iter()
+            .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
+            .collect::<Result<_, _>>()
+            .map_err(|_| TransportError::Failed("bad pid from bootstrap".into()))?;
+        let mut inboxes = Vec::with_capacity(size);
+        for r in 0..size as Rank {
+            if r == rank {
+                inboxes.push(own.clone());
+            } else {
+                let n = inbox_name(&job, r);
+                inboxes.push(Arc::new(
+                    Mapping::open(&n, inbox_len(size))
+                        .map_err(|e| fail(&format!("open {n}"), e))?,
+                ));
+            }
+        }
+        boot.barrier()?;
+        let _ = sys::unlink(&name);
+        Ok(ShmTransport {
+            boot,
+            rank,
+            size,
+            job,
+            inboxes,
+            send_locks: (0..size).map(|_| Mutex::new(())).collect(),
+            pids,
+            windows: RwLock::new(HashMap::new()),
+            slots: Arc::new(Mutex::new(SlotTable {
+                used: vec![false; LOCK_SLOTS],
+            })),
+            next_segment: AtomicU64::new(0),
+            collective: AtomicU32::new(0),
+            polls: AtomicU64::new(0),
+            reported_dead: Mutex::new(vec![false; size]),
+            scratch: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn region_of(m: &Mapping) -> Region {
+        // SAFETY: the mapping is kept alive by an Arc held wherever the region is used
+        // (inboxes for the transport's life, window mappings in ShmWindow).
+        unsafe { Region::new(m.ptr(), m.len()) }
+    }
+
+    /// The ring that `from` writes and `to` reads.
+    fn ring(&self, from: Rank, to: Rank) -> Ring {
+        Ring::new(
+            Self::region_of(&self.inboxes[to as usize]),
+            LOCK_TABLE + from as usize * Ring::footprint(RING_BYTES),
+            RING_BYTES,
+        )
+    }
+
+    fn take_slot(&self) -> Result<u32, TransportError> {
+        let mut t = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let i = t
+            .used
+            .iter()
+            .position(|u| !u)
+            .ok_or(TransportError::Failed("more than 1024 live windows".into()))?;
+        t.used[i] = true;
+        // A fresh lock word: nobody holds it.
+        Self::region_of(&self.inboxes[self.rank as usize])
+            .atomic_u64(i * 64)
+            .store(0, Ordering::SeqCst);
+        Ok(i as u32)
+    }
+
+    fn window(&self, win: u32) -> Result<Arc<ShmWindow>, TransportError> {
+        self.windows
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&win)
+            .cloned()
+            .ok_or(TransportError::Failed(format!(
+                "window {win} unknown to the shm transport"
+            )))
+    }
+
+    fn mapped(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+    ) -> Result<(Arc<ShmWindow>, Region, usize), TransportError> {
+        let w = self.window(win)?;
+        let region = match &w.peers[target as usize].memory {
+            PeerMemory::Mapped(r) => *r,
+            _ => return Err(TransportError::Unsupported("window memory not mapped")),
+        };
+        let off = offset as usize;
+        if !region.contains(off, len) {
+            return Err(TransportError::Failed(
+                "access outside the target's window".into(),
+            ));
+        }
+        Ok((w, region, off))
+    }
+
+    fn lock_word(
+        &self,
+        win: u32,
+        target: Rank,
+    ) -> Result<(Arc<ShmWindow>, Region), TransportError> {
+        let w = self.window(win)?;
+        let r = w.peers[target as usize]
+            .lock
+            .ok_or(TransportError::Unsupported("native locks"))?;
+        Ok((w, r))
+    }
+
+    fn check_liveness(&self, events: &mut Vec<Event>) {
+        let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
+        for (r, pid) in self.pids.iter().enumerate() {
+            if r as Rank != self.rank && !reported[r] && !sys::alive(*pid) {
+                reported[r] = true;
+                tracing::warn!(rank = r, pid, "peer process is gone");
+                events.push(Event::PeerFailed { rank: r as Rank });
+            }
+        }
+    }
+}
+
+fn full_capabilities() -> Capabilities {
+    Capabilities {
+        rdma_write: true,
+        rdma_read: true,
+        atomics: Capabilities::all_atomics(),
+        compare_and_swap: 0x7fe,
+        inject_size: usize::MAX,
+        max_message: RING_BYTES / 2 - 8,
+        shared_memory: true,
+        native_locks: true,
+    }
+}
+
+impl Transport for ShmTransport {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn capabilities(&self, _target: Rank) -> Capabilities {
+        full_capabilities()
+    }
+    fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
+        let am = Capabilities {
+            max_message: RING_BYTES / 2 - 8,
+            ..Capabilities::ACTIVE_MESSAGES_ONLY
+        };
+        let Ok(w) = self.window(win) else { return am };
+        let peer = &w.peers[target as usize];
+        let native_locks = peer.lock.is_some();
+        match peer.memory {
+            PeerMemory::Mapped(_) => full_capabilities(),
+            PeerMemory::CrossMemory { .. } => Capabilities {
+                rdma_write: true,
+                rdma_read: true,
+                native_locks,
+                ..am
+            },
+            PeerMemory::None => Capabilities { native_locks, ..am },
+        }
+    }
+
+    fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+        let n = self.next_segment.fetch_add(1, Ordering::Relaxed);
+        let name = format!("/rma-{}-{}-s{n}", self.job, self.rank);
+        let mapping =
+            Arc::new(Mapping::create(&name, len).map_err(|e| fail(&format!("create {name}"), e))?);
+        let lock_slot = self.take_slot()?;
+        Ok(Arc::new(LocalSegment {
+            region: {
+                // SAFETY: the mapping lives as long as the segment (held in `mapping`).
+                unsafe { Region::new(mapping.ptr(), len) }
+            },
+            mapping: Some(mapping),
+            name: Some(name),
+            user: Mutex::new(None),
+            lock_slot,
+            slots: self.slots.clone(),
+        }))
+    }
+
+    fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
+        let bytes = memory.bytes_mut();
+        // SAFETY: the heap buffer of the user's Vec does not move while the box is owned
+        // by the segment (it is only handed back by `into_user_memory`, consuming it).
+        let region = unsafe { Region::new(bytes.as_mut_ptr(), bytes.len()) };
+        let lock_slot = self.take_slot()?;
+        Ok(Arc::new(LocalSegment {
+            region,
+            mapping: None,
+            name: None,
+            user: Mutex::new(Some(memory)),
+            lock_slot,
+            slots: self.slots.clone(),
+        }))
+    }
+
+    fn window_ready(
+        &self,
+        win: u32,
+        local: Option<&Arc<dyn Segment>>,
+        remote: &[RemoteSegment],
+    ) -> Result<(), TransportError> {
+        if local.is_none() {
+            // Dynamic window: regions are reached by active messages.
+            let peers = (0..self.size)
+                .map(|_| PeerWindow {
+                    memory: PeerMemory::None,
+                    lock: None,
+                })
+                .collect();
+            self.windows
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    win,
+                    Arc::new(ShmWindow {
+                        peers,
+                        _mappings: Vec::new(),
+                    }),
+                );
+            return Ok(());
+        }
+        let mut peers = Vec::with_capacity(self.size);
+        let mut mappings = Vec::new();
+        for (r, seg) in remote.iter().enumerate() {
+            let k = &seg.key;
+            if k.len() < 5 {
+                return Err(TransportError::Failed(format!(
+                    "bad window descriptor from rank {r}"
+                )));
+            }
+            let slot = u32::from_le_bytes(k[1..5].try_into().expect("4 bytes")) as usize;
+            if slot >= LOCK_SLOTS {
+                return Err(TransportError::Failed(format!(
+                    "bad lock slot from rank {r}"
+                )));
+            }
+            let lock = Region::at_inbox(&self.inboxes[r], slot);
+            let memory = match k[0] {
+                0 => {
+                    let name = std::str::from_utf8(&k[5..])
+                        .map_err(|_| TransportError::Failed("bad segment name".into()))?;
+                    let m = Arc::new(
+                        Mapping::open(name, seg.len as usize)
+                            .map_err(|e| fail(&format!("open {name}"), e))?,
+                    );
+                    // SAFETY: `m` stays alive in this window's `_mappings`.
+                    let region = unsafe { Region::new(m.ptr(), seg.len as usize) };
+                    mappings.push(m);
+                    PeerMemory::Mapped(region)
+                }
+                1 if k.len() >= 17 => {
+                    let pid = u32::from_le_bytes(k[5..9].try_into().expect("4 bytes"));
+                    let addr = u64::from_le_bytes(k[9..17].try_into().expect("8 bytes"));
+                    let len = seg.len as usize;
+                    // Probe: cross-memory attach may be forbidden (ptrace scope, containers).
+                    let mut probe = [0u8; 1];
+                    if len == 0 || sys::read_remote(pid, addr, &mut probe).is_ok() {
+                        PeerMemory::CrossMemory { pid, addr, len }
+                    } else {
+                        tracing::info!(rank = r, "cross-memory attach refused: active messages");
+                        PeerMemory::None
+                    }
+                }
+                _ => {
+                    return Err(TransportError::Failed(format!(
+                        "bad window descriptor from rank {r}"
+                    )))
+                }
+            };
+            peers.push(PeerWindow {
+                memory,
+                lock: Some(lock),
+            });
+        }
+        self.windows
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                win,
+                Arc::new(ShmWindow {
+                    peers,
+                    _mappings: mappings,
+                }),
+            );
+        // Everyone has mapped every segment: the names can go.
+        self.boot.barrier()?;
+        if let Some(seg) = local {
+            let key = seg.descriptor();
+            if key.first() == Some(&0) {
+                if let Ok(name) = std::str::from_utf8(&key[5..]) {
+                    let _ = sys::unlink(name);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn window_freed(&self, win: u32) {
+        self.windows
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&win);
+    }
+
+    fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
+        let w = self.window(win).ok()?;
+        match w.peers.get(rank as usize)?.memory {
+            PeerMemory::Mapped(r) => Some(r.base() as usize),
+            _ => None,
+        }
+    }
+
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
+        let n = self.collective.fetch_add(1, Ordering::Relaxed);
+        self.boot.allgather(&format!("shm-ag{n}"), mine)
+    }
+
+    fn barrier(&self) -> Result<(), TransportError> {
+        self.boot.barrier()
+    }
+
+    fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
+        let ring = self.ring(self.rank, target);
+        if packet.len() > ring.max_payload() {
+            return Err(TransportError::Failed(format!(
+                "active message of {} bytes exceeds the ring",
+                packet.len()
+            )));
+        }
+        let _g = self.send_locks[target as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if ring.push(packet) {
+            Ok(())
+        } else {
+            Err(TransportError::Busy)
+        }
+    }
+
+    fn put(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        _token: u64,
+    ) -> Result<Issued, TransportError> {
+        let w = self.window(win)?;
+        match &w.peers[target as usize].memory {
+            PeerMemory::Mapped(region) => {
+                let off = offset as usize;
+                if !region.contains(off, data.len()) {
+                    return Err(TransportError::Failed(
+                        "put outside the target's window".into(),
+                    ));
+                }
+                region.write(off, data);
+            }
+            PeerMemory::CrossMemory { pid, addr, len } => {
+                if offset as usize + data.len() > *len {
+                    return Err(TransportError::Failed(
+                        "put outside the target's window".into(),
+                    ));
+                }
+                sys::write_remote(*pid, addr + offset, data)
+                    .map_err(|e| fail("process_vm_writev", e))?;
+            }
+            PeerMemory::None => return Err(TransportError::Unsupported("put to unmapped memory")),
+        }
+        Ok(Issued::Complete(None))
+    }
+
+    fn get(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        _token: u64,
+    ) -> Result<Issued, TransportError> {
+        let w = self.window(win)?;
+        let mut out = vec![0; len];
+        match &w.peers[target as usize].memory {
+            PeerMemory::Mapped(region) => {
+                if !region.contains(offset as usize, len) {
+                    return Err(TransportError::Failed(
+                        "get outside the target's window".into(),
+                    ));
+                }
+                region.read(offset as usize, &mut out);
+            }
+            PeerMemory::CrossMemory {
+                pid,
+                addr,
+                len: wlen,
+            } => {
+                if offset as usize + len > *wlen {
+                    return Err(TransportError::Failed(
+                        "get outside the target's window".into(),
+                    ));
+                }
+                sys::read_remote(*pid, addr + offset, &mut out)
+                    .map_err(|e| fail("process_vm_readv", e))?;
+            }
+            PeerMemory::None => {
+                return Err(TransportError::Unsupported("get from unmapped memory"))
+            }
+        }
+        Ok(Issued::Complete(Some(out)))
+    }
+
+    fn atomic(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        _token: u64,
+    ) -> Result<Issued, TransportError> {
+        let old = match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch,
+            } => {
+                let (_w, region, off) = self.mapped(win, target, offset, operand.len())?;
+                let old = atomics::accumulate(&region, off, op, datatype, operand)
+                    .ok_or(TransportError::Unsupported("misaligned atomic"))?;
+                fetch.then_some(old)
+            }
+            NativeAtomic::CompareAndSwap {
+                datatype,
+                compare,
+                swap,
+            } => {
+                debug_assert_eq!(compare.len(), DataType::size(datatype));
+                let (_w, region, off) = self.mapped(win, target, offset, compare.len())?;
+                Some(
+                    atomics::compare_and_swap(&region, off, compare, swap)
+                        .ok_or(TransportError::Unsupported("misaligned atomic"))?,
+                )
+            }
+        };
+        Ok(Issued::Complete(old))
+    }
+
+    fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        let (_w, r) = self.lock_word(win, target)?;
+        let word = r.atomic_u64(0);
+        let cur = word.load(Ordering::Acquire);
+        if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
+            return Ok(false);
+        }
+        let next = if exclusive { EXCLUSIVE } else { cur + 1 };
+        // Acquire: the lock is taken before any access of the epoch (seed 004, passive row:
+        // PROC_SYNC "lock granted", then MEM_SYNC by the engine).
+        Ok(word
+            .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok())
+    }
+
+    fn unlock(&self, win: u32, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        let (_w, r) = self.lock_word(win, target)?;
+        let word = r.atomic_u64(0);
+        // Release: every access of the epoch happens before the lock is seen free (seed 004,
+        // passive row: MEM_SYNC by the engine, then PROC_SYNC "lock released").
+        if exclusive {
+            word.store(0, Ordering::Release);
+        } else {
+            word.fetch_sub(1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
+        let before = events.len();
+        let mut buf = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        for from in 0..self.size as Rank {
+            let ring = self.ring(from, self.rank);
+            while ring.pop(&mut buf) {
+                events.push(Event::Received {
+                    from,
+                    data: buf.clone(),
+                });
+            }
+        }
+        // Liveness is a syscall per peer: check it now and then, not on every poll.
+        if self.polls.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
+            self.check_liveness(events);
+        }
+        Ok(events.len() - before)
+    }
+}
+
+impl Region {
+    /// The lock word of `slot` in an inbox mapping.
+    fn at_inbox(inbox: &Arc<Mapping>, slot: usize) -> Region {
+        assert!(slot < LOCK_SLOTS);
+        // SAFETY: slot < LOCK_SLOTS keeps the word inside the inbox's lock table; inbox
+        // mappings live as long as the transport, which outlives its windows.
+        unsafe { Region::new(inbox.ptr().add(slot * 64), 8) }
+    }
+}

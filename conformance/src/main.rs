@@ -1,0 +1,585 @@
+//! `rma-conformance CASE [KIND]`: one case of the conformance suite, run by every rank of
+//! a job (`rma-run -n N rma-conformance CASE`). Exits 0 when the case holds, 3 when a
+//! case expecting a dead peer saw one, non-zero otherwise. Backend and launcher come
+//! from the environment (`RMA_BACKEND`, the launcher's variables), so the same suite
+//! runs unchanged on every backend.
+
+use std::time::{Duration, Instant};
+
+use rma::{
+    AccOp, Assert, Error, LockType, PeerError, Rank, Request, Result, UsageError, Window, World,
+};
+
+const N: usize = 16;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let case = args.first().map(String::as_str).unwrap_or("");
+    let kind = args.get(1).map(String::as_str).unwrap_or("allocate");
+    let world = match World::init() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("init failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let out = match case {
+        "ops" => ops(&world, kind),
+        "progress" => progress(&world),
+        "fence_then_lock" => fence_then_lock(&world),
+        "stress_fetch_and_op" => stress_fetch_and_op(&world),
+        "stress_lock_counter" => stress_lock_counter(&world),
+        "stress_overlap" => stress_overlap(&world),
+        "litmus" => litmus(&world, kind),
+        "bad_input" => bad_input(&world),
+        "dead_peer" => dead_peer(&world),
+        "passive_target" => passive_target(&world),
+        "no_segments_left" => no_segments_left(&world),
+        _ => {
+            eprintln!("unknown case {case:?}");
+            std::process::exit(2);
+        }
+    };
+    match out {
+        Ok(()) => std::process::exit(0),
+        Err(Error::Peer(PeerError::Dead { rank })) if case == "dead_peer" => {
+            eprintln!("rank {}: peer {rank} is dead, as expected", world.rank());
+            std::process::exit(3);
+        }
+        Err(e) => {
+            eprintln!("rank {}: case {case} failed: {e}", world.rank());
+            std::process::exit(1);
+        }
+    }
+}
+
+fn check(cond: bool, what: &str) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(rma::TransportError::Failed(format!("check failed: {what}")).into())
+    }
+}
+
+// ----- every op under every sync mode -------------------------------------------------
+
+struct Fetched {
+    get_acc: Request<Vec<u64>>,
+    fop: Request<u64>,
+    cas: Request<u64>,
+    get: Request<Vec<u64>>,
+}
+
+fn initial(me: Rank) -> Vec<u64> {
+    let m = me as u64;
+    let mut v = vec![0u64; N];
+    v[4..8].copy_from_slice(&[100, 100, 100, 100]);
+    v[8..10].copy_from_slice(&[7, 8]);
+    v[10] = 1000;
+    v[12..16].copy_from_slice(&[m * 10, m * 10 + 1, m * 10 + 2, m * 10 + 3]);
+    v
+}
+
+/// Window addressing: element displacement (static windows) or attached address.
+fn issue(win: &Window<u64>, base: u64, me: Rank, right: Rank) -> Result<Fetched> {
+    let m = me as u64;
+    let d = |i: u64| base + i * if base == 0 { 1 } else { 8 };
+    win.put(&[m, m + 1, m + 2, m + 3], right, d(0))?;
+    win.accumulate(&[1, 2, 3, 4], AccOp::Sum, right, d(4))?;
+    Ok(Fetched {
+        get_acc: win.get_accumulate(&[10, 10], AccOp::Sum, right, d(8))?,
+        fop: win.fetch_and_op(5, AccOp::Sum, right, d(10))?,
+        cas: win.compare_and_swap(0, m + 1, right, d(11))?,
+        get: win.get(right, d(12), 4)?,
+    })
+}
+
+fn check_fetched(f: Fetched, right: Rank) -> Result<()> {
+    let r = right as u64;
+    check(f.get_acc.wait()? == vec![7, 8], "get_accumulate result")?;
+    check(f.fop.wait()? == 1000, "fetch_and_op result")?;
+    check(f.cas.wait()? == 0, "compare_and_swap result")?;
+    check(
+        f.get.wait()? == vec![r * 10, r * 10 + 1, r * 10 + 2, r * 10 + 3],
+        "get result",
+    )
+}
+
+fn check_window(v: &[u64], left: Rank) -> Result<()> {
+    let l = left as u64;
+    check(v[0..4] == [l, l + 1, l + 2, l + 3], "put landed")?;
+    check(v[4..8] == [101, 102, 103, 104], "accumulate landed")?;
+    check(v[8..10] == [17, 18], "get_accumulate landed")?;
+    check(v[10] == 1005, "fetch_and_op landed")?;
+    check(v[11] == l + 1, "compare_and_swap landed")
+}
+
+/// One window of the kind, initialized; returns it, the base displacement, and for
+/// dynamic windows the attached address.
+fn make(world: &World, kind: &str) -> Result<(Window<u64>, u64)> {
+    let me = world.rank();
+    Ok(match kind {
+        "allocate" => {
+            let w = world.allocate::<u64>(N)?;
+            w.write_local(0, &initial(me))?;
+            (w, 0)
+        }
+        "shared" => {
+            let w = world.allocate_shared::<u64>(N)?;
+            w.write_local(0, &initial(me))?;
+            let (base, len) = w.shared_query((me + 1) % world.size() as Rank)?;
+            check(base != 0 && len == N * 8, "shared_query")?;
+            (w, 0)
+        }
+        "create" => (world.create(initial(me))?, 0),
+        "dynamic" => {
+            let w = world.create_dynamic::<u64>()?;
+            // Every rank attaches one region first: the addresses agree.
+            let addr = w.attach(initial(me))?;
+            (w, addr)
+        }
+        other => {
+            return Err(rma::TransportError::Failed(format!("unknown window kind {other}")).into())
+        }
+    })
+}
+
+fn snapshot(win: &Window<u64>, kind: &str, base: u64) -> Result<Vec<u64>> {
+    if kind == "dynamic" {
+        // Read our own region through the window (a self get under a self lock).
+        win.lock(LockType::Shared, 0, Assert::NONE).ok();
+        let me_get = win.get(0, base, N);
+        win.unlock(0).ok();
+        let _ = me_get;
+    }
+    Ok(win.local_to_vec())
+}
+
+fn ops(world: &World, kind: &str) -> Result<()> {
+    let (me, n) = (world.rank(), world.size() as Rank);
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    for mode in [
+        "fence",
+        "pscw",
+        "lock_exclusive",
+        "lock_shared",
+        "lock_all",
+        "lock_all_nocheck",
+    ] {
+        let (win, base) = make(world, kind)?;
+        world.barrier()?;
+        let f = match mode {
+            "fence" => {
+                win.fence(Assert::NOPRECEDE)?;
+                let f = issue(&win, base, me, right)?;
+                win.fence(Assert::NOSUCCEED)?;
+                f
+            }
+            "pscw" => {
+                win.post(&[left], Assert::NONE)?;
+                win.start(&[right], Assert::NONE)?;
+                let f = issue(&win, base, me, right)?;
+                win.complete()?;
+                win.wait()?;
+                f
+            }
+            "lock_exclusive" | "lock_shared" => {
+                let t = if mode == "lock_shared" {
+                    LockType::Shared
+                } else {
+                    LockType::Exclusive
+                };
+                win.lock(t, right, Assert::NONE)?;
+                let f = issue(&win, base, me, right)?;
+                win.unlock(right)?;
+                f
+            }
+            _ => {
+                win.lock_all(if mode == "lock_all" {
+                    Assert::NONE
+                } else {
+                    Assert::NOCHECK
+                })?;
+                let f = issue(&win, base, me, right)?;
+                win.flush(right)?;
+                win.unlock_all()?;
+                f
+            }
+        };
+        check_fetched(f, right)?;
+        world.barrier()?;
+        let v = if kind == "dynamic" {
+            let mine = win.detach(base)?;
+            win.free()?;
+            mine
+        } else if kind == "create" {
+            win.free()?.unwrap_or_default()
+        } else {
+            let v = snapshot(&win, kind, base)?;
+            win.free()?;
+            v
+        };
+        check_window(&v, left)
+            .map_err(|e| rma::TransportError::Failed(format!("{mode} on {kind}: {e}")))?;
+    }
+    Ok(())
+}
+
+// ----- progress (seed 003) and fence completion (seed 001) ----------------------------
+
+fn progress(world: &World) -> Result<()> {
+    let win = world.allocate::<u32>(2)?;
+    let me = world.rank();
+    let peer = if me < 2 { 1 - me } else { me };
+    if me < 2 {
+        // Symmetric post-start-put-complete-wait.
+        win.post(&[peer], Assert::NONE)?;
+        win.start(&[peer], Assert::NONE)?;
+        win.put(&[me + 5], peer, 0)?;
+        win.complete()?;
+        win.wait()?;
+        check(win.local_to_vec()[0] == peer + 5, "symmetric PSCW")?;
+    }
+    world.barrier()?;
+    // start-put-complete then "send" (a barrier) on rank 0; post, "recv", wait on rank 1.
+    if me == 0 {
+        win.start(&[1], Assert::NONE)?;
+        win.put(&[77], 1, 1)?;
+        win.complete()?;
+        world.barrier()?;
+    } else {
+        if me == 1 {
+            win.post(&[0], Assert::NONE)?;
+        }
+        world.barrier()?;
+        if me == 1 {
+            win.wait()?;
+            check(win.local_to_vec()[1] == 77, "complete before wait")?;
+        }
+    }
+    world.barrier()?;
+    win.free()?;
+    Ok(())
+}
+
+fn fence_then_lock(world: &World) -> Result<()> {
+    let win = world.allocate::<u64>(2)?;
+    win.fence(Assert::NONE)?;
+    if world.rank() == 0 {
+        win.put(&[1234], 1, 0)?;
+    }
+    win.fence(Assert::NOSUCCEED)?;
+    let last = world.size() as Rank - 1;
+    if world.rank() == last {
+        win.lock(LockType::Shared, 1, Assert::NOCHECK)?;
+        let g = win.get(1, 0, 1)?;
+        win.unlock(1)?;
+        check(
+            g.wait()? == vec![1234],
+            "a fence completes its puts at the target",
+        )?;
+    }
+    world.barrier()?;
+    win.free()?;
+    Ok(())
+}
+
+// ----- stress -------------------------------------------------------------------------------
+
+fn stress_fetch_and_op(world: &World) -> Result<()> {
+    let win = world.allocate::<u64>(1)?;
+    win.lock_all(Assert::NONE)?;
+    let mut last = 0;
+    for _ in 0..100_000 {
+        let old = win.fetch_and_op(1, AccOp::Sum, 0, 0)?.wait()?;
+        check(old >= last, "fetch_and_op results of one origin increase")?;
+        last = old;
+    }
+    win.unlock_all()?;
+    world.barrier()?;
+    if world.rank() == 0 {
+        check(
+            win.local_to_vec()[0] == 100_000 * world.size() as u64,
+            "every fetch_and_op counted",
+        )?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+fn stress_lock_counter(world: &World) -> Result<()> {
+    let win = world.allocate::<u64>(1)?;
+    for _ in 0..10_000 {
+        win.lock(LockType::Exclusive, 0, Assert::NONE)?;
+        let v = win.get(0, 0, 1)?.wait()?[0];
+        win.put(&[v + 1], 0, 0)?;
+        win.unlock(0)?;
+    }
+    world.barrier()?;
+    if world.rank() == 0 {
+        check(
+            win.local_to_vec()[0] == 10_000 * world.size() as u64,
+            "no increment lost under exclusive locks",
+        )?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+fn stress_overlap(world: &World) -> Result<()> {
+    let me = world.rank() as i64;
+    let win = world.allocate::<i64>(64)?;
+    win.lock_all(Assert::NONE)?;
+    for i in 0..2_000i64 {
+        // Rank r adds over [r*8, r*8+32): ranges overlap between neighbours.
+        let start = (me * 8) as u64;
+        win.accumulate(&[1; 32], AccOp::Sum, 0, start)?;
+        win.accumulate(&[i * 10 + me], AccOp::Max, 0, 63)?;
+    }
+    win.unlock_all()?;
+    world.barrier()?;
+    if me == 0 {
+        let v = win.local_to_vec();
+        let n = world.size() as i64;
+        for (k, x) in v.iter().enumerate().take(63) {
+            let covering = (0..n)
+                .filter(|r| (r * 8..r * 8 + 32).contains(&(k as i64)))
+                .count() as i64;
+            check(*x == covering * 2_000, "overlapping sums exact")?;
+        }
+        check(v[63] == 1_999 * 10 + n - 1, "max exact")?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+// ----- message-passing litmus ------------------------------------------------------------
+
+fn litmus(world: &World, mode: &str) -> Result<()> {
+    const REPS: u64 = 100_000;
+    let me = world.rank();
+    // Slot 0: data, slot 1: flag.
+    let win = world.allocate::<u64>(2)?;
+    world.barrier()?;
+    match mode {
+        "fence" => {
+            win.fence(Assert::NOPRECEDE)?;
+            for i in 1..=REPS {
+                if me == 0 {
+                    win.put(&[i], 1, 0)?;
+                    win.put(&[i], 1, 1)?;
+                }
+                win.fence(Assert::NONE)?;
+                if me == 1 {
+                    let v = win.local_to_vec();
+                    check(v[1] != i || v[0] == i, "flag seen without its data (fence)")?;
+                    check(v[1] == i, "fence completed the epoch's puts")?;
+                }
+                win.fence(Assert::NONE)?;
+            }
+            win.fence(Assert::NOSUCCEED)?;
+        }
+        "pscw" => {
+            for i in 1..=REPS {
+                if me == 0 {
+                    win.start(&[1], Assert::NONE)?;
+                    win.put(&[i], 1, 0)?;
+                    win.put(&[i], 1, 1)?;
+                    win.complete()?;
+                } else if me == 1 {
+                    win.post(&[0], Assert::NONE)?;
+                    win.wait()?;
+                    let v = win.local_to_vec();
+                    check(
+                        v[1] == i && v[0] == i,
+                        "wait returned before the epoch's puts",
+                    )?;
+                }
+            }
+        }
+        "lock" => {
+            // Rank 0 writes data then flag under exclusive locks; rank 1 reads flag then
+            // data under a lock of its own window: data is never older than the flag.
+            for i in 1..=REPS {
+                if me == 0 {
+                    win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+                    win.put(&[i], 1, 0)?;
+                    win.flush(1)?;
+                    win.put(&[i], 1, 1)?;
+                    win.unlock(1)?;
+                } else if me == 1 {
+                    win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+                    let v = win.local_to_vec();
+                    win.unlock(1)?;
+                    check(v[0] >= v[1], "flag seen without its data (lock)")?;
+                }
+            }
+        }
+        "lock_all" => {
+            win.lock_all(Assert::NONE)?;
+            for i in 1..=REPS {
+                if me == 0 {
+                    win.put(&[i], 1, 0)?;
+                    win.flush(1)?;
+                    win.put(&[i], 1, 1)?;
+                    win.flush(1)?;
+                } else if me == 1 {
+                    let flag = win.get(1, 1, 1)?;
+                    win.flush(1)?;
+                    let flag = flag.wait()?[0];
+                    let data = win.get(1, 0, 1)?;
+                    win.flush(1)?;
+                    check(
+                        data.wait()?[0] >= flag,
+                        "flag seen without its data (lock_all/flush)",
+                    )?;
+                }
+            }
+            win.unlock_all()?;
+        }
+        other => {
+            return Err(rma::TransportError::Failed(format!("unknown litmus mode {other}")).into())
+        }
+    }
+    world.barrier()?;
+    win.free()?;
+    Ok(())
+}
+
+// ----- bad input, dead peers, passive target ---------------------------------------------
+
+fn usage<T: std::fmt::Debug>(r: Result<T>) -> Result<UsageError> {
+    match r {
+        Err(Error::Usage(u)) => Ok(u),
+        other => Err(
+            rma::TransportError::Failed(format!("expected a usage error, got {other:?}")).into(),
+        ),
+    }
+}
+
+fn bad_input(world: &World) -> Result<()> {
+    let win = world.allocate::<f64>(4)?;
+    let me = world.rank();
+    let peer = (me + 1) % world.size() as Rank;
+    check(
+        matches!(usage(win.put(&[1.0], peer, 0))?, UsageError::NoEpoch { .. }),
+        "op outside an epoch",
+    )?;
+    check(
+        matches!(usage(win.unlock(peer))?, UsageError::NotLocked { .. }),
+        "unlock without lock",
+    )?;
+    win.lock(LockType::Shared, peer, Assert::NONE)?;
+    check(
+        matches!(
+            usage(win.put(&[1.0; 2], peer, 3))?,
+            UsageError::OutOfBounds { .. }
+        ),
+        "displacement past the window",
+    )?;
+    check(
+        matches!(
+            usage(win.accumulate(&[1.0], AccOp::Bxor, peer, 0))?,
+            UsageError::OpNotForType { .. }
+        ),
+        "wrong op for the type",
+    )?;
+    check(
+        matches!(
+            usage(win.lock_all(Assert::NONE))?,
+            UsageError::EpochConflict { .. }
+        ),
+        "nested epochs",
+    )?;
+    win.unlock(peer)?;
+    world.barrier()?;
+    win.start(&[peer], Assert::NONE)?;
+    check(
+        matches!(
+            usage(win.put(&[1.0], me, 0))?,
+            UsageError::NotInGroup { .. }
+        ) || me == peer,
+        "target outside the group",
+    )?;
+    win.post(
+        &[(me + world.size() as Rank - 1) % world.size() as Rank],
+        Assert::NONE,
+    )?;
+    win.complete()?;
+    win.wait()?;
+    check(win.local_to_vec() == vec![0.0; 4], "misuse changed nothing")?;
+    world.barrier()?;
+    win.free()?;
+    Ok(())
+}
+
+fn dead_peer(world: &World) -> Result<()> {
+    let win = world.allocate::<u64>(4)?;
+    win.fence(Assert::NOPRECEDE)?;
+    if world.rank() == 1 {
+        // Die mid-epoch without a word.
+        // SAFETY: kill(2) on our own pid with SIGKILL: the process ends here.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    win.put(&[1], 0, 0)?;
+    let start = Instant::now();
+    let r = win.fence(Assert::NONE);
+    check(
+        start.elapsed() < Duration::from_secs(10),
+        "the dead peer was noticed within 10 s",
+    )?;
+    r
+}
+
+fn passive_target(world: &World) -> Result<()> {
+    let win = world.allocate::<u64>(2)?;
+    world.barrier()?;
+    if world.rank() == 1 {
+        // Two seconds of computing with no library call.
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_secs(2) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+    } else if world.rank() == 0 {
+        std::thread::sleep(Duration::from_millis(200));
+        let start = Instant::now();
+        win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+        win.put(&[41, 42], 1, 0)?;
+        win.unlock(1)?;
+        let took = start.elapsed();
+        check(
+            took < Duration::from_millis(500),
+            "lock/put/unlock waited for the computing target",
+        )?;
+    }
+    world.barrier()?;
+    if world.rank() == 1 {
+        check(win.local_to_vec() == vec![41, 42], "the put landed")?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+fn no_segments_left(world: &World) -> Result<()> {
+    let a = world.allocate::<u64>(1024)?;
+    let s = world.allocate_shared::<u8>(4096)?;
+    world.barrier()?;
+    let prefix = format!("rma-{}-", world.bootstrap().job_id());
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    check(
+        left.is_empty(),
+        &format!("segments unlinked once mapped, found {left:?}"),
+    )?;
+    a.free()?;
+    s.free()?;
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! Element-wise atomic accumulate and compare-and-swap on shared memory with CPU atomics:
+//! every (op, type) pair, atomic per element across processes. Integer sums and bitwise
+//! ops and replace map to single instructions; the rest (min, max, prod, logical ops,
+//! floating point) are compare-exchange loops over the element's bits.
+
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
+
+use rma_core::{AccOp, DataType};
+
+use crate::region::Region;
+
+macro_rules! width {
+    ($atomic:ty, $uint:ty, $ptr:expr, $op:expr, $dt:expr, $operand:expr) => {{
+        debug_assert!(($ptr as usize) % std::mem::size_of::<$uint>() == 0);
+        // SAFETY: the caller checked range and alignment of `$ptr` inside a live region;
+        // peers only access window elements atomically or as plain copies during epochs
+        // that MPI declares conflicting.
+        let a = unsafe { <$atomic>::from_ptr($ptr.cast()) };
+        let operand = <$uint>::from_ne_bytes($operand.try_into().expect("element size"));
+        let signed_or_float = !matches!(
+            $dt,
+            DataType::U8 | DataType::U16 | DataType::U32 | DataType::U64
+        );
+        let old = match $op {
+            AccOp::Sum if $dt.is_integer() => a.fetch_add(operand, SeqCst),
+            AccOp::Band => a.fetch_and(operand, SeqCst),
+            AccOp::Bor => a.fetch_or(operand, SeqCst),
+            AccOp::Bxor => a.fetch_xor(operand, SeqCst),
+            AccOp::Replace => a.swap(operand, SeqCst),
+            AccOp::NoOp => a.load(SeqCst),
+            AccOp::Max | AccOp::Min if !signed_or_float => {
+                if $op == AccOp::Max {
+                    a.fetch_max(operand, SeqCst)
+                } else {
+                    a.fetch_min(operand, SeqCst)
+                }
+            }
+            _ => {
+                let mut cur = a.load(SeqCst);
+                loop {
+                    let mut next = cur.to_ne_bytes();
+                    rma_core::apply_accumulate($op, $dt, &mut next, &operand.to_ne_bytes());
+                    match a.compare_exchange_weak(cur, <$uint>::from_ne_bytes(next), SeqCst, SeqCst)
+                    {
+                        Ok(prev) => break prev,
+                        Err(now) => cur = now,
+                    }
+                }
+            }
+        };
+        old.to_ne_bytes().to_vec()
+    }};
+}
+
+/// Applies `op` element-wise at `offset` of `region`; returns the previous values.
+/// `None` if an element is misaligned (the caller falls back to another path).
+pub fn accumulate(
+    region: &Region,
+    offset: usize,
+    op: AccOp,
+    dt: DataType,
+    operand: &[u8],
+) -> Option<Vec<u8>> {
+    let size = dt.size();
+    let ptr = region.at(offset, operand.len());
+    if !(ptr as usize).is_multiple_of(size) {
+        return None;
+    }
+    let mut old = Vec::with_capacity(operand.len());
+    for (i, o) in operand.chunks_exact(size).enumerate() {
+        let p = region.at(offset + i * size, size);
+        old.extend(match size {
+            1 => width!(AtomicU8, u8, p, op, dt, o),
+            2 => width!(AtomicU16, u16, p, op, dt, o),
+            4 => width!(AtomicU32, u32, p, op, dt, o),
+            _ => width!(AtomicU64, u64, p, op, dt, o),
+        });
+    }
+    Some(old)
+}
+
+macro_rules! cas_width {
+    ($atomic:ty, $uint:ty, $ptr:expr, $c:expr, $s:expr) => {{
+        // SAFETY: as in `width!`: in range and aligned (checked by the caller).
+        let a = unsafe { <$atomic>::from_ptr($ptr.cast()) };
+        let c = <$uint>::from_ne_bytes($c.try_into().expect("element size"));
+        let s = <$uint>::from_ne_bytes($s.try_into().expect("element size"));
+        match a.compare_exchange(c, s, SeqCst, SeqCst) {
+            Ok(v) | Err(v) => v.to_ne_bytes().to_vec(),
+        }
+    }};
+}
+
+/// Compare-and-swap of one element (bitwise comparison); returns the previous value.
+pub fn compare_and_swap(
+    region: &Region,
+    offset: usize,
+    compare: &[u8],
+    swap: &[u8],
+) -> Option<Vec<u8>> {
+    let size = compare.len();
+    let p = region.at(offset, size);
+    if !(p as usize).is_multiple_of(size) {
+        return None;
+    }
+    Some(match size {
+        1 => cas_width!(AtomicU8, u8, p, compare, swap),
+        2 => cas_width!(AtomicU16, u16, p, compare, swap),
+        4 => cas_width!(AtomicU32, u32, p, compare, swap),
+        _ => cas_width!(AtomicU64, u64, p, compare, swap),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_max_and_float_sum() {
+        let mut buf = [0u64; 4];
+        // SAFETY: `buf` outlives the region.
+        let r = unsafe { Region::new(buf.as_mut_ptr().cast(), 32) };
+        r.write(0, &(-5i64).to_ne_bytes());
+        let old = accumulate(&r, 0, AccOp::Max, DataType::I64, &(-7i64).to_ne_bytes()).unwrap();
+        assert_eq!(i64::from_ne_bytes(old.try_into().unwrap()), -5);
+        let mut v = [0u8; 8];
+        r.read(0, &mut v);
+        assert_eq!(i64::from_ne_bytes(v), -5, "signed max keeps -5 over -7");
+        r.write(8, &1.5f64.to_ne_bytes());
+        accumulate(&r, 8, AccOp::Sum, DataType::F64, &2.25f64.to_ne_bytes()).unwrap();
+        r.read(8, &mut v);
+        assert_eq!(f64::from_ne_bytes(v), 3.75);
+        let old = compare_and_swap(&r, 8, &3.75f64.to_ne_bytes(), &1.0f64.to_ne_bytes()).unwrap();
+        assert_eq!(f64::from_ne_bytes(old.try_into().unwrap()), 3.75);
+        r.read(8, &mut v);
+        assert_eq!(f64::from_ne_bytes(v), 1.0);
+    }
+}

@@ -1,0 +1,162 @@
+//! Single-producer single-consumer byte rings in shared memory: the control plane
+//! (active messages) between two local ranks.
+//!
+//! Layout: producer index (own cache line), consumer index (own cache line), then
+//! `capacity` bytes of records `[len: u32][pad: u32][payload][pad to 8]`. A record that
+//! does not fit before the end leaves a wrap marker (`len == u32::MAX`). The producer
+//! publishes with a Release store of its index, the consumer reads with Acquire, and
+//! frees space with a Release store of its own index.
+
+use std::sync::atomic::Ordering;
+
+use crate::region::Region;
+
+const WRAP: u32 = u32::MAX;
+/// Bytes of the two indices.
+pub const HEADER: usize = 128;
+
+/// A ring inside a mapped region, from byte `start`.
+#[derive(Debug, Clone, Copy)]
+pub struct Ring {
+    region: Region,
+    start: usize,
+    capacity: usize,
+}
+
+fn record_len(payload: usize) -> usize {
+    8 + payload.div_ceil(8) * 8
+}
+
+impl Ring {
+    /// Bytes a ring of `capacity` takes in a segment.
+    pub const fn footprint(capacity: usize) -> usize {
+        HEADER + capacity
+    }
+
+    /// The ring at `start` of `region`; `capacity` is a multiple of 8.
+    pub fn new(region: Region, start: usize, capacity: usize) -> Ring {
+        assert!(capacity.is_multiple_of(8) && region.contains(start, Self::footprint(capacity)));
+        Ring {
+            region,
+            start,
+            capacity,
+        }
+    }
+
+    /// Largest payload one record can carry.
+    pub fn max_payload(&self) -> usize {
+        self.capacity / 2 - 8
+    }
+
+    fn tail(&self) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(self.start)
+    }
+    fn head(&self) -> &std::sync::atomic::AtomicU64 {
+        self.region.atomic_u64(self.start + 64)
+    }
+    fn data(&self, pos: usize) -> usize {
+        self.start + HEADER + pos
+    }
+
+    /// Appends a record; false if there is no room now. Only one producer may call this
+    /// at a time (callers hold a lock per destination).
+    pub fn push(&self, payload: &[u8]) -> bool {
+        assert!(
+            payload.len() <= self.max_payload(),
+            "record larger than the ring allows"
+        );
+        let need = record_len(payload.len());
+        let mut tail = self.tail().load(Ordering::Relaxed);
+        let head = self.head().load(Ordering::Acquire);
+        let cap = self.capacity as u64;
+        let mut pos = (tail % cap) as usize;
+        let waste = if pos + need > self.capacity {
+            self.capacity - pos
+        } else {
+            0
+        };
+        if tail - head + (waste + need) as u64 > cap {
+            return false;
+        }
+        if waste > 0 {
+            self.region.write(self.data(pos), &WRAP.to_ne_bytes());
+            tail += waste as u64;
+            pos = 0;
+        }
+        self.region
+            .write(self.data(pos), &(payload.len() as u32).to_ne_bytes());
+        self.region.write(self.data(pos + 8), payload);
+        // Publish the record: everything written above happens before the consumer's
+        // Acquire load of the tail.
+        self.tail().store(tail + need as u64, Ordering::Release);
+        true
+    }
+
+    /// Takes the next record into `out` (cleared first); false if the ring is empty.
+    /// Only one consumer may call this at a time.
+    pub fn pop(&self, out: &mut Vec<u8>) -> bool {
+        let cap = self.capacity as u64;
+        loop {
+            let head = self.head().load(Ordering::Relaxed);
+            let tail = self.tail().load(Ordering::Acquire);
+            if head == tail {
+                return false;
+            }
+            let pos = (head % cap) as usize;
+            let mut len = [0u8; 4];
+            self.region.read(self.data(pos), &mut len);
+            let len = u32::from_ne_bytes(len);
+            if len == WRAP {
+                self.head()
+                    .store(head + (self.capacity - pos) as u64, Ordering::Release);
+                continue;
+            }
+            let len = len as usize;
+            if len > self.max_payload() {
+                // A corrupt ring: refuse to read past it (the peer wrote nonsense).
+                return false;
+            }
+            out.clear();
+            out.resize(len, 0);
+            self.region.read(self.data(pos + 8), out);
+            // Free the space only after the copy is done.
+            self.head()
+                .store(head + record_len(len) as u64, Ordering::Release);
+            return true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_and_keeps_order_across_threads() {
+        let cap = 256;
+        let mut buf = vec![0u64; Ring::footprint(cap) / 8];
+        // SAFETY: `buf` outlives every use of the region in this test.
+        let region = unsafe { Region::new(buf.as_mut_ptr().cast(), Ring::footprint(cap)) };
+        let ring = Ring::new(region, 0, cap);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0u32..10_000 {
+                    let msg = vec![i as u8; (i % 37) as usize + 4];
+                    let mut m = msg.clone();
+                    m[..4].copy_from_slice(&i.to_ne_bytes());
+                    while !ring.push(&m) {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            let mut out = Vec::new();
+            for i in 0u32..10_000 {
+                while !ring.pop(&mut out) {
+                    std::thread::yield_now();
+                }
+                assert_eq!(u32::from_ne_bytes(out[..4].try_into().unwrap()), i);
+                assert_eq!(out.len(), (i % 37) as usize + 4);
+            }
+        });
+    }
+}

@@ -1,0 +1,191 @@
+//! The thin FFI layer: POSIX shared memory, mmap, cross-memory attach, liveness. Every
+//! unsafe call of the crate that talks to the kernel is here, each argued.
+
+use std::ffi::CString;
+use std::io;
+use std::ptr::NonNull;
+
+/// A shared-memory mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access goes through raw pointers
+// whose synchronization the users of the mapping argue (atomics, epochs).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+fn c_name(name: &str) -> io::Result<CString> {
+    CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in segment name"))
+}
+
+impl Mapping {
+    /// Creates segment `name` (mode 0600, must not exist) of `len` bytes, zeroed, mapped.
+    pub fn create(name: &str, len: usize) -> io::Result<Mapping> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is a valid NUL-terminated string; flags and mode are constants.
+        let fd = unsafe {
+            libc::shm_open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is the descriptor just opened; ftruncate zero-fills the new size.
+        let r = unsafe { libc::ftruncate(fd, len.max(1) as libc::off_t) };
+        let out = if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Self::map(fd, len)
+        };
+        // SAFETY: `fd` is ours and no longer needed once mapped (or on error).
+        unsafe { libc::close(fd) };
+        if out.is_err() {
+            let _ = unlink(name);
+        }
+        out
+    }
+
+    /// Opens and maps an existing segment of `len` bytes.
+    pub fn open(name: &str, len: usize) -> io::Result<Mapping> {
+        let c = c_name(name)?;
+        // SAFETY: `c` is a valid NUL-terminated string.
+        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0o600) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let out = Self::map(fd, len);
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        out
+    }
+
+    fn map(fd: libc::c_int, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping of an open descriptor; the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+
+    /// First byte.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; no reference into it outlives `self`
+        // (holders keep the mapping alive through an Arc).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len.max(1)) };
+    }
+}
+
+/// Removes a segment's name (mappings stay valid).
+pub fn unlink(name: &str) -> io::Result<()> {
+    let c = c_name(name)?;
+    // SAFETY: `c` is a valid NUL-terminated string.
+    if unsafe { libc::shm_unlink(c.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Whether process `pid` still exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return false;
+    }
+    // A killed child not yet reaped is a zombie: dead for us.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => r == 0,
+    }
+}
+
+/// Lets any process of ours read and write this process's memory with
+/// process_vm_readv/writev (Yama's ptrace_scope 1 otherwise allows only descendants).
+pub fn allow_cross_memory_attach() {
+    // SAFETY: prctl with constant arguments; failure only means CMA stays restricted.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+}
+
+/// Copies `local` into process `pid` at address `remote` (cross-memory attach).
+pub fn write_remote(pid: u32, remote: u64, local: &[u8]) -> io::Result<()> {
+    let l = libc::iovec {
+        iov_base: local.as_ptr() as *mut libc::c_void,
+        iov_len: local.len(),
+    };
+    let r = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: local.len(),
+    };
+    // SAFETY: `l` describes a live slice we only read; `r` names memory in another
+    // process, checked by the kernel (EFAULT if unmapped there).
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &l, 1, &r, 1, 0) };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize != local.len() => Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "partial cross-memory write",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Copies from process `pid` at address `remote` into `local`.
+pub fn read_remote(pid: u32, remote: u64, local: &mut [u8]) -> io::Result<()> {
+    let l = libc::iovec {
+        iov_base: local.as_mut_ptr().cast(),
+        iov_len: local.len(),
+    };
+    let r = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: local.len(),
+    };
+    // SAFETY: `l` describes a live slice we own exclusively; `r` is checked by the kernel.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0) };
+    match n {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        n if n as usize != local.len() => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "partial cross-memory read",
+        )),
+        _ => Ok(()),
+    }
+}

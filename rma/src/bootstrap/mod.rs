@@ -1,0 +1,66 @@
+//! Finding out who we are from whatever launched us: `rma-run` (the embedded default),
+//! or nothing (a World of one). `RMA_BOOTSTRAP=run|single` forces one.
+
+mod run;
+mod single;
+
+use std::sync::Arc;
+
+use rma_core::{Bootstrap, Error, TransportError};
+
+pub use run::{RunClient, RunServer};
+pub use single::Single;
+
+/// Environment variables `rma-run` gives each process it starts.
+pub mod env {
+    /// Path of the launcher's Unix socket.
+    pub const SOCKET: &str = "RMA_RUN_SOCKET";
+    /// The process's rank.
+    pub const RANK: &str = "RMA_RUN_RANK";
+    /// Number of ranks.
+    pub const SIZE: &str = "RMA_RUN_SIZE";
+    /// The job's id.
+    pub const JOB: &str = "RMA_RUN_JOB";
+}
+
+/// The node identity: `RMA_NODE_ID` if set (simulated hosts), else the host name.
+pub fn node_id() -> String {
+    if let Ok(id) = std::env::var("RMA_NODE_ID") {
+        return id;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Detects the launcher: `RMA_BOOTSTRAP` if set, then rma-run's variables, then a World
+/// of one. A forced launcher that is not there is an error naming what was looked for.
+pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
+    let forced = std::env::var("RMA_BOOTSTRAP").ok();
+    match forced.as_deref() {
+        Some("single") => return Ok(Arc::new(Single::new())),
+        Some("run") => {
+            return Ok(Arc::new(
+                RunClient::from_env()?.ok_or_else(|| missing("run", env::SOCKET))?,
+            ))
+        }
+        Some(other) => {
+            return Err(TransportError::Failed(format!(
+                "RMA_BOOTSTRAP={other} is not a launcher rma knows (run, single)"
+            ))
+            .into())
+        }
+        None => {}
+    }
+    if let Some(c) = RunClient::from_env()? {
+        return Ok(Arc::new(c));
+    }
+    Ok(Arc::new(Single::new()))
+}
+
+fn missing(which: &str, var: &str) -> Error {
+    TransportError::Failed(format!(
+        "RMA_BOOTSTRAP={which}, but {var} is not set: not started by that launcher"
+    ))
+    .into()
+}

@@ -1,0 +1,164 @@
+//! The embedded launcher behind `rma-run`: starts N local processes, serves their
+//! bootstrap, reaps them promptly, and cleans up after them.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::{env, RunServer};
+
+/// What to launch.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// Number of processes.
+    pub ranks: usize,
+    /// Program to run.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment for every rank.
+    pub env: Vec<(String, String)>,
+    /// After one rank fails, how long the others may run on (to report the failure
+    /// themselves) before they are killed.
+    pub grace: Duration,
+    /// Kill the whole job after this long.
+    pub timeout: Option<Duration>,
+}
+
+impl Launch {
+    /// `ranks` copies of `program` with `args`, 15 s grace, no timeout.
+    pub fn new(ranks: usize, program: impl Into<PathBuf>, args: Vec<String>) -> Launch {
+        Launch {
+            ranks,
+            program: program.into(),
+            args,
+            env: Vec::new(),
+            grace: Duration::from_secs(15),
+            timeout: None,
+        }
+    }
+}
+
+/// How the job ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Each rank's exit status, in rank order.
+    pub statuses: Vec<ExitStatus>,
+    /// The job was killed by the timeout.
+    pub timed_out: bool,
+    /// The job's id (segment names in /dev/shm start with `rma-<job>-`).
+    pub job: String,
+}
+
+impl Outcome {
+    /// Whether every rank exited with status 0.
+    pub fn success(&self) -> bool {
+        !self.timed_out && self.statuses.iter().all(|s| s.success())
+    }
+    /// A process exit code for the launcher: 0, the first failing rank's code, or 128 +
+    /// signal.
+    pub fn code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        if self.timed_out {
+            return 124;
+        }
+        self.statuses.iter().find(|s| !s.success()).map_or(0, |s| {
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+        })
+    }
+}
+
+fn job_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("j{}x{}", std::process::id(), nanos % 1_000_000_000_000)
+}
+
+/// Removes whatever segments of `job` are left in /dev/shm (a rank that crashed before
+/// unlinking its names).
+pub fn cleanup_segments(job: &str) {
+    let prefix = format!("rma-{job}-");
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+}
+
+/// Runs the job to its end.
+pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
+    let job = job_id();
+    let dir = std::env::temp_dir().join(format!("rma-run-{job}"));
+    std::fs::create_dir_all(&dir)?;
+    let server = RunServer::start(&dir, l.ranks)?;
+    let mut children = Vec::with_capacity(l.ranks);
+    for rank in 0..l.ranks {
+        let mut cmd = Command::new(&l.program);
+        cmd.args(&l.args)
+            .env(env::SOCKET, server.path())
+            .env(env::RANK, rank.to_string())
+            .env(env::SIZE, l.ranks.to_string())
+            .env(env::JOB, &job)
+            .envs(l.env.iter().map(|(k, v)| (k, v)));
+        match cmd.spawn() {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                for c in &mut children {
+                    kill(c);
+                    let _ = c.wait();
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot start {}: {e}", l.program.display()),
+                ));
+            }
+        }
+    }
+    let start = Instant::now();
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; l.ranks];
+    let mut failed_at: Option<Instant> = None;
+    let mut timed_out = false;
+    while statuses.iter().any(Option::is_none) {
+        for (i, c) in children.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                // Reap at once: a dead rank must not linger as a zombie its peers see alive.
+                if let Ok(Some(s)) = c.try_wait() {
+                    if !s.success() && failed_at.is_none() {
+                        failed_at = Some(Instant::now());
+                    }
+                    statuses[i] = Some(s);
+                }
+            }
+        }
+        let grace_over = failed_at.is_some_and(|t| t.elapsed() > l.grace);
+        let time_over = l.timeout.is_some_and(|t| start.elapsed() > t);
+        if grace_over || time_over {
+            timed_out |= time_over;
+            for (i, c) in children.iter_mut().enumerate() {
+                if statuses[i].is_none() {
+                    kill(c);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.shutdown();
+    cleanup_segments(&job);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Outcome {
+        statuses: statuses
+            .into_iter()
+            .map(|s| s.expect("all reaped"))
+            .collect(),
+        timed_out,
+        job,
+    })
+}
