@@ -121,3 +121,121 @@ fn a_killed_peer_fails_the_survivors_within_10_seconds() {
     );
     assert_no_segments(&out.job);
 }
+
+// ----- other launchers and bad environments ------------------------------------------
+
+/// MPICH's Hydra, if installed (`.ci/run` installs Debian's mpich and sets
+/// `RMA_REQUIRE_MPIEXEC=1`, so a missing one fails CI instead of skipping).
+fn mpiexec() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("mpiexec.hydra"))
+            .find(|f| f.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("RMA_REQUIRE_MPIEXEC").is_none(),
+            "mpiexec.hydra is required but not installed"
+        );
+        eprintln!("mpiexec.hydra not installed: the Hydra cases are not run here");
+    }
+    found
+}
+
+/// Runs `cmd` to its end within `deadline`, killing it past that.
+fn run_with_deadline(mut cmd: std::process::Command, deadline: Duration) -> std::process::Output {
+    use std::io::Read;
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            child.stdout.take().map(|mut s| s.read_to_end(&mut out));
+            child.stderr.take().map(|mut s| s.read_to_end(&mut err));
+            return std::process::Output {
+                status,
+                stdout: out,
+                stderr: err,
+            };
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} passed its deadline of {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn subset_under_mpich_hydra() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let cases: &[(usize, &[&str])] = &[
+        (2, &["ops", "allocate"]),
+        (4, &["ops", "allocate"]),
+        (2, &["ops", "create"]),
+        (2, &["progress"]),
+        (4, &["stress_fetch_and_op"]),
+        (2, &["litmus", "lock_all"]),
+        (2, &["bad_input"]),
+    ];
+    for (n, args) in cases {
+        let mut cmd = std::process::Command::new(&mpiexec);
+        cmd.arg("-n")
+            .arg(n.to_string())
+            .arg(env!("CARGO_BIN_EXE_rma-conformance"))
+            .args(*args);
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        assert!(
+            out.status.success(),
+            "mpiexec -n {n} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn bad_environments_are_typed_errors_not_hangs() {
+    let bin = env!("CARGO_BIN_EXE_rma-conformance");
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("RMA_BOOTSTRAP", "pmi1")], "PMI_FD is not set"),
+        (
+            &[("RMA_BOOTSTRAP", "slurm-magic")],
+            "not a launcher rma knows",
+        ),
+        (&[("PMI_FD", "987")], "is not an open socket"),
+        (&[("PMI_FD", "not-a-number")], "is not a descriptor"),
+        (
+            &[
+                ("RMA_RUN_SOCKET", "/nonexistent/sock"),
+                ("RMA_RUN_RANK", "0"),
+                ("RMA_RUN_SIZE", "2"),
+                ("RMA_RUN_JOB", "x1"),
+            ],
+            "cannot reach rma-run",
+        ),
+        (
+            &[("RMA_BACKEND", "carrier-pigeon")],
+            "RMA_BACKEND=carrier-pigeon",
+        ),
+    ];
+    for (env, expect) in cases {
+        let mut cmd = std::process::Command::new(bin);
+        cmd.arg("ops")
+            .env_remove("PMI_FD")
+            .env_remove("RMA_RUN_SOCKET");
+        for (k, v) in *env {
+            cmd.env(k, v);
+        }
+        let out = run_with_deadline(cmd, Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{env:?}: {err}");
+        assert!(
+            err.contains(expect),
+            "{env:?}: expected {expect:?} in {err}"
+        );
+    }
+}

@@ -1,6 +1,8 @@
-//! Finding out who we are from whatever launched us: `rma-run` (the embedded default),
-//! or nothing (a World of one). `RMA_BOOTSTRAP=run|single` forces one.
+//! Finding out who we are from whatever launched us: MPICH's Hydra (`mpiexec`, PMI-1
+//! over `PMI_FD`), `rma-run` (the embedded default), or nothing (a World of one).
+//! `RMA_BOOTSTRAP=pmi1|run|single` forces one.
 
+mod pmi1;
 mod run;
 mod single;
 
@@ -8,6 +10,7 @@ use std::sync::Arc;
 
 use rma_core::{Bootstrap, Error, TransportError};
 
+pub use pmi1::Pmi1;
 pub use run::{RunClient, RunServer};
 pub use single::Single;
 
@@ -33,7 +36,8 @@ pub fn node_id() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// Detects the launcher: `RMA_BOOTSTRAP` if set, then rma-run's variables, then a World
+/// Detects the launcher: `RMA_BOOTSTRAP` if set, then `PMI_FD` (PMI-1), then rma-run's
+/// variables, then a World
 /// of one. A forced launcher that is not there is an error naming what was looked for.
 pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
     let forced = std::env::var("RMA_BOOTSTRAP").ok();
@@ -44,13 +48,21 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
                 RunClient::from_env()?.ok_or_else(|| missing("run", env::SOCKET))?,
             ))
         }
+        Some("pmi1") => {
+            return Ok(Arc::new(
+                Pmi1::from_env()?.ok_or_else(|| missing("pmi1", "PMI_FD"))?,
+            ))
+        }
         Some(other) => {
             return Err(TransportError::Failed(format!(
-                "RMA_BOOTSTRAP={other} is not a launcher rma knows (run, single)"
+                "RMA_BOOTSTRAP={other} is not a launcher rma knows (pmi1, run, single)"
             ))
             .into())
         }
         None => {}
+    }
+    if let Some(c) = Pmi1::from_env()? {
+        return Ok(Arc::new(c));
     }
     if let Some(c) = RunClient::from_env()? {
         return Ok(Arc::new(c));

@@ -1,0 +1,206 @@
+//! The PMI-1 wire protocol over `PMI_FD`, as MPICH's Hydra (`mpiexec`) serves it: text
+//! lines of `key=value` pairs (`cmd=init`, `get_maxes`, `get_my_kvsname`, `put`,
+//! `barrier_in`, `get`, `finalize`). No C library.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+
+use rma_core::{Bootstrap, Error, Rank, TransportError};
+
+/// A PMI-1 client on the fd the launcher gave us.
+#[derive(Debug)]
+pub struct Pmi1 {
+    rank: Rank,
+    size: usize,
+    kvsname: String,
+    job: String,
+    node: String,
+    vallen_max: usize,
+    conn: Mutex<(BufReader<UnixStream>, UnixStream)>,
+}
+
+fn err(msg: impl Into<String>) -> TransportError {
+    TransportError::Failed(format!("PMI-1: {}", msg.into()))
+}
+
+/// Parses `cmd=x a=b c=d` into a map; `None` for a garbled line.
+fn parse(line: &str) -> Option<HashMap<&str, &str>> {
+    line.split_whitespace()
+        .map(|kv| kv.split_once('='))
+        .collect()
+}
+
+impl Pmi1 {
+    /// Connects if `PMI_FD` is set (`Ok(None)` otherwise) and runs the init handshake.
+    pub fn from_env() -> Result<Option<Pmi1>, Error> {
+        let Ok(fd) = std::env::var("PMI_FD") else {
+            return Ok(None);
+        };
+        let fd: i32 = fd
+            .trim()
+            .parse()
+            .map_err(|_| err(format!("PMI_FD={fd} is not a descriptor")))?;
+        // The fd must be an open socket; refuse anything else instead of adopting a
+        // random descriptor.
+        // SAFETY: `libc::stat` is plain old data; all-zero is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let is_socket = fd >= 0 && {
+            // SAFETY: fstat only reads the metadata of `fd` into `st`, a valid out-pointer;
+            // an invalid fd yields an error, not undefined behaviour.
+            let r = unsafe { libc::fstat(fd, &mut st) };
+            r == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+        };
+        if !is_socket {
+            return Err(err(format!("PMI_FD={fd} is not an open socket")).into());
+        }
+        // SAFETY: the launcher handed this socket to us; we own it from here on.
+        let stream = unsafe { UnixStream::from_raw_fd(fd) };
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .ok();
+        let reader = BufReader::new(stream.try_clone().map_err(|e| err(e.to_string()))?);
+        let mut me = Pmi1 {
+            rank: 0,
+            size: 1,
+            kvsname: String::new(),
+            job: String::new(),
+            node: super::node_id(),
+            vallen_max: 1024,
+            conn: Mutex::new((reader, stream)),
+        };
+        let r = me.call(
+            "cmd=init pmi_version=1 pmi_subversion=1",
+            "response_to_init",
+        )?;
+        if r.get("rc").is_some_and(|rc| *rc != "0") {
+            return Err(err("init refused").into());
+        }
+        let maxes = me.call("cmd=get_maxes", "maxes")?;
+        me.vallen_max = maxes
+            .get("vallen_max")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024);
+        let kvs = me.call("cmd=get_my_kvsname", "my_kvsname")?;
+        me.kvsname = kvs
+            .get("kvsname")
+            .ok_or_else(|| err("no kvsname"))?
+            .to_string();
+        me.job = me
+            .kvsname
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+        me.rank = num("PMI_RANK").ok_or_else(|| err("PMI_RANK missing"))? as Rank;
+        me.size = num("PMI_SIZE").ok_or_else(|| err("PMI_SIZE missing"))?;
+        if me.rank as usize >= me.size {
+            return Err(err("PMI_RANK outside PMI_SIZE").into());
+        }
+        Ok(Some(me))
+    }
+
+    fn call(&self, line: &str, expect: &str) -> Result<HashMap<String, String>, TransportError> {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let (reader, writer) = &mut *c;
+        writer
+            .write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| err(format!("launcher gone: {e}")))?;
+        let mut reply = String::new();
+        match reader.read_line(&mut reply) {
+            Ok(0) => return Err(err("launcher closed the connection")),
+            Ok(_) => {}
+            Err(e) => return Err(err(format!("no answer to `{line:.30}`: {e}"))),
+        }
+        let map = parse(reply.trim())
+            .ok_or_else(|| err(format!("garbled reply: {:.60}", reply.trim())))?;
+        if map.get("cmd") != Some(&expect) {
+            return Err(err(format!(
+                "expected cmd={expect}, got: {:.60}",
+                reply.trim()
+            )));
+        }
+        Ok(map
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Bootstrap for Pmi1 {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn job_id(&self) -> &str {
+        &self.job
+    }
+    fn node_id(&self) -> &str {
+        &self.node
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), TransportError> {
+        let v = hex(value);
+        if v.len() > self.vallen_max {
+            return Err(err(format!(
+                "value of {} bytes exceeds vallen_max",
+                value.len()
+            )));
+        }
+        let r = self.call(
+            &format!("cmd=put kvsname={} key={key} value={v}", self.kvsname),
+            "put_result",
+        )?;
+        match r.get("rc").map(String::as_str) {
+            Some("0") => Ok(()),
+            _ => Err(err(format!("put {key} refused"))),
+        }
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, TransportError> {
+        let r = self.call(
+            &format!("cmd=get kvsname={} key={key}", self.kvsname),
+            "get_result",
+        )?;
+        if r.get("rc").map(String::as_str) != Some("0") {
+            return Err(err(format!("key {key} not found")));
+        }
+        let v = r
+            .get("value")
+            .ok_or_else(|| err("get_result without value"))?;
+        if v.len() % 2 != 0 {
+            return Err(err("garbled value"));
+        }
+        (0..v.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&v[i..i + 2], 16).map_err(|_| err("garbled value")))
+            .collect()
+    }
+    fn barrier(&self) -> Result<(), TransportError> {
+        self.call("cmd=barrier_in", "barrier_out").map(drop)
+    }
+}
+
+impl Drop for Pmi1 {
+    fn drop(&mut self) {
+        let _ = self.call("cmd=finalize", "finalize_ack");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_replies_and_refuses_garbage() {
+        let m = parse("cmd=get_result rc=0 value=0a0b").unwrap();
+        assert_eq!(m["value"], "0a0b");
+        assert!(parse("cmd=get_result garbage").is_none());
+    }
+}
