@@ -40,14 +40,18 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let rank = world.rank();
+    // Leave the launcher properly (PMI finalize): Hydra kills a job one of whose
+    // processes exits without it.
+    drop(world);
     match out {
         Ok(()) => std::process::exit(0),
-        Err(Error::Peer(PeerError::Dead { rank })) if case == "dead_peer" => {
-            eprintln!("rank {}: peer {rank} is dead, as expected", world.rank());
+        Err(Error::Peer(PeerError::Dead { .. })) if case == "dead_peer" => {
+            eprintln!("rank {rank}: a peer is dead, as expected");
             std::process::exit(3);
         }
         Err(e) => {
-            eprintln!("rank {}: case {case} failed: {e}", world.rank());
+            eprintln!("rank {rank}: case {case} failed: {e}");
             std::process::exit(1);
         }
     }

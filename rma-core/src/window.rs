@@ -92,6 +92,10 @@ pub(crate) struct WindowShared {
     pub memory: RwLock<Memory>,
     pub state: Mutex<WinState>,
     pub counters: Counters,
+    /// Per-target route: index into `classes`, decided once at creation (the native
+    /// capabilities of the backend toward that target on this window).
+    routes: Vec<u8>,
+    classes: Vec<crate::transport::Capabilities>,
     /// Next dynamic region id.
     next_region: Mutex<u32>,
 }
@@ -1210,7 +1214,23 @@ impl WindowShared {
         memory: Memory,
     ) -> Self {
         let state = Mutex::new(WinState::new(&engine));
+        // Capabilities per target, once: a byte per rank and the few distinct classes.
+        let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
+        let routes = (0..engine.size as Rank)
+            .map(|r| {
+                let c = engine.transport.window_capabilities(id, r);
+                match classes.iter().position(|x| *x == c) {
+                    Some(i) => i as u8,
+                    None => {
+                        classes.push(c);
+                        (classes.len() - 1) as u8
+                    }
+                }
+            })
+            .collect();
         WindowShared {
+            routes,
+            classes,
             id,
             kind,
             engine,
@@ -1294,6 +1314,11 @@ impl WindowShared {
         })
     }
 
+    /// The backend's native capabilities toward `target` on this window.
+    pub(crate) fn caps(&self, target: Rank) -> &crate::transport::Capabilities {
+        &self.classes[self.routes[target as usize] as usize]
+    }
+
     fn native_allowed(
         &self,
         kind: OpKind,
@@ -1305,7 +1330,7 @@ impl WindowShared {
         if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
             return false;
         }
-        let caps = self.engine.transport.window_capabilities(self.id, target);
+        let caps = self.caps(target);
         match kind {
             OpKind::Put => caps.rdma_write,
             OpKind::Get => caps.rdma_read,
@@ -1321,8 +1346,7 @@ impl WindowShared {
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, contiguous);
         if d.kind == OpKind::Put
             && !native
-            && d.extent.bytes() as usize + 64
-                > self.engine.transport.capabilities(d.target).max_message
+            && d.extent.bytes() as usize + 64 > self.caps(d.target).max_message
         {
             return Err(TransportError::Unsupported(
                 "active message larger than the transport carries",
@@ -1373,13 +1397,6 @@ impl WindowShared {
         let r = f();
         self.leave_sync();
         r
-    }
-
-    fn take_deferred(&self) -> Result<()> {
-        match self.lock_state().deferred.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
     }
 
     // ----- FENCE -----------------------------------------------------------------------
@@ -1875,9 +1892,29 @@ impl WindowShared {
         if let Some(t) = target {
             self.check_rank(t)?;
         }
+        let done = |t: &TargetElem| {
+            if remote {
+                t.ops_complete() && t.acks_awaited == 0 && t.sync == SyncFlag::None
+            } else {
+                t.ops_complete()
+            }
+        };
+        // Hot path: nothing of this target is queued, under way or awaited.
         {
             let mut st = self.lock_state();
             self.check_passive(&st, target)?;
+            let settled = match target {
+                Some(t) => st
+                    .table
+                    .get(t)
+                    .is_none_or(|e| done(e) && e.am_since_done == 0 || !remote && done(e)),
+                None => false,
+            };
+            if settled && st.deferred.is_none() && st.outbox.is_empty() {
+                drop(st);
+                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC in WIN_FLUSH
+                return Ok(());
+            }
             let ranks = match target {
                 Some(t) => vec![t],
                 None => st.table.ranks(),
@@ -1899,35 +1936,36 @@ impl WindowShared {
                 }
             }
         }
-        let done = |t: &TargetElem| {
-            if remote {
-                t.ops_complete() && t.acks_awaited == 0 && t.sync == SyncFlag::None
-            } else {
-                t.ops_complete()
-            }
-        };
+        let mut deferred = None;
         self.wait_for("flush", |st| {
             // Locks still being acquired must be granted before their ops can complete.
-            for rank in st.table.ranks() {
-                let t = st.table.get(rank).expect("listed");
-                if t.state == TargetState::LockCalled
+            let waiting = |t: &TargetElem| {
+                t.state == TargetState::LockCalled
                     && !t.pending.is_empty()
-                    && target.is_none_or(|x| x == rank)
-                {
-                    let t = st.table.get_mut(rank).expect("listed");
-                    if t.sync == SyncFlag::None {
-                        t.sync = SyncFlag::Flush;
+                    && target.is_none_or(|x| x == t.rank)
+            };
+            if st.table.iter().any(waiting) {
+                for rank in st.table.ranks() {
+                    if st.table.get(rank).is_some_and(waiting) {
+                        let t = st.table.get_mut(rank).expect("listed");
+                        if t.sync == SyncFlag::None {
+                            t.sync = SyncFlag::Flush;
+                        }
+                        st.issue_ops_target(self, rank)?;
                     }
-                    st.issue_ops_target(self, rank)?;
                 }
             }
-            Ok(match target {
+            let finished = match target {
                 Some(r) => st.table.get(r).is_none_or(done),
                 None => st.table.iter().all(done),
-            })
+            };
+            if finished {
+                deferred = st.deferred.take();
+            }
+            Ok(finished)
         })?;
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC in WIN_FLUSH
-        self.take_deferred()
+        deferred.map_or(Ok(()), Err)
     }
 }
 

@@ -22,7 +22,6 @@ mod region;
 mod ring;
 mod sys;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -150,7 +149,8 @@ pub struct ShmTransport {
     inboxes: Vec<Arc<Mapping>>,
     send_locks: Vec<Mutex<()>>,
     pids: Vec<u32>,
-    windows: RwLock<HashMap<u32, Arc<ShmWindow>>>,
+    /// Windows by id (ids are small and dense: the engine numbers them in order).
+    windows: RwLock<Vec<Option<Arc<ShmWindow>>>>,
     slots: Arc<Mutex<SlotTable>>,
     next_segment: AtomicU64,
     collective: AtomicU32,
@@ -222,7 +222,7 @@ impl ShmTransport {
             inboxes,
             send_locks: (0..size).map(|_| Mutex::new(())).collect(),
             pids,
-            windows: RwLock::new(HashMap::new()),
+            windows: RwLock::new(Vec::new()),
             slots: Arc::new(Mutex::new(SlotTable {
                 used: vec![false; LOCK_SLOTS],
             })),
@@ -265,14 +265,19 @@ impl ShmTransport {
     }
 
     fn window(&self, win: u32) -> Result<Arc<ShmWindow>, TransportError> {
-        self.windows
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&win)
-            .cloned()
-            .ok_or(TransportError::Failed(format!(
-                "window {win} unknown to the shm transport"
-            )))
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        match ws.get(win as usize) {
+            Some(Some(w)) => Ok(w.clone()),
+            _ => Err(unknown_window(win)),
+        }
+    }
+
+    fn insert_window(&self, win: u32, w: ShmWindow) {
+        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
+        if ws.len() <= win as usize {
+            ws.resize_with(win as usize + 1, || None);
+        }
+        ws[win as usize] = Some(Arc::new(w));
     }
 
     fn mapped(
@@ -318,6 +323,10 @@ impl ShmTransport {
             }
         }
     }
+}
+
+fn unknown_window(win: u32) -> TransportError {
+    TransportError::Failed(format!("window {win} unknown to the shm transport"))
 }
 
 fn full_capabilities() -> Capabilities {
@@ -412,16 +421,13 @@ impl Transport for ShmTransport {
                     lock: None,
                 })
                 .collect();
-            self.windows
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(
-                    win,
-                    Arc::new(ShmWindow {
-                        peers,
-                        _mappings: Vec::new(),
-                    }),
-                );
+            self.insert_window(
+                win,
+                ShmWindow {
+                    peers,
+                    _mappings: Vec::new(),
+                },
+            );
             return Ok(());
         }
         let mut peers = Vec::with_capacity(self.size);
@@ -477,16 +483,13 @@ impl Transport for ShmTransport {
                 lock: Some(lock),
             });
         }
-        self.windows
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                win,
-                Arc::new(ShmWindow {
-                    peers,
-                    _mappings: mappings,
-                }),
-            );
+        self.insert_window(
+            win,
+            ShmWindow {
+                peers,
+                _mappings: mappings,
+            },
+        );
         // Everyone has mapped every segment: the names can go.
         self.boot.barrier()?;
         if let Some(seg) = local {
@@ -501,10 +504,14 @@ impl Transport for ShmTransport {
     }
 
     fn window_freed(&self, win: u32) {
-        self.windows
+        if let Some(slot) = self
+            .windows
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&win);
+            .get_mut(win as usize)
+        {
+            *slot = None;
+        }
     }
 
     fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
@@ -550,7 +557,11 @@ impl Transport for ShmTransport {
         data: &[u8],
         _token: u64,
     ) -> Result<Issued, TransportError> {
-        let w = self.window(win)?;
+        // Hot path: borrow through the read guard, no Arc clone.
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        let Some(Some(w)) = ws.get(win as usize) else {
+            return Err(unknown_window(win));
+        };
         match &w.peers[target as usize].memory {
             PeerMemory::Mapped(region) => {
                 let off = offset as usize;
@@ -583,7 +594,11 @@ impl Transport for ShmTransport {
         len: usize,
         _token: u64,
     ) -> Result<Issued, TransportError> {
-        let w = self.window(win)?;
+        // Hot path: borrow through the read guard, no Arc clone.
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        let Some(Some(w)) = ws.get(win as usize) else {
+            return Err(unknown_window(win));
+        };
         let mut out = vec![0; len];
         match &w.peers[target as usize].memory {
             PeerMemory::Mapped(region) => {
