@@ -133,6 +133,13 @@ fn make(world: &World, kind: &str) -> Result<(Window<u64>, u64)> {
             w.write_local(0, &initial(me))?;
             let (base, len) = w.shared_query((me + 1) % world.size() as Rank)?;
             check(base != 0 && len == N * 8, "shared_query")?;
+            // Contiguous by default: each rank's part follows the previous rank's.
+            for r in 1..world.size() as Rank {
+                check(
+                    w.shared_query(r)?.0 == w.shared_query(r - 1)?.0 + N * 8,
+                    "contiguous parts",
+                )?;
+            }
             (w, 0)
         }
         "create" => (world.create(initial(me))?, 0),
@@ -172,6 +179,19 @@ fn ops(world: &World, kind: &str) -> Result<()> {
     ] {
         let (win, base) = make(world, kind)?;
         world.barrier()?;
+        if kind == "shared" {
+            // Direct load of the neighbour's memory between synchronizations.
+            win.lock_all(Assert::NOCHECK)?;
+            win.sync()?;
+            let (addr, _) = win.shared_query(right)?;
+            // SAFETY: `addr` is the start of the right neighbour's N-element part of this
+            // shared window, mapped in this process for the window's life; the neighbour
+            // wrote it before the barrier and nobody writes it during this read.
+            let seen = unsafe { std::ptr::read_volatile((addr as *const u64).add(12)) };
+            win.unlock_all()?;
+            check(seen == right as u64 * 10, "load through shared_query")?;
+            world.barrier()?;
+        }
         let f = match mode {
             "fence" => {
                 win.fence(Assert::NOPRECEDE)?;

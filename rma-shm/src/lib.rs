@@ -56,6 +56,10 @@ struct LocalSegment {
     region: Region,
     /// Shared-memory mapping (allocate, allocate_shared); `None` for user memory.
     mapping: Option<Arc<Mapping>>,
+    /// For shared-memory segments: (name, offset of this rank's part, bytes of the
+    /// whole segment), what peers need to map it.
+    shm: Option<(String, u64, u64)>,
+    /// The name this process created and must unlink.
     name: Option<String>,
     user: Mutex<Option<Box<dyn UserMemory>>>,
     lock_slot: u32,
@@ -93,10 +97,12 @@ impl Segment for LocalSegment {
     }
     fn descriptor(&self) -> Vec<u8> {
         let mut d = Vec::new();
-        match &self.name {
-            Some(name) => {
+        match &self.shm {
+            Some((name, offset, total)) => {
                 d.push(0);
                 d.extend_from_slice(&self.lock_slot.to_le_bytes());
+                d.extend_from_slice(&offset.to_le_bytes());
+                d.extend_from_slice(&total.to_le_bytes());
                 d.extend_from_slice(name.as_bytes());
             }
             None => {
@@ -109,7 +115,7 @@ impl Segment for LocalSegment {
         d
     }
     fn shared_base(&self) -> Option<usize> {
-        self.mapping.as_ref().map(|m| m.ptr() as usize)
+        self.mapping.as_ref().map(|_| self.region.base() as usize)
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let me = Arc::into_inner(self)?;
@@ -372,19 +378,64 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
         let n = self.next_segment.fetch_add(1, Ordering::Relaxed);
-        let name = format!("/rma-{}-{}-s{n}", self.job, self.rank);
-        let mapping =
-            Arc::new(Mapping::create(&name, len).map_err(|e| fail(&format!("create {name}"), e))?);
         let lock_slot = self.take_slot()?;
+        // allocate_shared: one segment for the node, each rank's part after the previous
+        // rank's (contiguous, each part rounded up to 8 bytes for aligned atomics), created
+        // by the lowest rank. Otherwise one segment per rank.
+        let (name, offset, total, creator) = if shared {
+            let lens = self
+                .boot
+                .allgather(&format!("shm-shared{n}"), &(len as u64).to_le_bytes())?;
+            let lens: Vec<u64> = lens
+                .iter()
+                .map(|b| b.as_slice().try_into().map(u64::from_le_bytes))
+                .collect::<Result<_, _>>()
+                .map_err(|_| TransportError::Failed("bad length from bootstrap".into()))?;
+            let offset: u64 = lens[..self.rank as usize]
+                .iter()
+                .map(|l| l.div_ceil(8) * 8)
+                .sum();
+            let total: u64 = lens.iter().map(|l| l.div_ceil(8) * 8).sum();
+            (
+                format!("/rma-{}-0-c{n}", self.job),
+                offset,
+                total,
+                self.rank == 0,
+            )
+        } else {
+            (
+                format!("/rma-{}-{}-s{n}", self.job, self.rank),
+                0,
+                len as u64,
+                true,
+            )
+        };
+        let mapping = if creator {
+            Arc::new(
+                Mapping::create(&name, total as usize)
+                    .map_err(|e| fail(&format!("create {name}"), e))?,
+            )
+        } else {
+            // The creator made it before this barrier.
+            self.boot.barrier()?;
+            Arc::new(
+                Mapping::open(&name, total as usize)
+                    .map_err(|e| fail(&format!("open {name}"), e))?,
+            )
+        };
+        if shared && creator {
+            self.boot.barrier()?;
+        }
+        // SAFETY: offset + len <= total by construction; the mapping lives as long as the
+        // segment (held in `mapping`).
+        let region = unsafe { Region::new(mapping.ptr().add(offset as usize), len) };
         Ok(Arc::new(LocalSegment {
-            region: {
-                // SAFETY: the mapping lives as long as the segment (held in `mapping`).
-                unsafe { Region::new(mapping.ptr(), len) }
-            },
+            region,
             mapping: Some(mapping),
-            name: Some(name),
+            shm: Some((name.clone(), offset, total)),
+            name: creator.then_some(name),
             user: Mutex::new(None),
             lock_slot,
             slots: self.slots.clone(),
@@ -400,6 +451,7 @@ impl Transport for ShmTransport {
         Ok(Arc::new(LocalSegment {
             region,
             mapping: None,
+            shm: None,
             name: None,
             user: Mutex::new(Some(memory)),
             lock_slot,
@@ -432,6 +484,18 @@ impl Transport for ShmTransport {
         }
         let mut peers = Vec::with_capacity(self.size);
         let mut mappings = Vec::new();
+        let mut opened: Vec<(String, Arc<Mapping>)> = Vec::new();
+        // Our own segment is mapped already: reuse that mapping, so that the parts of an
+        // allocate_shared window are contiguous in this process too.
+        if let Some(seg) = local {
+            let any: &dyn std::any::Any = seg.as_ref();
+            if let Some(l) = any.downcast_ref::<LocalSegment>() {
+                if let (Some((name, _, _)), Some(m)) = (&l.shm, &l.mapping) {
+                    opened.push((name.clone(), m.clone()));
+                    mappings.push(m.clone());
+                }
+            }
+        }
         for (r, seg) in remote.iter().enumerate() {
             let k = &seg.key;
             if k.len() < 5 {
@@ -447,16 +511,33 @@ impl Transport for ShmTransport {
             }
             let lock = Region::at_inbox(&self.inboxes[r], slot);
             let memory = match k[0] {
-                0 => {
-                    let name = std::str::from_utf8(&k[5..])
+                0 if k.len() > 21 => {
+                    let offset = u64::from_le_bytes(k[5..13].try_into().expect("8 bytes"));
+                    let total = u64::from_le_bytes(k[13..21].try_into().expect("8 bytes"));
+                    let name = std::str::from_utf8(&k[21..])
                         .map_err(|_| TransportError::Failed("bad segment name".into()))?;
-                    let m = Arc::new(
-                        Mapping::open(name, seg.len as usize)
-                            .map_err(|e| fail(&format!("open {name}"), e))?,
-                    );
-                    // SAFETY: `m` stays alive in this window's `_mappings`.
-                    let region = unsafe { Region::new(m.ptr(), seg.len as usize) };
-                    mappings.push(m);
+                    if offset.checked_add(seg.len).is_none_or(|end| end > total) {
+                        return Err(TransportError::Failed(format!(
+                            "bad segment bounds from rank {r}"
+                        )));
+                    }
+                    // One mapping per segment (allocate_shared parts share one).
+                    let m = match opened.iter().find(|(n, _)| n == name) {
+                        Some((_, m)) => Arc::clone(m),
+                        None => {
+                            let m = Arc::new(
+                                Mapping::open(name, total as usize)
+                                    .map_err(|e| fail(&format!("open {name}"), e))?,
+                            );
+                            opened.push((name.to_string(), m.clone()));
+                            mappings.push(m.clone());
+                            m
+                        }
+                    };
+                    // SAFETY: offset + len <= total (checked above); `m` stays alive in
+                    // this window's `_mappings`.
+                    let region =
+                        unsafe { Region::new(m.ptr().add(offset as usize), seg.len as usize) };
                     PeerMemory::Mapped(region)
                 }
                 1 if k.len() >= 17 => {
@@ -493,11 +574,12 @@ impl Transport for ShmTransport {
         // Everyone has mapped every segment: the names can go.
         self.boot.barrier()?;
         if let Some(seg) = local {
-            let key = seg.descriptor();
-            if key.first() == Some(&0) {
-                if let Ok(name) = std::str::from_utf8(&key[5..]) {
-                    let _ = sys::unlink(name);
-                }
+            let any: &dyn std::any::Any = seg.as_ref();
+            if let Some(name) = any
+                .downcast_ref::<LocalSegment>()
+                .and_then(|l| l.name.as_deref())
+            {
+                let _ = sys::unlink(name);
             }
         }
         Ok(())
