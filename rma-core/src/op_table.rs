@@ -123,9 +123,11 @@ impl TargetElem {
 pub(crate) struct OpTable {
     #[allow(clippy::vec_box)] // boxes come from the element pools and go back to them
     slots: Vec<Vec<Box<TargetElem>>>,
-    /// Number of target elements in the table (seed 004's count of non-empty slots serves
-    /// the same purpose: skip the walk when zero).
+    /// Number of target elements in the table.
     pub active: usize,
+    /// Indices of the non-empty slots (seed 004 keeps their count on the window so that
+    /// ISSUE_OPS and CLEANUP_OPS need not walk every slot; we keep the list).
+    occupied: Vec<usize>,
     /// Round-robin start for ISSUE_OPS_WIN.
     pub next_slot: usize,
 }
@@ -135,6 +137,7 @@ impl OpTable {
         OpTable {
             slots: (0..slots.max(1)).map(|_| Vec::new()).collect(),
             active: 0,
+            occupied: Vec::new(),
             next_slot: 0,
         }
     }
@@ -157,6 +160,9 @@ impl OpTable {
     pub(crate) fn insert(&mut self, elem: Box<TargetElem>) -> &mut TargetElem {
         let s = self.slot(elem.rank);
         self.active += 1;
+        if self.slots[s].is_empty() {
+            self.occupied.push(s);
+        }
         self.slots[s].push(elem);
         self.slots[s].last_mut().expect("just pushed")
     }
@@ -164,41 +170,49 @@ impl OpTable {
         let s = self.slot(rank);
         let i = self.slots[s].iter().position(|t| t.rank == rank)?;
         self.active -= 1;
-        Some(self.slots[s].swap_remove(i))
+        let elem = self.slots[s].swap_remove(i);
+        if self.slots[s].is_empty() {
+            let k = self
+                .occupied
+                .iter()
+                .position(|x| *x == s)
+                .expect("slot listed");
+            self.occupied.swap_remove(k);
+        }
+        Some(elem)
     }
     /// Ranks of all target elements, starting at the round-robin position.
     pub(crate) fn ranks(&mut self) -> Vec<Rank> {
-        if self.active == 0 {
-            return Vec::new();
-        }
-        let n = self.slots.len();
-        let start = self.next_slot % n;
-        self.next_slot = (start + 1) % n;
-        (0..n)
-            .flat_map(|i| self.slots[(start + i) % n].iter().map(|t| t.rank))
-            .collect()
+        self.ranks_where(|_| true)
     }
-    /// Ranks of target elements with something to issue or send (pending ops, a sync, a
-    /// lock to retry), starting at the round-robin position: what ISSUE_OPS_WIN visits.
-    pub(crate) fn ranks_with_work(&mut self) -> Vec<Rank> {
-        if self.active == 0 {
+
+    fn ranks_where(&mut self, keep: impl Fn(&TargetElem) -> bool) -> Vec<Rank> {
+        let n = self.occupied.len();
+        if n == 0 {
             return Vec::new();
         }
-        let n = self.slots.len();
         let start = self.next_slot % n;
         self.next_slot = (start + 1) % n;
         (0..n)
-            .flat_map(|i| self.slots[(start + i) % n].iter())
-            .filter(|t| {
-                !t.pending.is_empty()
-                    || t.sync != SyncFlag::None
-                    || t.state == crate::epoch::TargetState::LockIssued
-            })
+            .flat_map(|i| self.slots[self.occupied[(start + i) % n]].iter())
+            .filter(|t| keep(t))
             .map(|t| t.rank)
             .collect()
     }
 
+    /// Ranks of target elements with something to issue or send (pending ops, a sync, a
+    /// lock to retry), starting at the round-robin position: what ISSUE_OPS_WIN visits.
+    pub(crate) fn ranks_with_work(&mut self) -> Vec<Rank> {
+        self.ranks_where(|t| {
+            !t.pending.is_empty()
+                || t.sync != SyncFlag::None
+                || t.state == crate::epoch::TargetState::LockIssued
+        })
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {
-        self.slots.iter().flat_map(|s| s.iter().map(|b| &**b))
+        self.occupied
+            .iter()
+            .flat_map(|s| self.slots[*s].iter().map(|b| &**b))
     }
 }

@@ -22,7 +22,7 @@ pub struct Capabilities {
     /// Gets complete without the target's help.
     pub rdma_read: bool,
     /// Which (accumulate op, datatype) pairs run natively as (fetching) atomics:
-    /// bit `op * 16 + datatype`.
+    /// bit `(op - 1) * 10 + (datatype - 1)` of the wire codes.
     pub atomics: u128,
     /// Datatypes whose compare-and-swap runs natively: bit `datatype`.
     pub compare_and_swap: u16,
@@ -52,7 +52,8 @@ impl Capabilities {
 
     /// The bit for an (op, datatype) pair in [`atomics`](Self::atomics).
     pub const fn atomic_bit(op: AccOp, datatype: DataType) -> u128 {
-        1u128 << ((op as u32) * 16 % 128 + datatype as u32 % 16)
+        // 12 ops x 10 types = 120 bits.
+        1u128 << ((op as u32 - 1) * 10 + (datatype as u32 - 1))
     }
 
     /// Whether (op, datatype) runs natively.
@@ -66,18 +67,21 @@ impl Capabilities {
     }
 
     /// Every (op, datatype) pair the engine defines, as a native-atomics mask.
-    pub fn all_atomics() -> u128 {
+    pub const fn all_atomics() -> u128 {
         let mut mask = 0;
-        for op in 1..=12 {
-            for dt in 1..=10 {
-                let (op, dt) = (
-                    AccOp::from_code(op).unwrap(),
-                    DataType::from_code(dt).unwrap(),
-                );
-                if op.valid_for(dt) {
-                    mask |= Self::atomic_bit(op, dt);
+        let mut op = 1;
+        while op <= 12 {
+            let mut dt = 1;
+            while dt <= 10 {
+                // Bitwise and logical ops (5..=10) are integer-only; F32 and F64 are 9, 10.
+                let float = dt >= 9;
+                let bitwise = op >= 5 && op <= 10;
+                if !(float && bitwise) {
+                    mask |= 1u128 << ((op - 1) * 10 + (dt - 1));
                 }
+                dt += 1;
             }
+            op += 1;
         }
         mask
     }
@@ -313,5 +317,28 @@ pub trait Transport: Send + Sync {
     /// A full memory barrier for shared-memory windows (seed 004's MEM_SYNC).
     fn memory_sync(&self) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_atomics_is_every_valid_pair() {
+        let all = Capabilities::all_atomics();
+        for op in 1..=12 {
+            for dt in 1..=10 {
+                let (op, dt) = (
+                    AccOp::from_code(op).unwrap(),
+                    DataType::from_code(dt).unwrap(),
+                );
+                let caps = Capabilities {
+                    atomics: all,
+                    ..Capabilities::ACTIVE_MESSAGES_ONLY
+                };
+                assert_eq!(caps.has_atomic(op, dt), op.valid_for(dt), "{op:?} {dt:?}");
+            }
+        }
     }
 }

@@ -107,7 +107,7 @@ pub(crate) struct WinState {
     op_pool: LocalPool<OpElem>,
     target_pool: LocalPool<TargetElem>,
     /// Per-target locks of PER_TARGET epochs (bounded by the locks the user holds).
-    locks: HashMap<Rank, LockInfo>,
+    locks: LockTable,
     next_token: u64,
     /// Native ops under way: token to target rank (bounded by the op pool).
     native_index: HashMap<u64, Rank>,
@@ -128,6 +128,36 @@ pub(crate) struct WinState {
     pub target: TargetSide,
     outbox: VecDeque<(Rank, Kind, Vec<u8>)>,
     enc: Encoder,
+}
+
+/// The locks of a PER_TARGET epoch: few (the ones the user holds at once), so a vector
+/// searched linearly beats hashing.
+#[derive(Debug, Default)]
+struct LockTable(Vec<(Rank, LockInfo)>);
+
+impl LockTable {
+    fn get(&self, rank: &Rank) -> Option<&LockInfo> {
+        self.0.iter().find(|(r, _)| r == rank).map(|(_, l)| l)
+    }
+    fn get_mut(&mut self, rank: &Rank) -> Option<&mut LockInfo> {
+        self.0.iter_mut().find(|(r, _)| r == rank).map(|(_, l)| l)
+    }
+    fn contains_key(&self, rank: &Rank) -> bool {
+        self.get(rank).is_some()
+    }
+    fn insert(&mut self, rank: Rank, info: LockInfo) {
+        match self.get_mut(&rank) {
+            Some(l) => *l = info,
+            None => self.0.push((rank, info)),
+        }
+    }
+    fn remove(&mut self, rank: &Rank) -> Option<LockInfo> {
+        let i = self.0.iter().position(|(r, _)| r == rank)?;
+        Some(self.0.swap_remove(i).1)
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// What an attempt that may need resources or other ranks came to.
@@ -156,7 +186,7 @@ impl WinState {
             table: OpTable::new(c.slots),
             op_pool: LocalPool::new(c.op_pool_local),
             target_pool: LocalPool::new(c.target_pool_local),
-            locks: HashMap::new(),
+            locks: LockTable::default(),
             next_token: 0,
             native_index: HashMap::new(),
             window_grants: 0,
@@ -330,6 +360,14 @@ impl WinState {
 
     /// MAKE_RMA_PROGRESS_WIN: advance barriers, issue what can go, clean up.
     pub(crate) fn make_progress(&mut self, w: &WindowShared) -> Result<()> {
+        if self.table.active == 0
+            && self.outbox.is_empty()
+            && self.barrier.is_none()
+            && self.background_barriers.is_empty()
+            && !matches!(self.epoch, WindowEpoch::LockAllIssued)
+        {
+            return Ok(());
+        }
         self.flush_outbox(w)?;
         if self.barrier.is_some() || !self.background_barriers.is_empty() {
             self.advance_barrier(w)?;
@@ -517,10 +555,7 @@ impl WinState {
     }
 
     fn native_locks(w: &WindowShared, rank: Rank) -> bool {
-        w.engine
-            .transport
-            .window_capabilities(w.id, rank)
-            .native_locks
+        w.caps(rank).native_locks
     }
 
     /// Asks for `rank`'s lock: natively (one attempt now, retried by progress) or by a
@@ -660,21 +695,36 @@ impl WinState {
         {
             let granted = match self.epoch {
                 WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. } => true,
+                WindowEpoch::PerTarget => match self.table.get(rank) {
+                    Some(t) => matches!(t.state, TargetState::LockGranted | TargetState::Ready),
+                    None => self.locks.get(&rank).is_some_and(|l| l.granted),
+                },
                 _ => self.table.get(rank).is_some() && self.access_granted(rank),
             };
-            if granted && !d.kind.has_response() && d.request.is_none() {
-                let token = self.new_token(w);
-                match native_call_desc(w, d, token) {
-                    Ok(Issued::Complete(_)) => {
-                        w.counters.op(true);
-                        return Ok(Step::Done(()));
+            // Resources to track the op in case it does not complete at once.
+            let room = self.table.get(rank).is_some() || !self.target_pool_empty(w);
+            if granted && room {
+                if let Some(op) = self.op_pool.get(&w.engine.op_pool) {
+                    let token = self.new_token(w);
+                    match native_call_desc(w, d, token) {
+                        Ok(Issued::Complete(data)) => {
+                            self.free_op(w, op);
+                            w.counters.op(true);
+                            if let Some(r) = &d.request {
+                                r.complete(Ok(data.unwrap_or_default()));
+                            }
+                            return Ok(Step::Done(()));
+                        }
+                        Ok(Issued::Pending) => return self.track_native(w, d, token, op),
+                        Err(TransportError::Busy) => {
+                            self.free_op(w, op);
+                            return Ok(Step::Blocked);
+                        }
+                        Err(e) => {
+                            self.free_op(w, op);
+                            return Err(e.into());
+                        }
                     }
-                    Ok(Issued::Pending) => {
-                        // Track it: needs an element. Put it in the table below by value.
-                        return self.track_native(w, d, token);
-                    }
-                    Err(TransportError::Busy) => return Ok(Step::Blocked),
-                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -719,24 +769,26 @@ impl WinState {
         Ok(Step::Done(()))
     }
 
-    fn track_native(&mut self, w: &WindowShared, d: &OpDesc<'_>, token: u64) -> Result<Step<()>> {
+    /// Tracks a native op that is under way, in the element reserved for it, so that its
+    /// completion (matched by token) finds its request.
+    fn track_native(
+        &mut self,
+        w: &WindowShared,
+        d: &OpDesc<'_>,
+        token: u64,
+        mut op: Box<OpElem>,
+    ) -> Result<Step<()>> {
         w.counters.op(true);
-        // The op is already under way; find room to track it, restoring if we must. A
-        // missing element only delays cleanup: the completion is matched by token.
         self.native_index.insert(token, d.target);
-        if let Some(elem) = self.target_elem(w, d.target) {
-            elem.native_in_flight += 1;
-            if let Some(mut op) = self.op_pool.get(&w.engine.op_pool) {
-                op.kind = d.kind;
-                op.token = token;
-                op.native = true;
-                self.table
-                    .get_mut(d.target)
-                    .expect("exists")
-                    .issued
-                    .push(op);
-            }
-        }
+        op.kind = d.kind;
+        op.token = token;
+        op.native = true;
+        op.request = d.request.clone();
+        let elem = self
+            .target_elem(w, d.target)
+            .expect("room checked before issue");
+        elem.native_in_flight += 1;
+        elem.issued.push(op);
         Ok(Step::Done(()))
     }
 
@@ -1187,7 +1239,8 @@ fn native_call_desc(
     let off = d.extent.offset;
     match d.kind {
         OpKind::Put => t.put(w.id, d.target, off, d.data, token),
-        OpKind::Accumulate => t.atomic(
+        OpKind::Get => t.get(w.id, d.target, off, d.extent.bytes() as usize, token),
+        OpKind::Accumulate | OpKind::GetAccumulate => t.atomic(
             w.id,
             d.target,
             off,
@@ -1195,13 +1248,24 @@ fn native_call_desc(
                 op: d.op.unwrap_or(AccOp::Replace),
                 datatype: d.datatype,
                 operand: d.data,
-                fetch: false,
+                fetch: d.kind == OpKind::GetAccumulate,
             },
             token,
         ),
-        _ => Err(TransportError::Unsupported(
-            "fast path takes puts and accumulates",
-        )),
+        OpKind::CompareAndSwap => {
+            let (c, s) = d.data.split_at(d.datatype.size());
+            t.atomic(
+                w.id,
+                d.target,
+                off,
+                NativeAtomic::CompareAndSwap {
+                    datatype: d.datatype,
+                    compare: c,
+                    swap: s,
+                },
+                token,
+            )
+        }
     }
 }
 
@@ -1668,6 +1732,32 @@ impl WindowShared {
             if let Some(t) = st.table.get_mut(target) {
                 t.state = state;
             }
+            if !nocheck && WinState::native_locks(self, target) && st.table.get(target).is_none() {
+                // Native locks cost no message: take the lock now, so the epoch's ops go
+                // straight to the target (seed 004's LOCK, "do PROGRESS_WAIT until I got
+                // the lock", for every target).
+                drop(st);
+                let mut first = true;
+                self.engine.wait_until("lock", || {
+                    if !first {
+                        self.lock_state().make_progress(self)?;
+                    }
+                    first = false;
+                    if self.engine.transport.try_lock(self.id, target, exclusive)? {
+                        let mut st = self.lock_state();
+                        if let Some(l) = st.locks.get_mut(&target) {
+                            l.granted = true;
+                        }
+                        if let Some(t) = st.table.get_mut(target) {
+                            t.state = TargetState::LockGranted;
+                        }
+                        return Ok(true);
+                    }
+                    Ok(false)
+                })?;
+                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+                return Ok(());
+            }
             !nocheck && st.must_take_lock(self, target)
         };
         if eager {
@@ -1693,13 +1783,35 @@ impl WindowShared {
     fn unlock(&self, target: Rank) -> Result<()> {
         self.check_rank(target)?;
         let info = {
-            let st = self.lock_state();
+            let mut st = self.lock_state();
             if !matches!(st.epoch, WindowEpoch::PerTarget) {
                 return Err(UsageError::NotLocked { target }.into());
             }
-            *st.locks
+            let info = *st
+                .locks
                 .get(&target)
-                .ok_or(UsageError::NotLocked { target })?
+                .ok_or(UsageError::NotLocked { target })?;
+            // Hot path: native lock, nothing of the epoch left to complete.
+            let settled = st
+                .table
+                .get(target)
+                .is_none_or(|t| t.is_idle() && t.am_since_done == 0);
+            if WinState::native_locks(self, target) && settled && st.outbox.is_empty() {
+                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
+                st.free_target(self, target);
+                st.locks.remove(&target);
+                if info.granted && !info.nocheck {
+                    self.engine
+                        .transport
+                        .unlock(self.id, target, info.exclusive)?;
+                }
+                if st.locks.is_empty() && st.table.active == 0 {
+                    st.epoch = WindowEpoch::Unset;
+                    st.restoring = false;
+                }
+                return st.deferred.take().map_or(Ok(()), Err);
+            }
+            info
         };
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
         self.wait_for("unlock", |st| {
