@@ -26,6 +26,22 @@ pub mod env {
     pub const JOB: &str = "RMA_RUN_JOB";
 }
 
+/// Values travel as lowercase hex in the launchers' text protocols.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a hex string; `None` if it is not one.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// The node identity: `RMA_NODE_ID` if set (simulated hosts), else the host name.
 pub fn node_id() -> String {
     if let Ok(id) = std::env::var("RMA_NODE_ID") {

@@ -129,10 +129,6 @@ impl Pmi1 {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Bootstrap for Pmi1 {
     fn rank(&self) -> Rank {
         self.rank
@@ -147,7 +143,7 @@ impl Bootstrap for Pmi1 {
         &self.node
     }
     fn put(&self, key: &str, value: &[u8]) -> Result<(), TransportError> {
-        let v = hex(value);
+        let v = super::hex(value);
         if v.len() > self.vallen_max {
             return Err(err(format!(
                 "value of {} bytes exceeds vallen_max",
@@ -174,13 +170,7 @@ impl Bootstrap for Pmi1 {
         let v = r
             .get("value")
             .ok_or_else(|| err("get_result without value"))?;
-        if v.len() % 2 != 0 {
-            return Err(err("garbled value"));
-        }
-        (0..v.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&v[i..i + 2], 16).map_err(|_| err("garbled value")))
-            .collect()
+        super::unhex(v).ok_or_else(|| err("garbled value"))
     }
     fn barrier(&self) -> Result<(), TransportError> {
         self.call("cmd=barrier_in", "barrier_out").map(drop)

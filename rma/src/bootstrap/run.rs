@@ -10,21 +10,7 @@ use std::time::{Duration, Instant};
 
 use rma_core::{Bootstrap, Error, Rank, TransportError};
 
-use super::env;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
+use super::{env, hex, unhex};
 
 /// How long a rank waits for the launcher before it gives up (`RMA_BOOT_TIMEOUT_MS`).
 fn boot_timeout() -> Duration {
