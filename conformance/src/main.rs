@@ -16,6 +16,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let case = args.first().map(String::as_str).unwrap_or("");
     let kind = args.get(1).map(String::as_str).unwrap_or("allocate");
+    if case == "peer_never_arrives" && std::env::var("RMA_RUN_RANK").as_deref() == Ok("1") {
+        // This rank never joins: its peers' init must fail by itself, with a clear error.
+        std::process::exit(0);
+    }
     let world = match World::init() {
         Ok(w) => w,
         Err(e) => {

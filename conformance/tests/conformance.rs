@@ -239,3 +239,24 @@ fn bad_environments_are_typed_errors_not_hangs() {
         );
     }
 }
+
+#[test]
+fn a_peer_that_never_arrives_fails_init_with_a_clear_error() {
+    let mut l = Launch::new(
+        2,
+        env!("CARGO_BIN_EXE_rma-conformance"),
+        vec!["peer_never_arrives".into()],
+    );
+    l.timeout = Some(Duration::from_secs(30));
+    l.env.push(("RMA_BOOT_TIMEOUT_MS".into(), "1500".into()));
+    let start = Instant::now();
+    let out = launch(&l).expect("launch");
+    assert_eq!(out.statuses[1].code(), Some(0));
+    assert_eq!(
+        out.statuses[0].code(),
+        Some(1),
+        "rank 0 fails init: {out:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_no_segments(&out.job);
+}
