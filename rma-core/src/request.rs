@@ -53,18 +53,29 @@ pub(crate) type Convert<R> = fn(Vec<u8>) -> R;
 /// ```
 #[must_use = "a request must be waited on to learn its outcome"]
 pub struct Request<R> {
-    state: Arc<RequestState>,
-    window: Arc<WindowShared>,
-    target: Rank,
+    inner: Inner,
     convert: Convert<R>,
     _value: PhantomData<fn() -> R>,
 }
 
+enum Inner {
+    /// Completed when posted (a native op that finished in the call).
+    Ready(Vec<u8>),
+    /// Queued or under way: the engine completes `state`.
+    Pending {
+        state: Arc<RequestState>,
+        window: Arc<WindowShared>,
+        target: Rank,
+    },
+}
+
 impl<R> std::fmt::Debug for Request<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Request")
-            .field("done", &self.state.is_done())
-            .finish()
+        let done = match &self.inner {
+            Inner::Ready(_) => true,
+            Inner::Pending { state, .. } => state.is_done(),
+        };
+        f.debug_struct("Request").field("done", &done).finish()
     }
 }
 
@@ -76,38 +87,60 @@ impl<R> Request<R> {
         convert: Convert<R>,
     ) -> Self {
         Request {
-            state,
-            window,
-            target,
+            inner: Inner::Pending {
+                state,
+                window,
+                target,
+            },
             convert,
             _value: PhantomData,
         }
     }
 
-    /// Someone waits on this op: it may not wait for piggybacking any longer.
-    fn kick(&self) -> Result<()> {
-        let mut st = self.window.lock_state();
-        st.force_issue(&self.window, self.target)
+    pub(crate) fn ready(data: Vec<u8>, convert: Convert<R>) -> Self {
+        Request {
+            inner: Inner::Ready(data),
+            convert,
+            _value: PhantomData,
+        }
     }
 
     /// Makes progress once and says whether the operation is complete.
     pub fn test(&self) -> Result<bool> {
-        if !self.state.is_done() {
-            self.kick()?;
-            self.window.engine.progress()?;
+        match &self.inner {
+            Inner::Ready(_) => Ok(true),
+            Inner::Pending {
+                state,
+                window,
+                target,
+            } => {
+                if !state.is_done() {
+                    // Someone waits on this op: it may not wait for piggybacking any longer.
+                    window.lock_state().force_issue(window, *target)?;
+                    window.engine.progress()?;
+                }
+                Ok(state.is_done())
+            }
         }
-        Ok(self.state.is_done())
     }
 
     /// Blocks (making progress) until the operation completes, and returns its value.
     pub fn wait(self) -> Result<R> {
-        let state = self.state.clone();
-        if !state.is_done() {
-            self.kick()?;
+        match self.inner {
+            Inner::Ready(data) => Ok((self.convert)(data)),
+            Inner::Pending {
+                state,
+                window,
+                target,
+            } => {
+                if !state.is_done() {
+                    window.lock_state().force_issue(&window, target)?;
+                    window
+                        .engine
+                        .wait_until("request wait", || Ok(state.is_done()))?;
+                }
+                state.take().map(self.convert)
+            }
         }
-        self.window
-            .engine
-            .wait_until("request wait", || Ok(state.is_done()))?;
-        self.state.take().map(self.convert)
     }
 }

@@ -175,7 +175,16 @@ struct OpDesc<'a> {
     datatype: DataType,
     /// Payload (compare-and-swap: compare then swap).
     data: &'a [u8],
-    request: Option<Arc<RequestState>>,
+    /// The caller wants a request for the op's completion or fetched data.
+    wants_result: bool,
+}
+
+/// What posting an op came to.
+pub(crate) enum Posted {
+    /// Complete already; with the fetched bytes when a result was wanted.
+    Done(Option<Vec<u8>>),
+    /// Queued or under way; the request completes later.
+    Later(Option<Arc<RequestState>>),
 }
 
 impl WinState {
@@ -663,7 +672,7 @@ impl WinState {
 
     // ----- posting an op (RMA_OP) -------------------------------------------------------
 
-    fn try_post(&mut self, w: &WindowShared, d: &OpDesc<'_>, native: bool) -> Result<Step<()>> {
+    fn try_post(&mut self, w: &WindowShared, d: &OpDesc<'_>, native: bool) -> Result<Step<Posted>> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
@@ -710,10 +719,8 @@ impl WinState {
                         Ok(Issued::Complete(data)) => {
                             self.free_op(w, op);
                             w.counters.op(true);
-                            if let Some(r) = &d.request {
-                                r.complete(Ok(data.unwrap_or_default()));
-                            }
-                            return Ok(Step::Done(()));
+                            let data = d.wants_result.then(|| data.unwrap_or_default());
+                            return Ok(Step::Done(Posted::Done(data)));
                         }
                         Ok(Issued::Pending) => return self.track_native(w, d, token, op),
                         Err(TransportError::Busy) => {
@@ -748,7 +755,8 @@ impl WinState {
         op.data.extend_from_slice(d.data);
         op.native = native;
         op.token = self.new_token(w);
-        op.request = d.request.clone();
+        op.request = d.wants_result.then(|| Arc::new(RequestState::default()));
+        let request = op.request.clone();
         let config = &w.engine.config;
         let elem = self.table.get_mut(rank).expect("created above");
         elem.pending.push_back(op);
@@ -766,7 +774,7 @@ impl WinState {
         if self.table.get(rank).is_some_and(|t| !t.pending.is_empty()) {
             w.counters.queued();
         }
-        Ok(Step::Done(()))
+        Ok(Step::Done(Posted::Later(request)))
     }
 
     /// Tracks a native op that is under way, in the element reserved for it, so that its
@@ -777,19 +785,20 @@ impl WinState {
         d: &OpDesc<'_>,
         token: u64,
         mut op: Box<OpElem>,
-    ) -> Result<Step<()>> {
+    ) -> Result<Step<Posted>> {
         w.counters.op(true);
         self.native_index.insert(token, d.target);
         op.kind = d.kind;
         op.token = token;
         op.native = true;
-        op.request = d.request.clone();
+        op.request = d.wants_result.then(|| Arc::new(RequestState::default()));
+        let request = op.request.clone();
         let elem = self
             .target_elem(w, d.target)
             .expect("room checked before issue");
         elem.native_in_flight += 1;
         elem.issued.push(op);
-        Ok(Step::Done(()))
+        Ok(Step::Done(Posted::Later(request)))
     }
 
     fn target_pool_empty(&self, w: &WindowShared) -> bool {
@@ -799,11 +808,11 @@ impl WinState {
 
     /// RESTORE_TARGET_ELEM_RESOURCES, as a step: pick an element to drain and let
     /// progress complete it; LOCK_ALL_CALLED falls back to the window protocol instead.
-    fn restore_target_elem_resources(
+    fn restore_target_elem_resources<T>(
         &mut self,
         w: &WindowShared,
         _for_rank: Rank,
-    ) -> Result<Step<()>> {
+    ) -> Result<Step<T>> {
         w.counters.restore();
         if matches!(self.epoch, WindowEpoch::LockAllCalled) {
             self.lock_all_window_protocol(w)?;
@@ -816,7 +825,11 @@ impl WinState {
     }
 
     /// RESTORE_OP_ELEM_RESOURCES: flush one target with queued ops.
-    fn restore_op_elem_resources(&mut self, w: &WindowShared, for_rank: Rank) -> Result<Step<()>> {
+    fn restore_op_elem_resources<T>(
+        &mut self,
+        w: &WindowShared,
+        for_rank: Rank,
+    ) -> Result<Step<T>> {
         w.counters.restore();
         let victim = match self.table.get(for_rank) {
             Some(t) if !t.pending.is_empty() => Some(for_rank),
@@ -1405,7 +1418,7 @@ impl WindowShared {
         }
     }
 
-    fn post(&self, d: OpDesc<'_>) -> Result<()> {
+    fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let contiguous = d.extent.count <= 1;
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, contiguous);
         if d.kind == OpKind::Put
@@ -1418,7 +1431,7 @@ impl WindowShared {
             .into());
         }
         let mut first = true;
-        let mut result = Ok(());
+        let mut result = Ok(Posted::Later(None));
         self.engine.wait_until("operation", || {
             let mut st = self.lock_state();
             if !first {
@@ -1426,7 +1439,10 @@ impl WindowShared {
             }
             first = false;
             match st.try_post(self, &d, native) {
-                Ok(Step::Done(())) => Ok(true),
+                Ok(Step::Done(p)) => {
+                    result = Ok(p);
+                    Ok(true)
+                }
                 Ok(Step::Blocked) => Ok(false),
                 Err(e) => {
                     result = Err(e);
@@ -1764,7 +1780,7 @@ impl WindowShared {
             // Local loads/stores after lock must be protected: take the lock now.
             self.wait_for("lock", |st| {
                 if st.table.get(target).is_none() && st.target_elem(self, target).is_none() {
-                    st.restore_target_elem_resources(self, target)?;
+                    st.restore_target_elem_resources::<()>(self, target)?;
                     return Ok(false);
                 }
                 let t = st.table.get_mut(target).expect("exists");
@@ -1816,7 +1832,7 @@ impl WindowShared {
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
         self.wait_for("unlock", |st| {
             if st.table.get(target).is_none() && st.target_elem(self, target).is_none() {
-                st.restore_target_elem_resources(self, target)?;
+                st.restore_target_elem_resources::<()>(self, target)?;
                 return Ok(false);
             }
             let native = WinState::native_locks(self, target);
@@ -2143,13 +2159,12 @@ impl<T: Element> Window<T> {
         }
     }
 
-    fn request<R>(
-        &self,
-        state: Arc<RequestState>,
-        target: Rank,
-        convert: fn(Vec<u8>) -> R,
-    ) -> Request<R> {
-        Request::new(state, self.shared.clone(), target, convert)
+    fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Vec<u8>) -> R) -> Request<R> {
+        match posted {
+            Posted::Done(data) => Request::ready(data.unwrap_or_default(), convert),
+            Posted::Later(Some(state)) => Request::new(state, self.shared.clone(), target, convert),
+            Posted::Later(None) => Request::ready(Vec::new(), convert),
+        }
     }
 
     /// The window's kind.
@@ -2182,33 +2197,34 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, target_layout, Self::SIZE)?;
-        self.shared.post(OpDesc {
-            kind: OpKind::Put,
-            target,
-            extent,
-            op: None,
-            datatype: T::DATATYPE,
-            data: bytemuck::cast_slice(&packed),
-            request: None,
-        })
+        self.shared
+            .post(OpDesc {
+                kind: OpKind::Put,
+                target,
+                extent,
+                op: None,
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(&packed),
+                wants_result: false,
+            })
+            .map(drop)
     }
 
     /// A put whose local completion can be waited on (MPI_Rput).
     pub fn rput(&self, data: &[T], target: Rank, disp: u64) -> Result<Request<()>> {
-        let state = Arc::new(RequestState::default());
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        self.shared.post(OpDesc {
+        let posted = self.shared.post(OpDesc {
             kind: OpKind::Put,
             target,
             extent,
             op: None,
             datatype: T::DATATYPE,
             data: bytemuck::cast_slice(data),
-            request: Some(state.clone()),
+            wants_result: true,
         })?;
-        Ok(self.request(state, target, |_| ()))
+        Ok(self.request(posted, target, |_| ()))
     }
 
     /// Gets `count` elements at `disp` of `target`'s window. The data is the request's
@@ -2225,17 +2241,16 @@ impl<T: Element> Window<T> {
     /// Gets the elements `layout` selects at `disp`, packed.
     pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-        let state = Arc::new(RequestState::default());
-        self.shared.post(OpDesc {
+        let posted = self.shared.post(OpDesc {
             kind: OpKind::Get,
             target,
             extent,
             op: None,
             datatype: T::DATATYPE,
             data: &[],
-            request: Some(state.clone()),
+            wants_result: true,
         })?;
-        Ok(self.request(state, target, to_vec::<T>))
+        Ok(self.request(posted, target, to_vec::<T>))
     }
 
     /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically
@@ -2266,15 +2281,17 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, target_layout, Self::SIZE)?;
-        self.shared.post(OpDesc {
-            kind: OpKind::Accumulate,
-            target,
-            extent,
-            op: Some(op),
-            datatype: T::DATATYPE,
-            data: bytemuck::cast_slice(&packed),
-            request: None,
-        })
+        self.shared
+            .post(OpDesc {
+                kind: OpKind::Accumulate,
+                target,
+                extent,
+                op: Some(op),
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(&packed),
+                wants_result: false,
+            })
+            .map(drop)
     }
 
     /// Request-based accumulate (MPI_Raccumulate): completes locally.
@@ -2289,17 +2306,16 @@ impl<T: Element> Window<T> {
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        let state = Arc::new(RequestState::default());
-        self.shared.post(OpDesc {
+        let posted = self.shared.post(OpDesc {
             kind: OpKind::Accumulate,
             target,
             extent,
             op: Some(op),
             datatype: T::DATATYPE,
             data: bytemuck::cast_slice(data),
-            request: Some(state.clone()),
+            wants_result: true,
         })?;
-        Ok(self.request(state, target, |_| ()))
+        Ok(self.request(posted, target, |_| ()))
     }
 
     /// Atomically fetches the target elements and accumulates `data` into them; with
@@ -2315,17 +2331,16 @@ impl<T: Element> Window<T> {
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        let state = Arc::new(RequestState::default());
-        self.shared.post(OpDesc {
+        let posted = self.shared.post(OpDesc {
             kind: OpKind::GetAccumulate,
             target,
             extent,
             op: Some(op),
             datatype: T::DATATYPE,
             data: bytemuck::cast_slice(data),
-            request: Some(state.clone()),
+            wants_result: true,
         })?;
-        Ok(self.request(state, target, to_vec::<T>))
+        Ok(self.request(posted, target, to_vec::<T>))
     }
 
     /// Request-based get_accumulate (MPI_Rget_accumulate); the same as
@@ -2346,17 +2361,16 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-        let state = Arc::new(RequestState::default());
-        self.shared.post(OpDesc {
+        let posted = self.shared.post(OpDesc {
             kind: OpKind::GetAccumulate,
             target,
             extent,
             op: Some(op),
             datatype: T::DATATYPE,
             data: bytemuck::bytes_of(&value),
-            request: Some(state.clone()),
+            wants_result: true,
         })?;
-        Ok(self.request(state, target, to_one::<T>))
+        Ok(self.request(posted, target, to_one::<T>))
     }
 
     /// Atomic compare-and-swap of one element: `swap` replaces it if it equals `compare`
@@ -2371,19 +2385,18 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-        let state = Arc::new(RequestState::default());
         let mut data = bytemuck::bytes_of(&compare).to_vec();
         data.extend_from_slice(bytemuck::bytes_of(&swap));
-        self.shared.post(OpDesc {
+        let posted = self.shared.post(OpDesc {
             kind: OpKind::CompareAndSwap,
             target,
             extent,
             op: None,
             datatype: T::DATATYPE,
             data: &data,
-            request: Some(state.clone()),
+            wants_result: true,
         })?;
-        Ok(self.request(state, target, to_one::<T>))
+        Ok(self.request(posted, target, to_one::<T>))
     }
 
     /// Fence (MPI_Win_fence). Ends the previous fence epoch, completing each of its
