@@ -195,6 +195,21 @@ fn subset_under_mpich_hydra() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // Hydra answers PMI-2 too.
+    for (n, args) in [
+        (2, &["ops", "allocate"][..]),
+        (4, &["stress_fetch_and_op"][..]),
+    ] {
+        let mut cmd = std::process::Command::new(&mpiexec);
+        cmd.arg("-n")
+            .arg(n.to_string())
+            .arg(env!("CARGO_BIN_EXE_rma-conformance"))
+            .args(args);
+        cmd.env("RMA_BOOTSTRAP", "pmi2");
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "PMI-2 mpiexec -n {n} {args:?}: {err}");
+    }
 }
 
 #[test]
@@ -202,6 +217,7 @@ fn bad_environments_are_typed_errors_not_hangs() {
     let bin = env!("CARGO_BIN_EXE_rma-conformance");
     let cases: &[(&[(&str, &str)], &str)] = &[
         (&[("RMA_BOOTSTRAP", "pmi1")], "PMI_FD is not set"),
+        (&[("RMA_BOOTSTRAP", "pmi2")], "PMI_FD is not set"),
         (
             &[("RMA_BOOTSTRAP", "slurm-magic")],
             "not a launcher rma knows",
@@ -259,4 +275,49 @@ fn a_peer_that_never_arrives_fails_init_with_a_clear_error() {
     );
     assert!(start.elapsed() < Duration::from_secs(10));
     assert_no_segments(&out.job);
+}
+
+/// A launcher that answers nonsense on PMI_FD: the rank fails with a typed error.
+#[test]
+fn a_garbled_pmi_reply_is_a_typed_error() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    for (version, reply) in [
+        ("pmi1", "cmd=what_is_this\n".to_string()),
+        ("pmi2", "xx".repeat(3)),
+    ] {
+        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let fd = theirs.as_raw_fd();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rma-conformance"));
+        cmd.arg("ops")
+            .env("PMI_FD", "3")
+            .env("PMI_RANK", "0")
+            .env("PMI_SIZE", "1")
+            .env("RMA_BOOTSTRAP", version);
+        // SAFETY: between fork and exec only dup2, which is async-signal-safe, moves
+        // our end of the pair to fd 3 (without close-on-exec) for the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let child = cmd.spawn().expect("spawn");
+        drop(theirs);
+        let mut buf = [0u8; 256];
+        let _ = ours.read(&mut buf);
+        let _ = ours.write_all(reply.as_bytes());
+        drop(ours);
+        let start = Instant::now();
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{version}: {err}");
+        assert!(err.contains("PMI"), "{version}: {err}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
 }

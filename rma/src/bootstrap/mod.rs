@@ -1,8 +1,9 @@
 //! Finding out who we are from whatever launched us: MPICH's Hydra (`mpiexec`, PMI-1
 //! over `PMI_FD`), `rma-run` (the embedded default), or nothing (a World of one).
-//! `RMA_BOOTSTRAP=pmi1|run|single` forces one.
+//! `RMA_BOOTSTRAP=pmi2|pmi1|run|single` forces one.
 
 mod pmi1;
+mod pmi2;
 mod run;
 mod single;
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use rma_core::{Bootstrap, Error, TransportError};
 
 pub use pmi1::Pmi1;
+pub use pmi2::Pmi2;
 pub use run::{RunClient, RunServer};
 pub use single::Single;
 
@@ -24,6 +26,38 @@ pub mod env {
     pub const SIZE: &str = "RMA_RUN_SIZE";
     /// The job's id.
     pub const JOB: &str = "RMA_RUN_JOB";
+}
+
+/// The launcher's socket from `PMI_FD`, checked to be an open socket (`Ok(None)` if the
+/// variable is unset).
+pub(crate) fn pmi_socket() -> Result<Option<std::os::unix::net::UnixStream>, Error> {
+    use std::os::fd::FromRawFd;
+    let Ok(fd) = std::env::var("PMI_FD") else {
+        return Ok(None);
+    };
+    let bad = |what: String| -> Error { TransportError::Failed(format!("PMI: {what}")).into() };
+    let fd: i32 = fd
+        .trim()
+        .parse()
+        .map_err(|_| bad(format!("PMI_FD={fd} is not a descriptor")))?;
+    // Refuse anything but an open socket instead of adopting a random descriptor.
+    // SAFETY: `libc::stat` is plain old data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let is_socket = fd >= 0 && {
+        // SAFETY: fstat only writes the metadata of `fd` into `st`, a valid out-pointer;
+        // an invalid fd yields an error, not undefined behaviour.
+        let r = unsafe { libc::fstat(fd, &mut st) };
+        r == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+    };
+    if !is_socket {
+        return Err(bad(format!("PMI_FD={fd} is not an open socket")));
+    }
+    // SAFETY: the launcher handed this socket to us; we own it from here on.
+    let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .ok();
+    Ok(Some(stream))
 }
 
 /// Values travel as lowercase hex in the launchers' text protocols.
@@ -64,6 +98,11 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
                 RunClient::from_env()?.ok_or_else(|| missing("run", env::SOCKET))?,
             ))
         }
+        Some("pmi2") => {
+            return Ok(Arc::new(
+                Pmi2::from_env()?.ok_or_else(|| missing("pmi2", "PMI_FD"))?,
+            ))
+        }
         Some("pmi1") => {
             return Ok(Arc::new(
                 Pmi1::from_env()?.ok_or_else(|| missing("pmi1", "PMI_FD"))?,
@@ -71,11 +110,17 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
         }
         Some(other) => {
             return Err(TransportError::Failed(format!(
-                "RMA_BOOTSTRAP={other} is not a launcher rma knows (pmi1, run, single)"
+                "RMA_BOOTSTRAP={other} is not a launcher rma knows (pmi2, pmi1, run, single)"
             ))
             .into())
         }
         None => {}
+    }
+    // Slurm's PMI-2 plugin sets PMI_JOBID and speaks only PMI-2; Hydra speaks both.
+    if std::env::var_os("PMI_FD").is_some() && std::env::var_os("PMI_JOBID").is_some() {
+        if let Some(c) = Pmi2::from_env()? {
+            return Ok(Arc::new(c));
+        }
     }
     if let Some(c) = Pmi1::from_env()? {
         return Ok(Arc::new(c));

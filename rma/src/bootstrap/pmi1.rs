@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
@@ -36,31 +35,9 @@ fn parse(line: &str) -> Option<HashMap<&str, &str>> {
 impl Pmi1 {
     /// Connects if `PMI_FD` is set (`Ok(None)` otherwise) and runs the init handshake.
     pub fn from_env() -> Result<Option<Pmi1>, Error> {
-        let Ok(fd) = std::env::var("PMI_FD") else {
+        let Some(stream) = super::pmi_socket()? else {
             return Ok(None);
         };
-        let fd: i32 = fd
-            .trim()
-            .parse()
-            .map_err(|_| err(format!("PMI_FD={fd} is not a descriptor")))?;
-        // The fd must be an open socket; refuse anything else instead of adopting a
-        // random descriptor.
-        // SAFETY: `libc::stat` is plain old data; all-zero is a valid value.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let is_socket = fd >= 0 && {
-            // SAFETY: fstat only reads the metadata of `fd` into `st`, a valid out-pointer;
-            // an invalid fd yields an error, not undefined behaviour.
-            let r = unsafe { libc::fstat(fd, &mut st) };
-            r == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
-        };
-        if !is_socket {
-            return Err(err(format!("PMI_FD={fd} is not an open socket")).into());
-        }
-        // SAFETY: the launcher handed this socket to us; we own it from here on.
-        let stream = unsafe { UnixStream::from_raw_fd(fd) };
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
-            .ok();
         let reader = BufReader::new(stream.try_clone().map_err(|e| err(e.to_string()))?);
         let mut me = Pmi1 {
             rank: 0,
