@@ -1,0 +1,9 @@
+//! `osu_fop_latency`: OSU 7.4's MPI_Fetch_and_op latency (sum on one u64) test on rma,
+//! between two ranks (rank 0 origin, rank 1 target). Run `rma-run -n 2 osu_fop_latency`, or
+//! start it by hand and it starts its two processes itself; `--help` lists the options. See
+//! `rma_benches::kernels` for the timed loops and `rma_benches::reference` for
+//! `--reference`.
+
+fn main() -> std::process::ExitCode {
+    rma_benches::run::main(&rma_benches::osu::FOP_LATENCY)
+}

@@ -1,0 +1,574 @@
+//! The timed loops, as OSU 7.4's one-sided benchmarks run them, on any [`Engine`]: the
+//! same code for the two processes of `-b shm` and the two threads of the simulated
+//! transports. Rank 0 is the origin and keeps the clock; rank 1 is the target.
+//!
+//! Latency loops (per iteration, timed from the first iteration after the warm-up):
+//! `lock` is lock/op/unlock; `flush` and `flush_local` hold a lock over the whole loop
+//! and do op + flush (or flush_local); `lock_all` is lock_all/op/unlock_all; `fence` and
+//! `pscw` do the op in both directions and report half the loop time, as OSU does. Locks
+//! are shared, except where OSU takes exclusive ones ([`Benchmark::lock_type`]).
+//! Bandwidth loops issue `-W` messages per iteration into consecutive slots of the
+//! window, then synchronize once; `osu_put_bibw` does that on both ranks at once.
+//!
+//! Each size gets a fresh window (OSU frees and creates one per size); fetch_and_op and
+//! compare_and_swap have one size, one `u64`.
+
+use std::hint::black_box;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rma_core::{AccOp, Assert, Element, Engine, Rank, Request, Result, TransportError, Window};
+
+use crate::osu::{self, Benchmark, Measure, Operation, Options, Record, SyncMode, WindowCreation};
+use crate::reference::Reference;
+
+const ORIGIN: Rank = 0;
+const TARGET: Rank = 1;
+
+/// Where rank 0's table goes.
+#[derive(Debug)]
+pub enum Sink {
+    /// Standard output.
+    Stdout,
+    /// A file (`-o`).
+    File(PathBuf, std::fs::File),
+}
+
+impl Sink {
+    /// Standard output, or the file `-o` names (created or truncated now).
+    pub fn open(opts: &Options) -> std::result::Result<Sink, String> {
+        match &opts.output {
+            None => Ok(Sink::Stdout),
+            Some(p) => std::fs::File::create(p)
+                .map(|f| Sink::File(p.clone(), f))
+                .map_err(|e| format!("cannot create {}: {e}", p.display())),
+        }
+    }
+
+    /// Writes `text` and flushes (OSU flushes every line).
+    pub fn write(&mut self, text: &str) -> Result<()> {
+        let r = match self {
+            Sink::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            }
+            Sink::File(_, f) => f.write_all(text.as_bytes()).and_then(|()| f.flush()),
+        };
+        r.map_err(|e| {
+            let to = match self {
+                Sink::Stdout => "stdout".to_string(),
+                Sink::File(p, _) => p.display().to_string(),
+            };
+            TransportError::Failed(format!("writing to {to}: {e}")).into()
+        })
+    }
+}
+
+/// What both ranks run with.
+#[derive(Debug)]
+pub struct Context {
+    /// The benchmark.
+    pub bench: &'static Benchmark,
+    /// Its options (already fitted to the backend).
+    pub opts: Options,
+    /// Rank 0's output (rank 1 never writes).
+    pub sink: Mutex<Option<Sink>>,
+    /// Name of the reference segment (`--reference`), the same on both ranks.
+    pub reference_name: String,
+}
+
+impl Context {
+    fn emit(&self, text: &str) -> Result<()> {
+        let mut s = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        match s.as_mut() {
+            Some(sink) => sink.write(text),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Elements the benchmarks move: bytes, and the `u64` of fetch_and_op and
+/// compare_and_swap.
+trait Elem: Element + Copy {
+    const ZERO: Self;
+    /// The origin's fill value (OSU fills with `a`; atomics add 1).
+    const FILL: Self;
+}
+
+impl Elem for u8 {
+    const ZERO: u8 = 0;
+    const FILL: u8 = b'a';
+}
+
+impl Elem for u64 {
+    const ZERO: u64 = 0;
+    const FILL: u64 = 1;
+}
+
+/// An operation's result still to collect after the synchronization that completes it.
+enum Pending<T: Element> {
+    Nothing,
+    Many(Request<Vec<T>>),
+    One(Request<T>),
+}
+
+impl<T: Element> Pending<T> {
+    fn finish(self) -> Result<()> {
+        match self {
+            Pending::Nothing => {}
+            Pending::Many(r) => {
+                black_box(r.wait()?);
+            }
+            Pending::One(r) => {
+                black_box(r.wait()?);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn issue<T: Elem>(
+    op: Operation,
+    win: &Window<T>,
+    data: &[T],
+    target: Rank,
+    disp: u64,
+) -> Result<Pending<T>> {
+    Ok(match op {
+        Operation::Put => {
+            win.put(data, target, disp)?;
+            Pending::Nothing
+        }
+        Operation::Get => Pending::Many(win.get(target, disp, data.len())?),
+        Operation::Accumulate => {
+            win.accumulate(data, AccOp::Sum, target, disp)?;
+            Pending::Nothing
+        }
+        Operation::GetAccumulate => {
+            Pending::Many(win.get_accumulate(data, AccOp::Sum, target, disp)?)
+        }
+        Operation::FetchAndOp => {
+            Pending::One(win.fetch_and_op(data[0], AccOp::Sum, target, disp)?)
+        }
+        // Compare 0, swap 0: every swap succeeds and the value stays what it was.
+        Operation::CompareAndSwap => {
+            Pending::One(win.compare_and_swap(T::ZERO, T::ZERO, target, disp)?)
+        }
+    })
+}
+
+/// A window of one size, with the displacement of the peer's memory in it.
+struct BenchWindow<T: Element> {
+    win: Window<T>,
+    /// Displacement of the start of the peer's memory (its attached address for
+    /// dynamic windows, 0 otherwise).
+    disp: u64,
+    /// Our own attached address (dynamic windows).
+    attached: Option<u64>,
+}
+
+/// Sends `mine` to the other rank and returns what it sent (collective), through a
+/// one-element window and a fence: how the ranks learn each other's attached address.
+fn exchange(engine: &Engine, mine: u64) -> Result<u64> {
+    let peer = 1 - engine.rank();
+    let w = engine.allocate::<u64>(1)?;
+    w.fence(Assert::NOPRECEDE)?;
+    w.put(&[mine], peer, 0)?;
+    w.fence(Assert::NOSUCCEED)?;
+    let theirs = w.local_to_vec()[0];
+    w.free()?;
+    Ok(theirs)
+}
+
+fn open_window<T: Elem>(
+    engine: &Engine,
+    kind: WindowCreation,
+    len: usize,
+) -> Result<BenchWindow<T>> {
+    Ok(match kind {
+        WindowCreation::Allocate => BenchWindow {
+            win: engine.allocate::<T>(len)?,
+            disp: 0,
+            attached: None,
+        },
+        WindowCreation::Create => BenchWindow {
+            win: engine.create(vec![T::ZERO; len])?,
+            disp: 0,
+            attached: None,
+        },
+        WindowCreation::Dynamic => {
+            let win = engine.create_dynamic::<T>()?;
+            let mine = win.attach(vec![T::ZERO; len])?;
+            let disp = exchange(engine, mine)?;
+            BenchWindow {
+                win,
+                disp,
+                attached: Some(mine),
+            }
+        }
+    })
+}
+
+impl<T: Element> BenchWindow<T> {
+    fn close(self) -> Result<()> {
+        if let Some(a) = self.attached {
+            self.win.detach(a)?;
+        }
+        self.win.free()?;
+        Ok(())
+    }
+}
+
+/// Times iterations `skip..total` of `step` (called with the iteration number).
+fn timed(skip: usize, total: usize, mut step: impl FnMut(usize) -> Result<()>) -> Result<Duration> {
+    let mut start = Instant::now();
+    for i in 0..total {
+        if i == skip {
+            start = Instant::now();
+        }
+        step(i)?;
+    }
+    Ok(start.elapsed())
+}
+
+/// Runs the benchmark on this rank: preamble, then every size (collective).
+pub fn run_rank(engine: &Engine, ctx: &Context) -> Result<()> {
+    let (bench, o) = (ctx.bench, &ctx.opts);
+    let sizes = o.sizes(bench);
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    let mut reference = if o.reference {
+        let cap = largest * o.messages_per_iteration(bench);
+        Some(Reference::join(engine, &ctx.reference_name, cap)?)
+    } else {
+        None
+    };
+    if engine.rank() == ORIGIN && !o.json {
+        let notes = reference
+            .as_ref()
+            .map(|r| r.notes(bench, o.sync, o.window_size))
+            .unwrap_or_default();
+        ctx.emit(&osu::preamble(bench, o, &notes))?;
+    }
+    if bench.operation.is_atomic() {
+        run_sizes::<u64>(engine, ctx, &sizes, reference.as_mut())
+    } else {
+        run_sizes::<u8>(engine, ctx, &sizes, reference.as_mut())
+    }
+}
+
+fn run_sizes<T: Elem>(
+    engine: &Engine,
+    ctx: &Context,
+    sizes: &[usize],
+    mut reference: Option<&mut Reference>,
+) -> Result<()> {
+    let (bench, o) = (ctx.bench, &ctx.opts);
+    let elem = std::mem::size_of::<T>();
+    let per_iteration = o.messages_per_iteration(bench);
+    for &size in sizes {
+        let (iterations, skip) = o.iterations_for(size);
+        let count = size / elem;
+        let w = open_window::<T>(engine, o.window, count * per_iteration)?;
+        let buf = vec![T::FILL; count * per_iteration];
+        let elapsed = if bench.is_bandwidth() {
+            bandwidth_loop(
+                engine,
+                bench,
+                o.sync,
+                &w,
+                &buf,
+                count,
+                per_iteration,
+                iterations,
+                skip,
+            )?
+        } else {
+            latency_loop(engine, bench, o.sync, &w, &buf, iterations, skip)?
+        };
+        engine.barrier()?;
+        let value = match bench.measure {
+            Measure::Latency => {
+                let us = elapsed.as_secs_f64() * 1e6 / iterations as f64;
+                if o.sync.is_active() {
+                    us / 2.0
+                } else {
+                    us
+                }
+            }
+            Measure::Bandwidth | Measure::BiBandwidth => {
+                let mb =
+                    size as f64 / 1e6 * (iterations * per_iteration) as f64 / elapsed.as_secs_f64();
+                if bench.measure == Measure::BiBandwidth {
+                    2.0 * mb
+                } else {
+                    mb
+                }
+            }
+        };
+        let reference_value = match reference.as_deref_mut() {
+            None => None,
+            Some(r) => {
+                let v = if bench.is_bandwidth() {
+                    r.bandwidth(bench, o.sync, size, per_iteration, iterations, skip)?
+                } else {
+                    r.latency(bench, o.sync, size, iterations, skip)?
+                };
+                engine.barrier()?;
+                Some(v)
+            }
+        };
+        if engine.rank() == ORIGIN {
+            let rec = Record {
+                size,
+                iterations,
+                warmup: skip,
+                value,
+                reference: reference_value,
+            };
+            let line = if o.json {
+                osu::json(bench, o, &rec)
+            } else {
+                osu::row(size, value, reference_value)
+            };
+            ctx.emit(&format!("{line}\n"))?;
+        }
+        w.close()?;
+    }
+    Ok(())
+}
+
+fn latency_loop<T: Elem>(
+    engine: &Engine,
+    bench: &Benchmark,
+    sync: SyncMode,
+    w: &BenchWindow<T>,
+    buf: &[T],
+    iterations: usize,
+    skip: usize,
+) -> Result<Duration> {
+    let (win, disp, op) = (&w.win, w.disp, bench.operation);
+    let total = skip + iterations;
+    let me = engine.rank();
+    let lock = bench.lock_type(sync);
+    match sync {
+        SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
+            win.lock(lock, TARGET, Assert::NONE)?;
+            let p = issue(op, win, buf, TARGET, disp)?;
+            win.unlock(TARGET)?;
+            p.finish()
+        }),
+        SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
+            win.lock(lock, TARGET, Assert::NONE)?;
+            let elapsed = timed(skip, total, |_| {
+                let p = issue(op, win, buf, TARGET, disp)?;
+                if sync == SyncMode::Flush {
+                    win.flush(TARGET)?;
+                } else {
+                    win.flush_local(TARGET)?;
+                }
+                p.finish()
+            })?;
+            win.unlock(TARGET)?;
+            Ok(elapsed)
+        }
+        SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
+            win.lock_all(Assert::NONE)?;
+            let p = issue(op, win, buf, TARGET, disp)?;
+            win.unlock_all()?;
+            p.finish()
+        }),
+        SyncMode::Lock | SyncMode::Flush | SyncMode::FlushLocal | SyncMode::LockAll => {
+            Ok(Duration::ZERO)
+        }
+        SyncMode::Fence => {
+            engine.barrier()?;
+            if me == ORIGIN {
+                timed(skip, total, |_| {
+                    win.fence(Assert::NONE)?;
+                    let p = issue(op, win, buf, TARGET, disp)?;
+                    win.fence(Assert::NONE)?;
+                    p.finish()?;
+                    win.fence(Assert::NONE)
+                })
+            } else {
+                timed(skip, total, |_| {
+                    win.fence(Assert::NONE)?;
+                    win.fence(Assert::NONE)?;
+                    let p = issue(op, win, buf, ORIGIN, disp)?;
+                    win.fence(Assert::NONE)?;
+                    p.finish()
+                })
+            }
+        }
+        SyncMode::Pscw => {
+            engine.barrier()?;
+            if me == ORIGIN {
+                // OSU starts the clock after the first timed start.
+                let mut start = Instant::now();
+                for i in 0..total {
+                    win.start(&[TARGET], Assert::NONE)?;
+                    if i == skip {
+                        start = Instant::now();
+                    }
+                    let p = issue(op, win, buf, TARGET, disp)?;
+                    win.complete()?;
+                    p.finish()?;
+                    win.post(&[TARGET], Assert::NONE)?;
+                    win.wait()?;
+                }
+                Ok(start.elapsed())
+            } else {
+                timed(skip, total, |_| {
+                    win.post(&[ORIGIN], Assert::NONE)?;
+                    win.wait()?;
+                    win.start(&[ORIGIN], Assert::NONE)?;
+                    let p = issue(op, win, buf, ORIGIN, disp)?;
+                    win.complete()?;
+                    p.finish()
+                })
+            }
+        }
+    }
+}
+
+/// Issues the window's `per_iteration` messages of `count` elements to `target`, into
+/// consecutive slots; their results go to `pending`.
+fn burst<T: Elem>(
+    op: Operation,
+    w: &BenchWindow<T>,
+    buf: &[T],
+    count: usize,
+    per_iteration: usize,
+    target: Rank,
+    pending: &mut Vec<Pending<T>>,
+) -> Result<()> {
+    for j in 0..per_iteration {
+        let slot = &buf[j * count..(j + 1) * count];
+        pending.push(issue(
+            op,
+            &w.win,
+            slot,
+            target,
+            w.disp + (j * count) as u64,
+        )?);
+    }
+    Ok(())
+}
+
+fn finish_all<T: Element>(pending: &mut Vec<Pending<T>>) -> Result<()> {
+    for p in pending.drain(..) {
+        p.finish()?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bandwidth_loop<T: Elem>(
+    engine: &Engine,
+    bench: &Benchmark,
+    sync: SyncMode,
+    w: &BenchWindow<T>,
+    buf: &[T],
+    count: usize,
+    per_iteration: usize,
+    iterations: usize,
+    skip: usize,
+) -> Result<Duration> {
+    let (win, op) = (&w.win, bench.operation);
+    let total = skip + iterations;
+    let me = engine.rank();
+    let peer = 1 - me;
+    let mut pending: Vec<Pending<T>> = Vec::with_capacity(per_iteration);
+    let send = |pending: &mut Vec<Pending<T>>, to: Rank| {
+        burst(op, w, buf, count, per_iteration, to, pending)
+    };
+    if bench.measure == Measure::BiBandwidth {
+        engine.barrier()?;
+        return match sync {
+            SyncMode::Fence => timed(skip, total, |_| {
+                win.fence(Assert::NONE)?;
+                send(&mut pending, peer)?;
+                win.fence(Assert::NONE)?;
+                finish_all(&mut pending)
+            }),
+            _ => timed(skip, total, |_| {
+                win.post(&[peer], Assert::NONE)?;
+                win.start(&[peer], Assert::NONE)?;
+                send(&mut pending, peer)?;
+                win.complete()?;
+                finish_all(&mut pending)?;
+                win.wait()
+            }),
+        };
+    }
+    match sync {
+        SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
+            win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
+            let elapsed = timed(skip, total, |_| {
+                send(&mut pending, TARGET)?;
+                if sync == SyncMode::Flush {
+                    win.flush(TARGET)?;
+                } else {
+                    win.flush_local(TARGET)?;
+                }
+                finish_all(&mut pending)
+            })?;
+            win.unlock(TARGET)?;
+            Ok(elapsed)
+        }
+        SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
+            win.lock_all(Assert::NONE)?;
+            send(&mut pending, TARGET)?;
+            win.unlock_all()?;
+            finish_all(&mut pending)
+        }),
+        SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
+            win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
+            send(&mut pending, TARGET)?;
+            win.unlock(TARGET)?;
+            finish_all(&mut pending)
+        }),
+        SyncMode::Lock | SyncMode::Flush | SyncMode::FlushLocal | SyncMode::LockAll => {
+            Ok(Duration::ZERO)
+        }
+        SyncMode::Fence => {
+            engine.barrier()?;
+            if me == ORIGIN {
+                timed(skip, total, |_| {
+                    win.fence(Assert::NONE)?;
+                    send(&mut pending, TARGET)?;
+                    win.fence(Assert::NONE)?;
+                    finish_all(&mut pending)
+                })
+            } else {
+                timed(skip, total, |_| {
+                    win.fence(Assert::NONE)?;
+                    win.fence(Assert::NONE)
+                })
+            }
+        }
+        SyncMode::Pscw => {
+            engine.barrier()?;
+            if me == ORIGIN {
+                let mut start = Instant::now();
+                for i in 0..total {
+                    win.start(&[TARGET], Assert::NONE)?;
+                    if i == skip {
+                        start = Instant::now();
+                    }
+                    send(&mut pending, TARGET)?;
+                    win.complete()?;
+                    finish_all(&mut pending)?;
+                }
+                Ok(start.elapsed())
+            } else {
+                timed(skip, total, |_| {
+                    win.post(&[ORIGIN], Assert::NONE)?;
+                    win.wait()
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The `main` of every OSU-style binary: parse the options, bring up the two ranks on
+//! the chosen backend, run [`kernels::run_rank`] on both, report errors.
+//!
+//! - `-b shm` (default): two processes over rma's shared-memory transport, joined by
+//!   [`rma::World::init`]. Started by `rma-run -n 2` (or another launcher rma knows),
+//!   each process is one rank. Started by hand (no `RMA_RUN_SOCKET`, `RMA_BOOTSTRAP`,
+//!   `PMI_FD` or `PMI_RANK`), the binary starts two processes of itself with the same
+//!   arguments through [`rma::launcher::launch`] and exits as they do; `--no-launch`
+//!   turns that off. A job of any other size fails with "needs 2
+//!   processes: run it under rma-run -n 2".
+//! - `-b sim-am`, `-b sim-rdma`: two threads of this process over the simulated
+//!   transport.
+//!
+//! Only rank 0 writes the table (to stdout, or to the `-o` file).
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rma::launcher::{launch, Launch};
+use rma_core::sim::{self, Network};
+use rma_core::{Config, TransportError};
+
+use crate::kernels::{self, Context, Sink};
+use crate::osu::{self, Backend, Benchmark, Command, Operation, Options, WindowCreation};
+
+/// Seed of the simulated network (its delivery order is reproducible for a given seed).
+const SEED: u64 = 0x05EED;
+/// The whole simulated run's deadline; a stuck call fails sooner, at the engine's own
+/// timeout.
+const SIM_DEADLINE: Duration = Duration::from_secs(6 * 3600);
+/// Bytes the engine reserves for the packet header when it checks an active-message put
+/// against the transport's largest message (see `WindowShared::post` in rma-core).
+const AM_HEADER_ALLOWANCE: usize = 64;
+/// Largest active message of rma-shm (half its 256 KiB control ring, less a length
+/// word): what it carries of ops that cannot go natively.
+const SHM_MAX_MESSAGE: usize = 256 * 1024 / 2 - 8;
+/// Variables whose presence says a launcher started this process (rma-run's socket,
+/// PMI's descriptor and rank as MPICH's Hydra sets them) or that the user forced a
+/// bootstrap: then it never starts processes of its own.
+const LAUNCHED: [&str; 4] = ["RMA_RUN_SOCKET", "RMA_BOOTSTRAP", "PMI_FD", "PMI_RANK"];
+
+/// Runs `bench`'s binary; what its `main` returns.
+pub fn main(bench: &'static Benchmark) -> ExitCode {
+    match run(bench) {
+        Ok(code) => code,
+        Err(msg) => {
+            let _ = writeln!(std::io::stderr(), "{}: {msg}", bench.name);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(bench: &'static Benchmark) -> Result<ExitCode, String> {
+    let mut argv = std::env::args_os();
+    let program = argv
+        .next()
+        .and_then(|p| p.into_string().ok())
+        .unwrap_or_else(|| bench.name.into());
+    let args = argv
+        .map(|a| a.into_string())
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(|a| format!("argument {a:?} is not UTF-8"))?;
+    let opts = match osu::parse_args(bench, args.iter().cloned())
+        .map_err(|e| format!("{e} (--help for usage)"))?
+    {
+        Command::Help => {
+            println!("{}", osu::usage(bench, &program));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Run(o) => o,
+    };
+    match opts.backend {
+        Backend::Shm => run_shm(bench, opts, args),
+        Backend::SimAm | Backend::SimRdma => run_sim(bench, opts),
+    }
+}
+
+/// Whether this process should start the two ranks itself: `-b shm`, no launcher and
+/// no forced bootstrap.
+fn should_self_launch(opts: &Options) -> bool {
+    opts.self_launch && LAUNCHED.iter().all(|v| std::env::var_os(v).is_none())
+}
+
+fn run_shm(
+    bench: &'static Benchmark,
+    mut opts: Options,
+    args: Vec<String>,
+) -> Result<ExitCode, String> {
+    if should_self_launch(&opts) {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let out = launch(&Launch::new(2, exe, args))
+            .map_err(|e| format!("cannot start 2 processes: {e}"))?;
+        if out.timed_out {
+            return Err("the job was killed after its timeout".into());
+        }
+        return Ok(ExitCode::from(out.code().clamp(0, 255) as u8));
+    }
+    let config = Config::from_env();
+    let world = rma::World::init_with(config.clone()).map_err(|e| format!("init: {e}"))?;
+    let rank = world.rank();
+    if world.size() != 2 {
+        if rank == 0 {
+            let n = world.size();
+            let started = if n == 1 {
+                String::new()
+            } else {
+                format!(" (this job has {n})")
+            };
+            return Err(format!(
+                "needs 2 processes: run it under rma-run -n 2{started}"
+            ));
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    fit_to_path(bench, &mut opts, &config, rank == 0)?;
+    if opts.pin {
+        pin_to_nth_cpu(rank as usize)?;
+    }
+    let sink = if rank == 0 {
+        Some(Sink::open(&opts)?)
+    } else {
+        None
+    };
+    let job = std::env::var("RMA_RUN_JOB").unwrap_or_else(|_| format!("p{}", std::process::id()));
+    let ctx = Context {
+        bench,
+        opts,
+        sink: Mutex::new(sink),
+        reference_name: format!("/rma-{job}-bench-reference"),
+    };
+    let result = kernels::run_rank(world.engine(), &ctx);
+    // Leave the job properly before exiting.
+    drop(world);
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(format!("rank {rank}: {e}")),
+    }
+}
+
+fn run_sim(bench: &'static Benchmark, mut opts: Options) -> Result<ExitCode, String> {
+    let profile = opts.backend.profile().expect("a simulated backend");
+    let config = Config::from_env();
+    let net = Network::new(2, profile, SEED);
+    fit_to_path(bench, &mut opts, &config, true)?;
+    let sink = Sink::open(&opts)?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let ctx = Arc::new(Context {
+        bench,
+        opts,
+        sink: Mutex::new(Some(sink)),
+        reference_name: format!("/rma-sim{}x{nanos}-bench-reference", std::process::id()),
+    });
+    // The first failure of either rank, in its own words (the other rank then only sees
+    // its peer die).
+    let failure: Arc<Mutex<Option<String>>> = Arc::default();
+    let (net2, failure2) = (net.clone(), failure.clone());
+    let result = sim::run_on(&net, config, SIM_DEADLINE, move |engine| {
+        let me = engine.rank();
+        if ctx.opts.pin {
+            if let Err(e) = pin_to_nth_cpu(me as usize) {
+                return record(Err(TransportError::Failed(e).into()), me, &failure2, &net2);
+            }
+        }
+        // Both ranks share the context; only rank 0 writes.
+        let out = kernels::run_rank(&engine, &ctx);
+        record(out, me, &failure2, &net2)
+    });
+    let first = failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match (result, first) {
+        (Ok(()), _) => Ok(ExitCode::SUCCESS),
+        (Err(_), Some(msg)) | (Err(msg), None) => Err(msg),
+    }
+}
+
+/// Keeps a simulated rank's first failure and wakes its peer.
+fn record(
+    out: rma_core::Result<()>,
+    me: rma_core::Rank,
+    failure: &Mutex<Option<String>>,
+    net: &Network,
+) -> rma_core::Result<()> {
+    if let Err(e) = &out {
+        let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(format!("rank {me}: {e}"));
+            // Wake the peer: its blocking calls fail now instead of at the timeout.
+            net.kill(me);
+        }
+    }
+    out
+}
+
+/// The largest message the path of `bench`'s op carries, if the op goes as an active
+/// message there (the engine does not split those): dynamic windows, `-b sim-am`,
+/// `RMA_NATIVE=0`, byte accumulates on `sim-rdma` (its atomics are 4- and 8-byte), and
+/// accumulates and atomics on shm windows over user memory (`-w create`), which rma-shm
+/// reaches by cross-memory attach, not by mapping.
+fn active_message_limit(bench: &Benchmark, opts: &Options, config: &Config) -> Option<usize> {
+    let op = bench.operation;
+    let by_message = !config.native_ops
+        || opts.window == WindowCreation::Dynamic
+        || match opts.backend {
+            Backend::SimAm => true,
+            Backend::SimRdma => matches!(op, Operation::Accumulate | Operation::GetAccumulate),
+            Backend::Shm => {
+                opts.window == WindowCreation::Create
+                    && !matches!(op, Operation::Put | Operation::Get)
+            }
+        };
+    if !by_message {
+        return None;
+    }
+    let max_message = match opts.backend {
+        Backend::Shm => SHM_MAX_MESSAGE,
+        Backend::SimAm | Backend::SimRdma => 1 << 20,
+    };
+    Some(max_message - AM_HEADER_ALLOWANCE)
+}
+
+/// Cuts a defaulted size range to what the op's path carries (with a note on stderr from
+/// `speak`ing ranks); an explicit range beyond it is an error.
+fn fit_to_path(
+    bench: &Benchmark,
+    opts: &mut Options,
+    config: &Config,
+    speak: bool,
+) -> Result<(), String> {
+    if bench.operation.is_atomic() {
+        return Ok(());
+    }
+    let Some(largest) = active_message_limit(bench, opts, config) else {
+        return Ok(());
+    };
+    if opts.max_size <= largest {
+        return Ok(());
+    }
+    if opts.max_size_given || opts.min_size > largest {
+        return Err(format!(
+            "with -b {} -w {} the engine sends these ops as active messages of at most \
+             {largest} bytes and does not split larger ones: use -m MIN:MAX with MAX <= {largest}",
+            opts.backend.name(),
+            opts.window.name(),
+        ));
+    }
+    opts.max_size = largest;
+    if speak {
+        let last = opts.sizes(bench).last().copied().unwrap_or(largest);
+        let _ = writeln!(
+            std::io::stderr(),
+            "{}: note: with -b {} -w {} ops go as active messages of at most {largest} bytes; \
+             sizes stop at {last}",
+            bench.name,
+            opts.backend.name(),
+            opts.window.name(),
+        );
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to the `n`-th CPU (modulo their number) of those it may run
+/// on now.
+fn pin_to_nth_cpu(n: usize) -> Result<(), String> {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value of the plain C type.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `allowed` is a writable cpu_set_t of `size` bytes; pid 0 is this thread.
+    if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: every index is below CPU_SETSIZE, inside the set.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &allowed) })
+        .collect();
+    let Some(&cpu) = cpus.get(n % cpus.len().max(1)) else {
+        return Err("no CPU to pin to".into());
+    };
+    // SAFETY: as above, the empty set.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE (it came from the set).
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    // SAFETY: `one` is a valid cpu_set_t of `size` bytes; pid 0 is this thread.
+    if unsafe { libc::sched_setaffinity(0, size, &one) } != 0 {
+        return Err(format!(
+            "sched_setaffinity to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
