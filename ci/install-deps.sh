@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# System packages the tests need, from Debian's archive: MPICH (Hydra's mpiexec, to test
-# the PMI-1 bootstrap). Idempotent: does nothing when everything is there.
+# System packages the tests need, from Debian's archive: MPICH (Hydra's mpiexec, for the
+# PMI-1 and PMI-2 bootstraps) and Slurm with munge (srun --mpi=pmi2). Idempotent: does
+# nothing when everything is there.
 set -euo pipefail
 need=()
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
+command -v srun >/dev/null || need+=(slurm-client)
+command -v slurmctld >/dev/null || need+=(slurmctld slurm-wlm-basic-plugins)
+command -v slurmd >/dev/null || need+=(slurmd)
+command -v munged >/dev/null || need+=(munge)
+[ -e /usr/lib/x86_64-linux-gnu/libpmix.so.2 ] || need+=(libpmix2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install as root: apt-get install ${need[*]}" >&2

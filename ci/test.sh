@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # The project's test command (README: "Run all the tests"). Installs the system packages
-# the tests need, then lints, builds and runs every test of the workspace: unit, protocol
-# and property tests on the simulated transport, the conformance suite across real
-# processes (rma-run and MPICH's mpiexec), doc examples. Each multi-process test has its
-# own deadline.
+# the tests need, starts a one-node Slurm cluster for the srun cases, then lints, builds
+# and runs every test of the workspace: unit, protocol and property tests on the
+# simulated transport, the conformance suite across real processes (rma-run, MPICH's
+# mpiexec with PMI-1 and PMI-2, srun --mpi=pmi2), the benchmark smoke tests, doc
+# examples. Each multi-process test has its own deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 export RMA_REQUIRE_MPIEXEC=1
+slurm_dir=$(mktemp -d /tmp/rma-slurm.XXXXXX)
+trap 'bash ci/slurm/stop.sh; rm -rf "$slurm_dir"' EXIT
+if slurm_env=$(bash ci/slurm/start.sh "$slurm_dir" 1); then
+  eval "$slurm_env"
+  export RMA_REQUIRE_SLURM=1
+else
+  echo "Slurm did not start: the srun cases cannot run" >&2
+  exit 1
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet

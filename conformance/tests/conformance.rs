@@ -321,3 +321,71 @@ fn a_garbled_pmi_reply_is_a_typed_error() {
         assert!(start.elapsed() < Duration::from_secs(10));
     }
 }
+
+/// Slurm's srun, if a cluster is up (`ci/slurm/start.sh` exports `SLURM_CONF`; CI sets
+/// `RMA_REQUIRE_SLURM=1`, so a missing one fails CI instead of skipping).
+fn srun() -> bool {
+    let up = std::env::var_os("SLURM_CONF").is_some();
+    if !up {
+        assert!(
+            std::env::var_os("RMA_REQUIRE_SLURM").is_none(),
+            "a Slurm cluster is required but SLURM_CONF is unset"
+        );
+        eprintln!("no Slurm cluster (SLURM_CONF unset): the srun cases are not run here");
+    }
+    up
+}
+
+#[test]
+fn subset_under_slurm_pmi2() {
+    if !srun() {
+        return;
+    }
+    let cases: &[(usize, &[&str])] = &[
+        (2, &["ops", "allocate"]),
+        (4, &["ops", "allocate"]),
+        (2, &["progress"]),
+        (4, &["stress_fetch_and_op"]),
+        (2, &["litmus", "fence"]),
+        (2, &["bad_input"]),
+    ];
+    for (n, args) in cases {
+        let mut cmd = std::process::Command::new("srun");
+        cmd.args([
+            "--mpi=pmi2",
+            "-n",
+            &n.to_string(),
+            env!("CARGO_BIN_EXE_rma-conformance"),
+        ])
+        .args(*args);
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "srun --mpi=pmi2 -n {n} {args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_killed_rank_ends_the_slurm_step() {
+    if !srun() {
+        return;
+    }
+    let start = Instant::now();
+    let mut cmd = std::process::Command::new("srun");
+    cmd.args([
+        "--mpi=pmi2",
+        "-K1",
+        "-n",
+        "3",
+        env!("CARGO_BIN_EXE_rma-conformance"),
+        "dead_peer",
+    ]);
+    let out = run_with_deadline(cmd, Duration::from_secs(60));
+    assert!(!out.status.success(), "the step reports the killed rank");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the step ended by itself"
+    );
+}

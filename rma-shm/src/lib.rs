@@ -200,26 +200,31 @@ impl ShmTransport {
             Mapping::create(&name, inbox_len(size))
                 .map_err(|e| fail(&format!("create {name}"), e))?,
         );
-        let pids = boot.allgather("shm-pid", &sys::pid().to_le_bytes())?;
-        let pids: Vec<u32> = pids
-            .iter()
-            .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
-            .collect::<Result<_, _>>()
-            .map_err(|_| TransportError::Failed("bad pid from bootstrap".into()))?;
-        let mut inboxes = Vec::with_capacity(size);
-        for r in 0..size as Rank {
-            if r == rank {
-                inboxes.push(own.clone());
-            } else {
-                let n = inbox_name(&job, r);
-                inboxes.push(Arc::new(
-                    Mapping::open(&n, inbox_len(size))
-                        .map_err(|e| fail(&format!("open {n}"), e))?,
-                ));
+        // Whatever fails from here on, the name must not outlive this call.
+        let joined = (|| {
+            let pids = boot.allgather("shm-pid", &sys::pid().to_le_bytes())?;
+            let pids: Vec<u32> = pids
+                .iter()
+                .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
+                .collect::<Result<_, _>>()
+                .map_err(|_| TransportError::Failed("bad pid from bootstrap".into()))?;
+            let mut inboxes = Vec::with_capacity(size);
+            for r in 0..size as Rank {
+                if r == rank {
+                    inboxes.push(own.clone());
+                } else {
+                    let n = inbox_name(&job, r);
+                    inboxes.push(Arc::new(
+                        Mapping::open(&n, inbox_len(size))
+                            .map_err(|e| fail(&format!("open {n}"), e))?,
+                    ));
+                }
             }
-        }
-        boot.barrier()?;
+            boot.barrier()?;
+            Ok::<_, TransportError>((pids, inboxes))
+        })();
         let _ = sys::unlink(&name);
+        let (pids, inboxes) = joined?;
         Ok(ShmTransport {
             boot,
             rank,

@@ -71,8 +71,14 @@ impl Pmi2 {
             conn: Mutex::new(stream),
             barriers: std::sync::atomic::AtomicU64::new(0),
         };
+        // The PMI-2 handshake starts in PMI-1's line format (what Slurm's pmi2 plugin and
+        // Hydra expect), then every command uses PMI-2's length-prefixed frames.
+        me.init_line()?;
+        // Slurm wants the job id it gave us back; Hydra ignores it.
+        let jobid = std::env::var("PMI_JOBID").map(|j| format!("pmijobid={j};")).unwrap_or_default();
+        let fullinit = format!("cmd=fullinit;{jobid}pmirank={rank};threaded=FALSE;");
         let r = me.call(
-            &format!("cmd=fullinit;pmirank={rank};pmiversion=2;pmisubversion=0;"),
+            &fullinit,
             "fullinit-response",
         )?;
         me.size = r
@@ -96,6 +102,28 @@ impl Pmi2 {
             .filter(|c| c.is_ascii_alphanumeric())
             .collect();
         Ok(Some(me))
+    }
+
+    fn init_line(&self) -> Result<(), TransportError> {
+        let mut s = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        s.write_all(b"cmd=init pmi_version=2 pmi_subversion=0\n")
+            .map_err(|e| err(format!("launcher gone: {e}")))?;
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while byte[0] != b'\n' {
+            s.read_exact(&mut byte).map_err(|e| err(format!("no answer to init: {e}")))?;
+            line.push(byte[0]);
+            if line.len() > 1024 {
+                return Err(err("init reply too long"));
+            }
+        }
+        let line = String::from_utf8_lossy(&line);
+        let ok = line.contains("cmd=response_to_init") && line.contains("rc=0") && line.contains("pmi_version=2");
+        if ok {
+            Ok(())
+        } else {
+            Err(err(format!("launcher refused PMI-2: {}", line.trim())))
+        }
     }
 
     fn call(&self, cmd: &str, expect: &str) -> Result<HashMap<String, String>, TransportError> {
