@@ -75,12 +75,11 @@ impl Pmi2 {
         // Hydra expect), then every command uses PMI-2's length-prefixed frames.
         me.init_line()?;
         // Slurm wants the job id it gave us back; Hydra ignores it.
-        let jobid = std::env::var("PMI_JOBID").map(|j| format!("pmijobid={j};")).unwrap_or_default();
+        let jobid = std::env::var("PMI_JOBID")
+            .map(|j| format!("pmijobid={j};"))
+            .unwrap_or_default();
         let fullinit = format!("cmd=fullinit;{jobid}pmirank={rank};threaded=FALSE;");
-        let r = me.call(
-            &fullinit,
-            "fullinit-response",
-        )?;
+        let r = me.call(&fullinit, "fullinit-response")?;
         me.size = r
             .get("size")
             .and_then(|v| v.parse().ok())
@@ -111,14 +110,17 @@ impl Pmi2 {
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
         while byte[0] != b'\n' {
-            s.read_exact(&mut byte).map_err(|e| err(format!("no answer to init: {e}")))?;
+            s.read_exact(&mut byte)
+                .map_err(|e| err(format!("no answer to init: {e}")))?;
             line.push(byte[0]);
             if line.len() > 1024 {
                 return Err(err("init reply too long"));
             }
         }
         let line = String::from_utf8_lossy(&line);
-        let ok = line.contains("cmd=response_to_init") && line.contains("rc=0") && line.contains("pmi_version=2");
+        let ok = line.contains("cmd=response_to_init")
+            && line.contains("rc=0")
+            && line.contains("pmi_version=2");
         if ok {
             Ok(())
         } else {
