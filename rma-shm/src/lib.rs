@@ -153,7 +153,9 @@ pub struct ShmTransport {
     job: String,
     /// Every rank's inbox, mapped here (ours included).
     inboxes: Vec<Arc<Mapping>>,
-    send_locks: Vec<Mutex<()>>,
+    /// Per destination: the producer lock of our ring in its inbox, holding our cached
+    /// view of its consumer index.
+    send_locks: Vec<Mutex<u64>>,
     pids: Vec<u32>,
     /// Windows by id (ids are small and dense: the engine numbers them in order).
     windows: RwLock<Vec<Option<Arc<ShmWindow>>>>,
@@ -231,7 +233,7 @@ impl ShmTransport {
             size,
             job,
             inboxes,
-            send_locks: (0..size).map(|_| Mutex::new(())).collect(),
+            send_locks: (0..size).map(|_| Mutex::new(0)).collect(),
             pids,
             windows: RwLock::new(Vec::new()),
             slots: Arc::new(Mutex::new(SlotTable {
@@ -626,10 +628,10 @@ impl Transport for ShmTransport {
                 packet.len()
             )));
         }
-        let _g = self.send_locks[target as usize]
+        let mut cached_head = self.send_locks[target as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if ring.push(packet) {
+        if ring.push(packet, &mut cached_head) {
             Ok(())
         } else {
             Err(TransportError::Busy)
