@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests need, from Debian's archive: MPICH (Hydra's mpiexec, for the
-# PMI-1 and PMI-2 bootstraps) and Slurm with munge (srun --mpi=pmi2). Idempotent: does
-# nothing when everything is there.
+# PMI-1 and PMI-2 bootstraps), Slurm with munge (srun --mpi=pmi2 and --mpi=pmix), OpenPMIx
+# and Open MPI (the PMIx bootstrap, mpirun), and libclang + pkg-config (bindgen builds the
+# PMIx bindings). Idempotent: does nothing when everything is there.
 set -euo pipefail
 need=()
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
@@ -10,6 +11,9 @@ command -v slurmctld >/dev/null || need+=(slurmctld slurm-wlm-basic-plugins)
 command -v slurmd >/dev/null || need+=(slurmd)
 command -v munged >/dev/null || need+=(munge)
 [ -e /usr/lib/x86_64-linux-gnu/libpmix.so.2 ] || need+=(libpmix2)
+pkg-config --exists pmix 2>/dev/null || need+=(libpmix-dev pkg-config)
+mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install as root: apt-get install ${need[*]}" >&2

@@ -3,12 +3,13 @@
 # the tests need, starts a one-node Slurm cluster for the srun cases, then lints, builds
 # and runs every test of the workspace: unit, protocol and property tests on the
 # simulated transport, the conformance suite across real processes (rma-run, MPICH's
-# mpiexec with PMI-1 and PMI-2, srun --mpi=pmi2), the benchmark smoke tests, doc
+# mpiexec with PMI-1 and PMI-2, srun --mpi=pmi2 and --mpi=pmix, Open MPI's mpirun), the
+# benchmark smoke tests, doc
 # examples. Each multi-process test has its own deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
-export RMA_REQUIRE_MPIEXEC=1
+export RMA_REQUIRE_MPIEXEC=1 RMA_REQUIRE_MPIRUN=1
 slurm_dir=$(mktemp -d /tmp/rma-slurm.XXXXXX)
 trap 'bash ci/slurm/stop.sh; rm -rf "$slurm_dir"' EXIT
 if slurm_env=$(bash ci/slurm/start.sh "$slurm_dir" 1); then

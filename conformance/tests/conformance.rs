@@ -389,3 +389,52 @@ fn a_killed_rank_ends_the_slurm_step() {
         "the step ended by itself"
     );
 }
+
+/// The conformance subset under a PMIx launcher.
+#[cfg(feature = "pmix")]
+fn pmix_subset(launcher: &[&str]) {
+    let cases: &[(usize, &[&str])] = &[
+        (2, &["ops", "allocate"]),
+        (4, &["ops", "allocate"]),
+        (2, &["progress"]),
+        (4, &["stress_fetch_and_op"]),
+        (2, &["litmus", "lock"]),
+        (2, &["bad_input"]),
+    ];
+    for (n, args) in cases {
+        let mut cmd = std::process::Command::new(launcher[0]);
+        cmd.args(&launcher[1..])
+            .args(["-n", &n.to_string(), env!("CARGO_BIN_EXE_rma-conformance")])
+            .args(*args);
+        let out = run_with_deadline(cmd, Duration::from_secs(120));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{launcher:?} -n {n} {args:?}: {err}");
+    }
+}
+
+#[cfg(feature = "pmix")]
+#[test]
+fn subset_under_slurm_pmix() {
+    if srun() {
+        pmix_subset(&["srun", "--mpi=pmix"]);
+    }
+}
+
+/// Open MPI's mpirun (a PMIx server), if installed (CI sets `RMA_REQUIRE_MPIRUN=1`).
+#[cfg(feature = "pmix")]
+#[test]
+fn subset_under_open_mpi_mpirun() {
+    let is_open_mpi = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"));
+    if !is_open_mpi {
+        assert!(
+            std::env::var_os("RMA_REQUIRE_MPIRUN").is_none(),
+            "Open MPI's mpirun is required but not installed"
+        );
+        eprintln!("Open MPI's mpirun not installed: its cases are not run here");
+        return;
+    }
+    pmix_subset(&["mpirun", "--allow-run-as-root", "--oversubscribe"]);
+}

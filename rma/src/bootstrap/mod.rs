@@ -1,9 +1,12 @@
 //! Finding out who we are from whatever launched us: MPICH's Hydra (`mpiexec`, PMI-1
 //! over `PMI_FD`), `rma-run` (the embedded default), or nothing (a World of one).
-//! `RMA_BOOTSTRAP=pmi2|pmi1|run|single` forces one.
+//! With the `pmix` feature, PMIx (`srun --mpi=pmix`, Open MPI's `mpirun`) comes first.
+//! `RMA_BOOTSTRAP=pmix|pmi2|pmi1|run|single` forces one.
 
 mod pmi1;
 mod pmi2;
+#[cfg(feature = "pmix")]
+mod pmix;
 mod run;
 mod single;
 
@@ -13,6 +16,8 @@ use rma_core::{Bootstrap, Error, TransportError};
 
 pub use pmi1::Pmi1;
 pub use pmi2::Pmi2;
+#[cfg(feature = "pmix")]
+pub use pmix::Pmix;
 pub use run::{RunClient, RunServer};
 pub use single::Single;
 
@@ -98,6 +103,20 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
                 RunClient::from_env()?.ok_or_else(|| missing("run", env::SOCKET))?,
             ))
         }
+        #[cfg(feature = "pmix")]
+        Some("pmix") => {
+            return Ok(Arc::new(
+                Pmix::from_env()?.ok_or_else(|| missing("pmix", "PMIX_NAMESPACE"))?,
+            ))
+        }
+        #[cfg(not(feature = "pmix"))]
+        Some("pmix") => {
+            return Err(TransportError::Failed(
+                "RMA_BOOTSTRAP=pmix, but this build has no PMIx (cargo feature `pmix` of rma)"
+                    .into(),
+            )
+            .into())
+        }
         Some("pmi2") => {
             return Ok(Arc::new(
                 Pmi2::from_env()?.ok_or_else(|| missing("pmi2", "PMI_FD"))?,
@@ -110,11 +129,15 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
         }
         Some(other) => {
             return Err(TransportError::Failed(format!(
-                "RMA_BOOTSTRAP={other} is not a launcher rma knows (pmi2, pmi1, run, single)"
+                "RMA_BOOTSTRAP={other} is not a launcher rma knows (pmix, pmi2, pmi1, run, single)"
             ))
             .into())
         }
         None => {}
+    }
+    #[cfg(feature = "pmix")]
+    if let Some(c) = Pmix::from_env()? {
+        return Ok(Arc::new(c));
     }
     // Slurm's PMI-2 plugin sets PMI_JOBID and speaks only PMI-2; Hydra speaks both.
     if std::env::var_os("PMI_FD").is_some() && std::env::var_os("PMI_JOBID").is_some() {
