@@ -70,7 +70,7 @@ pub use stats::{Counters, Stats};
 pub use transport::{
     Capabilities, Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
 };
-pub use window::{Layout, Window, WindowKind};
+pub use window::{GetInto, Layout, Window, WindowKind};
 
 /// A process's rank in the job.
 pub type Rank = u32;

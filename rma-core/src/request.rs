@@ -53,12 +53,14 @@ pub(crate) type Convert<R> = fn(Vec<u8>) -> R;
 /// ```
 #[must_use = "a request must be waited on to learn its outcome"]
 pub struct Request<R> {
-    inner: Inner,
+    inner: Inner<R>,
     convert: Convert<R>,
     _value: PhantomData<fn() -> R>,
 }
 
-enum Inner {
+enum Inner<R> {
+    /// Completed when posted, with its value already built.
+    Value(R),
     /// Completed when posted (a native op that finished in the call).
     Ready(Vec<u8>),
     /// Queued or under way: the engine completes `state`.
@@ -72,7 +74,7 @@ enum Inner {
 impl<R> std::fmt::Debug for Request<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let done = match &self.inner {
-            Inner::Ready(_) => true,
+            Inner::Value(_) | Inner::Ready(_) => true,
             Inner::Pending { state, .. } => state.is_done(),
         };
         f.debug_struct("Request").field("done", &done).finish()
@@ -97,6 +99,17 @@ impl<R> Request<R> {
         }
     }
 
+    pub(crate) fn value(value: R) -> Self {
+        fn never<R>(_: Vec<u8>) -> R {
+            unreachable!("a request holding its value converts nothing")
+        }
+        Request {
+            inner: Inner::Value(value),
+            convert: never::<R>,
+            _value: PhantomData,
+        }
+    }
+
     pub(crate) fn ready(data: Vec<u8>, convert: Convert<R>) -> Self {
         Request {
             inner: Inner::Ready(data),
@@ -108,7 +121,7 @@ impl<R> Request<R> {
     /// Makes progress once and says whether the operation is complete.
     pub fn test(&self) -> Result<bool> {
         match &self.inner {
-            Inner::Ready(_) => Ok(true),
+            Inner::Value(_) | Inner::Ready(_) => Ok(true),
             Inner::Pending {
                 state,
                 window,
@@ -127,6 +140,7 @@ impl<R> Request<R> {
     /// Blocks (making progress) until the operation completes, and returns its value.
     pub fn wait(self) -> Result<R> {
         match self.inner {
+            Inner::Value(v) => Ok(v),
             Inner::Ready(data) => Ok((self.convert)(data)),
             Inner::Pending {
                 state,

@@ -282,6 +282,18 @@ pub trait Transport: Send + Sync {
         len: usize,
         token: u64,
     ) -> Result<Issued, TransportError>;
+    /// Native get straight into `dst`, if the backend can complete it within the call
+    /// (a copy from mapped memory). `Ok(false)`: not done, the engine uses [`get`](Self::get).
+    fn get_into(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let _ = (win, target, offset, dst);
+        Ok(false)
+    }
     /// Native atomic at `offset`.
     fn atomic(
         &self,

@@ -177,6 +177,8 @@ struct OpDesc<'a> {
     data: &'a [u8],
     /// The caller wants a request for the op's completion or fetched data.
     wants_result: bool,
+    /// A get's destination, filled directly when the backend completes it in the call.
+    into: Option<std::cell::RefCell<&'a mut [u8]>>,
 }
 
 /// What posting an op came to.
@@ -710,6 +712,20 @@ impl WinState {
                 },
                 _ => self.table.get(rank).is_some() && self.access_granted(rank),
             };
+            // A get into the caller's buffer that the backend completes in the call: no
+            // element, no copy of ours.
+            if granted && d.kind == OpKind::Get {
+                if let Some(dst) = &d.into {
+                    let mut dst = dst.borrow_mut();
+                    if w.engine
+                        .transport
+                        .get_into(w.id, rank, d.extent.offset, &mut dst)?
+                    {
+                        w.counters.op(true);
+                        return Ok(Step::Done(Posted::Done(None)));
+                    }
+                }
+            }
             // Resources to track the op in case it does not complete at once.
             let room = self.table.get(rank).is_some() || !self.target_pool_empty(w);
             if granted && room {
@@ -2206,6 +2222,7 @@ impl<T: Element> Window<T> {
                 datatype: T::DATATYPE,
                 data: bytemuck::cast_slice(&packed),
                 wants_result: false,
+                into: None,
             })
             .map(drop)
     }
@@ -2223,6 +2240,7 @@ impl<T: Element> Window<T> {
             datatype: T::DATATYPE,
             data: bytemuck::cast_slice(data),
             wants_result: true,
+            into: None,
         })?;
         Ok(self.request(posted, target, |_| ()))
     }
@@ -2241,6 +2259,15 @@ impl<T: Element> Window<T> {
     /// Gets the elements `layout` selects at `disp`, packed.
     pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        // Contiguous gets land straight in the result where the backend completes them in
+        // the call: one buffer, one copy.
+        let mut out = if extent.count <= 1 {
+            vec![T::zeroed(); layout.elements()]
+        } else {
+            Vec::new()
+        };
+        let into = (extent.count <= 1)
+            .then(|| std::cell::RefCell::new(bytemuck::cast_slice_mut(out.as_mut_slice())));
         let posted = self.shared.post(OpDesc {
             kind: OpKind::Get,
             target,
@@ -2249,8 +2276,42 @@ impl<T: Element> Window<T> {
             datatype: T::DATATYPE,
             data: &[],
             wants_result: true,
+            into,
         })?;
-        Ok(self.request(posted, target, to_vec::<T>))
+        Ok(match posted {
+            Posted::Done(None) => Request::value(out),
+            other => self.request(other, target, to_vec::<T>),
+        })
+    }
+
+    /// Gets `buf.len()` elements at `disp` of `target`'s window into `buf`. The buffer
+    /// stays borrowed by the returned [`GetInto`] until [`GetInto::wait`], so it cannot be
+    /// read before the data is there. Where the backend completes the get in the call
+    /// (shared memory) the data lands in `buf` directly, with no copy of ours.
+    pub fn get_into<'b>(
+        &self,
+        target: Rank,
+        disp: u64,
+        buf: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(buf.len()), Self::SIZE)?;
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::Get,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: &[],
+            wants_result: true,
+            into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
+        })?;
+        let pending = match posted {
+            Posted::Done(None) => None,
+            other => Some(self.request(other, target, |bytes| bytes)),
+        };
+        Ok(GetInto { buf, pending })
     }
 
     /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically
@@ -2290,6 +2351,7 @@ impl<T: Element> Window<T> {
                 datatype: T::DATATYPE,
                 data: bytemuck::cast_slice(&packed),
                 wants_result: false,
+                into: None,
             })
             .map(drop)
     }
@@ -2314,6 +2376,7 @@ impl<T: Element> Window<T> {
             datatype: T::DATATYPE,
             data: bytemuck::cast_slice(data),
             wants_result: true,
+            into: None,
         })?;
         Ok(self.request(posted, target, |_| ()))
     }
@@ -2339,6 +2402,7 @@ impl<T: Element> Window<T> {
             datatype: T::DATATYPE,
             data: bytemuck::cast_slice(data),
             wants_result: true,
+            into: None,
         })?;
         Ok(self.request(posted, target, to_vec::<T>))
     }
@@ -2369,6 +2433,7 @@ impl<T: Element> Window<T> {
             datatype: T::DATATYPE,
             data: bytemuck::bytes_of(&value),
             wants_result: true,
+            into: None,
         })?;
         Ok(self.request(posted, target, to_one::<T>))
     }
@@ -2395,6 +2460,7 @@ impl<T: Element> Window<T> {
             datatype: T::DATATYPE,
             data: &data,
             wants_result: true,
+            into: None,
         })?;
         Ok(self.request(posted, target, to_one::<T>))
     }
@@ -2663,6 +2729,38 @@ impl<T: Element> Window<T> {
             (WindowKind::Create, Memory::Static(seg)) => Ok(user_vec(seg)),
             _ => Ok(None),
         }
+    }
+}
+
+/// A get into a caller's buffer ([`Window::get_into`]); the buffer is readable again
+/// once [`wait`](GetInto::wait) returns it.
+#[must_use = "the buffer is only filled once the get is waited on"]
+pub struct GetInto<'b, T: Element> {
+    buf: &'b mut [T],
+    pending: Option<Request<Vec<u8>>>,
+}
+
+impl<T: Element> std::fmt::Debug for GetInto<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetInto")
+            .field("len", &self.buf.len())
+            .field("done", &self.pending.is_none())
+            .finish()
+    }
+}
+
+impl<'b, T: Element> GetInto<'b, T> {
+    /// Blocks (making progress) until the data is in the buffer, and gives it back.
+    pub fn wait(self) -> Result<&'b mut [T]> {
+        if let Some(r) = self.pending {
+            let bytes = r.wait()?;
+            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *self.buf);
+            if bytes.len() != dst.len() {
+                return Err(TransportError::Failed("get returned a short reply".into()).into());
+            }
+            dst.copy_from_slice(&bytes);
+        }
+        Ok(self.buf)
     }
 }
 

@@ -228,6 +228,11 @@ fn request_based_and_strided() {
             rma_core::Layout::strided(2, 2, 4),
         )?;
         win.flush(right)?;
+        let mut mine = [0i32; 4];
+        let into = win.get_into(right, 0, &mut mine)?;
+        win.flush(right)?;
+        let m0 = 10 * me as i32;
+        assert_eq!(into.wait()?, &[m0, m0 + 1, m0 + 2, m0 + 3]);
         let strided = win.get_strided(right, 8, rma_core::Layout::strided(4, 1, 3))?;
         let rg = win.rget_accumulate(&[0, 0], AccOp::NoOp, right, 20)?;
         win.flush(right)?;

@@ -718,6 +718,40 @@ impl Transport for ShmTransport {
         Ok(Issued::Complete(Some(out)))
     }
 
+    fn get_into(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        let Some(Some(w)) = ws.get(win as usize) else {
+            return Err(unknown_window(win));
+        };
+        match &w.peers[target as usize].memory {
+            PeerMemory::Mapped(region) => {
+                if !region.contains(offset as usize, dst.len()) {
+                    return Err(TransportError::Failed(
+                        "get outside the target's window".into(),
+                    ));
+                }
+                region.read(offset as usize, dst);
+            }
+            PeerMemory::CrossMemory { pid, addr, len } => {
+                if offset as usize + dst.len() > *len {
+                    return Err(TransportError::Failed(
+                        "get outside the target's window".into(),
+                    ));
+                }
+                sys::read_remote(*pid, addr + offset, dst)
+                    .map_err(|e| fail("process_vm_readv", e))?;
+            }
+            PeerMemory::None => return Ok(false),
+        }
+        Ok(true)
+    }
+
     fn atomic(
         &self,
         win: u32,
