@@ -19,7 +19,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rma_core::{AccOp, Assert, Element, Engine, Rank, Request, Result, TransportError, Window};
+use rma_core::{
+    AccOp, Assert, Element, Engine, GetInto, Rank, Request, Result, TransportError, Window,
+};
 
 use crate::osu::{self, Benchmark, Measure, Operation, Options, Record, SyncMode, WindowCreation};
 use crate::reference::Reference;
@@ -108,13 +110,15 @@ impl Elem for u64 {
 }
 
 /// An operation's result still to collect after the synchronization that completes it.
-enum Pending<T: Element> {
+enum Pending<'b, T: Element> {
     Nothing,
     Many(Request<Vec<T>>),
     One(Request<T>),
+    /// A get into the caller's buffer (MPI_Get's pattern: no buffer per op).
+    Into(GetInto<'b, T>),
 }
 
-impl<T: Element> Pending<T> {
+impl<T: Element> Pending<'_, T> {
     fn finish(self) -> Result<()> {
         match self {
             Pending::Nothing => {}
@@ -124,24 +128,28 @@ impl<T: Element> Pending<T> {
             Pending::One(r) => {
                 black_box(r.wait()?);
             }
+            Pending::Into(g) => {
+                black_box(g.wait()?);
+            }
         }
         Ok(())
     }
 }
 
-fn issue<T: Elem>(
+fn issue<'b, T: Elem>(
     op: Operation,
     win: &Window<T>,
     data: &[T],
+    dst: &'b mut [T],
     target: Rank,
     disp: u64,
-) -> Result<Pending<T>> {
+) -> Result<Pending<'b, T>> {
     Ok(match op {
         Operation::Put => {
             win.put(data, target, disp)?;
             Pending::Nothing
         }
-        Operation::Get => Pending::Many(win.get(target, disp, data.len())?),
+        Operation::Get => Pending::Into(win.get_into(target, disp, &mut dst[..data.len()])?),
         Operation::Accumulate => {
             win.accumulate(data, AccOp::Sum, target, disp)?;
             Pending::Nothing
@@ -352,17 +360,19 @@ fn latency_loop<T: Elem>(
     let total = skip + iterations;
     let me = engine.rank();
     let lock = bench.lock_type(sync);
+    // Where gets land, reused across iterations like OSU's receive buffer.
+    let mut dst = vec![T::ZERO; buf.len()];
     match sync {
         SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
             win.lock(lock, TARGET, Assert::NONE)?;
-            let p = issue(op, win, buf, TARGET, disp)?;
+            let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
             win.unlock(TARGET)?;
             p.finish()
         }),
         SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
             win.lock(lock, TARGET, Assert::NONE)?;
             let elapsed = timed(skip, total, |_| {
-                let p = issue(op, win, buf, TARGET, disp)?;
+                let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
                 if sync == SyncMode::Flush {
                     win.flush(TARGET)?;
                 } else {
@@ -375,7 +385,7 @@ fn latency_loop<T: Elem>(
         }
         SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
             win.lock_all(Assert::NONE)?;
-            let p = issue(op, win, buf, TARGET, disp)?;
+            let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
             win.unlock_all()?;
             p.finish()
         }),
@@ -387,7 +397,7 @@ fn latency_loop<T: Elem>(
             if me == ORIGIN {
                 timed(skip, total, |_| {
                     win.fence(Assert::NONE)?;
-                    let p = issue(op, win, buf, TARGET, disp)?;
+                    let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
                     win.fence(Assert::NONE)?;
                     p.finish()?;
                     win.fence(Assert::NONE)
@@ -396,7 +406,7 @@ fn latency_loop<T: Elem>(
                 timed(skip, total, |_| {
                     win.fence(Assert::NONE)?;
                     win.fence(Assert::NONE)?;
-                    let p = issue(op, win, buf, ORIGIN, disp)?;
+                    let p = issue(op, win, buf, &mut dst, ORIGIN, disp)?;
                     win.fence(Assert::NONE)?;
                     p.finish()
                 })
@@ -412,7 +422,7 @@ fn latency_loop<T: Elem>(
                     if i == skip {
                         start = Instant::now();
                     }
-                    let p = issue(op, win, buf, TARGET, disp)?;
+                    let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
                     win.complete()?;
                     p.finish()?;
                     win.post(&[TARGET], Assert::NONE)?;
@@ -424,7 +434,7 @@ fn latency_loop<T: Elem>(
                     win.post(&[ORIGIN], Assert::NONE)?;
                     win.wait()?;
                     win.start(&[ORIGIN], Assert::NONE)?;
-                    let p = issue(op, win, buf, ORIGIN, disp)?;
+                    let p = issue(op, win, buf, &mut dst, ORIGIN, disp)?;
                     win.complete()?;
                     p.finish()
                 })
@@ -435,21 +445,24 @@ fn latency_loop<T: Elem>(
 
 /// Issues the window's `per_iteration` messages of `count` elements to `target`, into
 /// consecutive slots; their results go to `pending`.
-fn burst<T: Elem>(
+#[allow(clippy::too_many_arguments)] // one burst's whole shape, as bandwidth_loop's
+fn burst<'b, T: Elem>(
     op: Operation,
     w: &BenchWindow<T>,
     buf: &[T],
+    dst: &'b mut [T],
     count: usize,
     per_iteration: usize,
     target: Rank,
-    pending: &mut Vec<Pending<T>>,
+    pending: &mut Vec<Pending<'b, T>>,
 ) -> Result<()> {
-    for j in 0..per_iteration {
+    for (j, out) in dst.chunks_mut(count.max(1)).take(per_iteration).enumerate() {
         let slot = &buf[j * count..(j + 1) * count];
         pending.push(issue(
             op,
             &w.win,
             slot,
+            out,
             target,
             w.disp + (j * count) as u64,
         )?);
@@ -457,7 +470,7 @@ fn burst<T: Elem>(
     Ok(())
 }
 
-fn finish_all<T: Element>(pending: &mut Vec<Pending<T>>) -> Result<()> {
+fn finish_all<T: Element>(pending: &mut Vec<Pending<'_, T>>) -> Result<()> {
     for p in pending.drain(..) {
         p.finish()?;
     }
@@ -480,23 +493,40 @@ fn bandwidth_loop<T: Elem>(
     let total = skip + iterations;
     let me = engine.rank();
     let peer = 1 - me;
-    let mut pending: Vec<Pending<T>> = Vec::with_capacity(per_iteration);
-    let send = |pending: &mut Vec<Pending<T>>, to: Rank| {
-        burst(op, w, buf, count, per_iteration, to, pending)
-    };
+    let mut dst = vec![T::ZERO; buf.len()];
     if bench.measure == Measure::BiBandwidth {
         engine.barrier()?;
         return match sync {
             SyncMode::Fence => timed(skip, total, |_| {
                 win.fence(Assert::NONE)?;
-                send(&mut pending, peer)?;
+                let mut pending = Vec::with_capacity(per_iteration);
+                burst(
+                    op,
+                    w,
+                    buf,
+                    &mut dst,
+                    count,
+                    per_iteration,
+                    peer,
+                    &mut pending,
+                )?;
                 win.fence(Assert::NONE)?;
                 finish_all(&mut pending)
             }),
             _ => timed(skip, total, |_| {
                 win.post(&[peer], Assert::NONE)?;
                 win.start(&[peer], Assert::NONE)?;
-                send(&mut pending, peer)?;
+                let mut pending = Vec::with_capacity(per_iteration);
+                burst(
+                    op,
+                    w,
+                    buf,
+                    &mut dst,
+                    count,
+                    per_iteration,
+                    peer,
+                    &mut pending,
+                )?;
                 win.complete()?;
                 finish_all(&mut pending)?;
                 win.wait()
@@ -507,7 +537,17 @@ fn bandwidth_loop<T: Elem>(
         SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
             win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
             let elapsed = timed(skip, total, |_| {
-                send(&mut pending, TARGET)?;
+                let mut pending = Vec::with_capacity(per_iteration);
+                burst(
+                    op,
+                    w,
+                    buf,
+                    &mut dst,
+                    count,
+                    per_iteration,
+                    TARGET,
+                    &mut pending,
+                )?;
                 if sync == SyncMode::Flush {
                     win.flush(TARGET)?;
                 } else {
@@ -520,13 +560,33 @@ fn bandwidth_loop<T: Elem>(
         }
         SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
             win.lock_all(Assert::NONE)?;
-            send(&mut pending, TARGET)?;
+            let mut pending = Vec::with_capacity(per_iteration);
+            burst(
+                op,
+                w,
+                buf,
+                &mut dst,
+                count,
+                per_iteration,
+                TARGET,
+                &mut pending,
+            )?;
             win.unlock_all()?;
             finish_all(&mut pending)
         }),
         SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
             win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
-            send(&mut pending, TARGET)?;
+            let mut pending = Vec::with_capacity(per_iteration);
+            burst(
+                op,
+                w,
+                buf,
+                &mut dst,
+                count,
+                per_iteration,
+                TARGET,
+                &mut pending,
+            )?;
             win.unlock(TARGET)?;
             finish_all(&mut pending)
         }),
@@ -538,7 +598,17 @@ fn bandwidth_loop<T: Elem>(
             if me == ORIGIN {
                 timed(skip, total, |_| {
                     win.fence(Assert::NONE)?;
-                    send(&mut pending, TARGET)?;
+                    let mut pending = Vec::with_capacity(per_iteration);
+                    burst(
+                        op,
+                        w,
+                        buf,
+                        &mut dst,
+                        count,
+                        per_iteration,
+                        TARGET,
+                        &mut pending,
+                    )?;
                     win.fence(Assert::NONE)?;
                     finish_all(&mut pending)
                 })
@@ -558,7 +628,17 @@ fn bandwidth_loop<T: Elem>(
                     if i == skip {
                         start = Instant::now();
                     }
-                    send(&mut pending, TARGET)?;
+                    let mut pending = Vec::with_capacity(per_iteration);
+                    burst(
+                        op,
+                        w,
+                        buf,
+                        &mut dst,
+                        count,
+                        per_iteration,
+                        TARGET,
+                        &mut pending,
+                    )?;
                     win.complete()?;
                     finish_all(&mut pending)?;
                 }
