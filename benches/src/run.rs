@@ -4,7 +4,7 @@
 //! - `-b shm` (default): two processes over rma's shared-memory transport, joined by
 //!   [`rma::World::init`]. Started by `rma-run -n 2` (or another launcher rma knows),
 //!   each process is one rank. Started by hand (no `RMA_RUN_SOCKET`, `RMA_BOOTSTRAP`,
-//!   `PMI_FD` or `PMI_RANK`), the binary starts two processes of itself with the same
+//!   `PMI_FD`, `PMI_RANK`, `PMIX_RANK` or `PMIX_NAMESPACE`), the binary starts two processes of itself with the same
 //!   arguments through [`rma::launcher::launch`] and exits as they do; `--no-launch`
 //!   turns that off. A job of any other size fails with "needs 2
 //!   processes: run it under rma-run -n 2".
@@ -39,7 +39,14 @@ const SHM_MAX_MESSAGE: usize = 256 * 1024 / 2 - 8;
 /// Variables whose presence says a launcher started this process (rma-run's socket,
 /// PMI's descriptor and rank as MPICH's Hydra sets them) or that the user forced a
 /// bootstrap: then it never starts processes of its own.
-const LAUNCHED: [&str; 4] = ["RMA_RUN_SOCKET", "RMA_BOOTSTRAP", "PMI_FD", "PMI_RANK"];
+const LAUNCHED: [&str; 6] = [
+    "RMA_RUN_SOCKET",
+    "RMA_BOOTSTRAP",
+    "PMI_FD",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "PMIX_NAMESPACE",
+];
 
 /// Runs `bench`'s binary; what its `main` returns.
 pub fn main(bench: &'static Benchmark) -> ExitCode {

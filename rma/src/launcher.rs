@@ -101,6 +101,14 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
     let mut children = Vec::with_capacity(l.ranks);
     for rank in 0..l.ranks {
         let mut cmd = Command::new(&l.program);
+        // Our ranks answer to us: hide any outer launcher (an rma-run started inside an
+        // mpirun or srun step must not have its children join that job).
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if k.starts_with("PMI_") || k.starts_with("PMIX_") || k == "RMA_BOOTSTRAP" {
+                cmd.env_remove(&*k);
+            }
+        }
         cmd.args(&l.args)
             .env(env::SOCKET, server.path())
             .env(env::RANK, rank.to_string())
