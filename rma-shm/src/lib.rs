@@ -34,8 +34,11 @@ use region::Region;
 use ring::Ring;
 use sys::Mapping;
 
-/// Lock words per process (one per live window segment), 64 bytes apart.
+/// Lock words per process (one per live window segment), 64 bytes apart; the last slot
+/// is not a lock but this process's departure word.
 const LOCK_SLOTS: usize = 1024;
+const DEPARTURE_SLOT: usize = LOCK_SLOTS - 1;
+const DEPARTED: u64 = 0x6465_7061_7274_6564;
 const LOCK_TABLE: usize = LOCK_SLOTS * 64;
 /// Bytes of each ring (one per sender in every inbox).
 const RING_BYTES: usize = 256 * 1024;
@@ -237,7 +240,8 @@ impl ShmTransport {
             pids,
             windows: RwLock::new(Vec::new()),
             slots: Arc::new(Mutex::new(SlotTable {
-                used: vec![false; LOCK_SLOTS],
+                // The departure word is never a lock.
+                used: (0..LOCK_SLOTS).map(|i| i == DEPARTURE_SLOT).collect(),
             })),
             next_segment: AtomicU64::new(0),
             collective: AtomicU32::new(0),
@@ -260,6 +264,14 @@ impl ShmTransport {
             LOCK_TABLE + from as usize * Ring::footprint(RING_BYTES),
             RING_BYTES,
         )
+    }
+
+    /// Marks this process as leaving normally, so that peers still finishing their part
+    /// do not take its exit for a failure. Called when the World is dropped.
+    pub fn depart(&self) {
+        Self::region_of(&self.inboxes[self.rank as usize])
+            .atomic_u64(DEPARTURE_SLOT * 64)
+            .store(DEPARTED, Ordering::Release);
     }
 
     fn take_slot(&self) -> Result<u32, TransportError> {
@@ -329,7 +341,16 @@ impl ShmTransport {
     fn check_liveness(&self, events: &mut Vec<Event>) {
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
         for (r, pid) in self.pids.iter().enumerate() {
-            if r as Rank != self.rank && !reported[r] && !sys::alive(*pid) {
+            if r as Rank == self.rank || reported[r] {
+                continue;
+            }
+            // A peer that left after finishing its part (it marked its departure) is not
+            // a failure: what it sent is in our rings.
+            let departed = Self::region_of(&self.inboxes[r])
+                .atomic_u64(DEPARTURE_SLOT * 64)
+                .load(Ordering::Acquire)
+                == DEPARTED;
+            if !departed && !sys::alive(*pid) {
                 reported[r] = true;
                 tracing::warn!(rank = r, pid, "peer process is gone");
                 events.push(Event::PeerFailed { rank: r as Rank });

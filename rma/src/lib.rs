@@ -36,6 +36,7 @@ pub use rma_core::*;
 pub struct World {
     engine: Engine,
     bootstrap: Arc<dyn Bootstrap>,
+    shm: Arc<rma_shm::ShmTransport>,
 }
 
 impl std::fmt::Debug for World {
@@ -66,10 +67,11 @@ impl World {
                 .into())
             }
         }
-        let transport = rma_shm::ShmTransport::new(bootstrap.clone())?;
+        let shm = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
         Ok(World {
-            engine: Engine::new(Arc::new(transport), config),
+            engine: Engine::new(shm.clone(), config),
             bootstrap,
+            shm,
         })
     }
 
@@ -81,6 +83,14 @@ impl World {
     /// The launcher services (rank, size, node, key-value space).
     pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
         &self.bootstrap
+    }
+}
+
+impl Drop for World {
+    /// Leaving normally: peers still finishing their part must not take our exit for a
+    /// failure.
+    fn drop(&mut self) {
+        self.shm.depart();
     }
 }
 
