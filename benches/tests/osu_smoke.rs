@@ -449,3 +449,41 @@ fn sizes_beyond_an_active_message_are_refused_or_cut() {
     let sizes: Vec<usize> = parse_osu(&text).rows.iter().map(|r| r.0).collect();
     assert_eq!(sizes, vec![65536], "{text}");
 }
+
+/// Under MPICH's mpiexec (PMI-1) too, when it is installed (CI requires it through
+/// `RMA_REQUIRE_MPIEXEC`): every binary, rank 0's table read as OSU's.
+#[test]
+fn every_binary_runs_under_mpiexec() {
+    let has = Command::new("mpiexec.hydra")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !has {
+        assert!(
+            std::env::var_os("RMA_REQUIRE_MPIEXEC").is_none(),
+            "mpiexec.hydra is required"
+        );
+        eprintln!("mpiexec.hydra not installed: the Hydra runs are not done here");
+        return;
+    }
+    let _g = serial();
+    for b in &BINS {
+        let out = scratch("hydra");
+        let max = if b.bandwidth { "1:4096" } else { "1:64" };
+        let mut cmd = Command::new("mpiexec.hydra");
+        cmd.args(["-n", "2", b.exe, "-m", max, "-i", "20", "-x", "2", "-o"])
+            .arg(&out);
+        let o = run_with_deadline(cmd);
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let _ = std::fs::remove_file(&out);
+        assert!(
+            o.status.success(),
+            "{} under mpiexec: {}",
+            b.name,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let t = parse_osu(&text);
+        assert!(t.header[0].starts_with("# OSU MPI"), "{}: {text}", b.name);
+        assert!(!t.rows.is_empty());
+    }
+}
