@@ -443,31 +443,38 @@ fn latency_loop<T: Elem>(
     }
 }
 
-/// Issues the window's `per_iteration` messages of `count` elements to `target`, into
-/// consecutive slots; their results go to `pending`.
-#[allow(clippy::too_many_arguments)] // one burst's whole shape, as bandwidth_loop's
-fn burst<'b, T: Elem>(
+/// One burst of a bandwidth iteration: `per_iteration` messages of `count` elements.
+struct Burst<'w, T: Elem> {
     op: Operation,
-    w: &BenchWindow<T>,
-    buf: &[T],
-    dst: &'b mut [T],
+    w: &'w BenchWindow<T>,
+    buf: &'w [T],
     count: usize,
     per_iteration: usize,
-    target: Rank,
-    pending: &mut Vec<Pending<'b, T>>,
-) -> Result<()> {
-    for (j, out) in dst.chunks_mut(count.max(1)).take(per_iteration).enumerate() {
-        let slot = &buf[j * count..(j + 1) * count];
-        pending.push(issue(
-            op,
-            &w.win,
-            slot,
-            out,
-            target,
-            w.disp + (j * count) as u64,
-        )?);
+}
+
+impl<T: Elem> Burst<'_, T> {
+    /// Issues the burst to `target`, into consecutive slots (gets into consecutive
+    /// chunks of `dst`); returns what is to be finished after the synchronization.
+    fn send<'b>(&self, dst: &'b mut [T], target: Rank) -> Result<Vec<Pending<'b, T>>> {
+        let count = self.count;
+        let mut pending = Vec::with_capacity(self.per_iteration);
+        for (j, out) in dst
+            .chunks_mut(count.max(1))
+            .take(self.per_iteration)
+            .enumerate()
+        {
+            let slot = &self.buf[j * count..(j + 1) * count];
+            pending.push(issue(
+                self.op,
+                &self.w.win,
+                slot,
+                out,
+                target,
+                self.w.disp + (j * count) as u64,
+            )?);
+        }
+        Ok(pending)
     }
-    Ok(())
 }
 
 fn finish_all<T: Element>(pending: &mut Vec<Pending<'_, T>>) -> Result<()> {
@@ -494,39 +501,26 @@ fn bandwidth_loop<T: Elem>(
     let me = engine.rank();
     let peer = 1 - me;
     let mut dst = vec![T::ZERO; buf.len()];
+    let burst = Burst {
+        op,
+        w,
+        buf,
+        count,
+        per_iteration,
+    };
     if bench.measure == Measure::BiBandwidth {
         engine.barrier()?;
         return match sync {
             SyncMode::Fence => timed(skip, total, |_| {
                 win.fence(Assert::NONE)?;
-                let mut pending = Vec::with_capacity(per_iteration);
-                burst(
-                    op,
-                    w,
-                    buf,
-                    &mut dst,
-                    count,
-                    per_iteration,
-                    peer,
-                    &mut pending,
-                )?;
+                let mut pending = burst.send(&mut dst, peer)?;
                 win.fence(Assert::NONE)?;
                 finish_all(&mut pending)
             }),
             _ => timed(skip, total, |_| {
                 win.post(&[peer], Assert::NONE)?;
                 win.start(&[peer], Assert::NONE)?;
-                let mut pending = Vec::with_capacity(per_iteration);
-                burst(
-                    op,
-                    w,
-                    buf,
-                    &mut dst,
-                    count,
-                    per_iteration,
-                    peer,
-                    &mut pending,
-                )?;
+                let mut pending = burst.send(&mut dst, peer)?;
                 win.complete()?;
                 finish_all(&mut pending)?;
                 win.wait()
@@ -537,17 +531,7 @@ fn bandwidth_loop<T: Elem>(
         SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
             win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
             let elapsed = timed(skip, total, |_| {
-                let mut pending = Vec::with_capacity(per_iteration);
-                burst(
-                    op,
-                    w,
-                    buf,
-                    &mut dst,
-                    count,
-                    per_iteration,
-                    TARGET,
-                    &mut pending,
-                )?;
+                let mut pending = burst.send(&mut dst, TARGET)?;
                 if sync == SyncMode::Flush {
                     win.flush(TARGET)?;
                 } else {
@@ -560,33 +544,13 @@ fn bandwidth_loop<T: Elem>(
         }
         SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
             win.lock_all(Assert::NONE)?;
-            let mut pending = Vec::with_capacity(per_iteration);
-            burst(
-                op,
-                w,
-                buf,
-                &mut dst,
-                count,
-                per_iteration,
-                TARGET,
-                &mut pending,
-            )?;
+            let mut pending = burst.send(&mut dst, TARGET)?;
             win.unlock_all()?;
             finish_all(&mut pending)
         }),
         SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
             win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
-            let mut pending = Vec::with_capacity(per_iteration);
-            burst(
-                op,
-                w,
-                buf,
-                &mut dst,
-                count,
-                per_iteration,
-                TARGET,
-                &mut pending,
-            )?;
+            let mut pending = burst.send(&mut dst, TARGET)?;
             win.unlock(TARGET)?;
             finish_all(&mut pending)
         }),
@@ -598,17 +562,7 @@ fn bandwidth_loop<T: Elem>(
             if me == ORIGIN {
                 timed(skip, total, |_| {
                     win.fence(Assert::NONE)?;
-                    let mut pending = Vec::with_capacity(per_iteration);
-                    burst(
-                        op,
-                        w,
-                        buf,
-                        &mut dst,
-                        count,
-                        per_iteration,
-                        TARGET,
-                        &mut pending,
-                    )?;
+                    let mut pending = burst.send(&mut dst, TARGET)?;
                     win.fence(Assert::NONE)?;
                     finish_all(&mut pending)
                 })
@@ -628,17 +582,7 @@ fn bandwidth_loop<T: Elem>(
                     if i == skip {
                         start = Instant::now();
                     }
-                    let mut pending = Vec::with_capacity(per_iteration);
-                    burst(
-                        op,
-                        w,
-                        buf,
-                        &mut dst,
-                        count,
-                        per_iteration,
-                        TARGET,
-                        &mut pending,
-                    )?;
+                    let mut pending = burst.send(&mut dst, TARGET)?;
                     win.complete()?;
                     finish_all(&mut pending)?;
                 }
