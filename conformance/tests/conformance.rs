@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use rma::launcher::{launch, Launch, Outcome};
 
 fn run(ranks: usize, args: &[&str]) -> Outcome {
+    run_env(ranks, args, &[])
+}
+
+fn run_env(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Outcome {
     let mut l = Launch::new(
         ranks,
         env!("CARGO_BIN_EXE_rma-conformance"),
@@ -16,6 +20,8 @@ fn run(ranks: usize, args: &[&str]) -> Outcome {
     l.timeout = Some(Duration::from_secs(120));
     l.grace = Duration::from_secs(15);
     l.env.push(("RMA_TIMEOUT_MS".into(), "30000".into()));
+    l.env
+        .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     launch(&l).expect("launch")
 }
 
@@ -47,6 +53,15 @@ fn every_op_every_sync_mode_every_window_kind() {
         for ranks in [2, 4] {
             ok(ranks, &["ops", kind]);
         }
+    }
+    // Windows over user memory left in user memory: cross-memory attach and AM atomics.
+    for ranks in [2, 4] {
+        let out = run_env(ranks, &["ops", "create"], &[("RMA_SHM_CMA", "1")]);
+        assert!(
+            out.success(),
+            "create windows over cross-memory attach: {out:?}"
+        );
+        assert_no_segments(&out.job);
     }
 }
 

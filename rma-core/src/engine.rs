@@ -196,7 +196,21 @@ impl Engine {
     /// Creates a window over memory the user hands over (collective, MPI_Win_create);
     /// [`Window::free`] gives it back.
     pub fn create<T: Element>(&self, memory: Vec<T>) -> Result<Window<T>> {
-        let seg = self.shared.transport.expose(Box::new(memory))?;
+        let t = &self.shared.transport;
+        if t.copies_user_memory() {
+            let mut memory: Box<dyn crate::transport::UserMemory> = Box::new(memory);
+            let bytes = memory.bytes_mut();
+            let seg = t.allocate(bytes.len(), false)?;
+            seg.write(0, bytes);
+            let w = self.make_window(
+                WindowKind::Create,
+                Memory::Static(seg),
+                std::mem::size_of::<T>(),
+            )?;
+            *w.shared.user_copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(memory);
+            return Ok(w);
+        }
+        let seg = t.expose(Box::new(memory))?;
         self.make_window(
             WindowKind::Create,
             Memory::Static(seg),

@@ -238,6 +238,14 @@ pub trait Transport: Send + Sync {
     /// Allocates window memory of `len` bytes, zeroed; `shared` asks for memory that the
     /// ranks of this node can load and store directly.
     fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError>;
+    /// Whether windows over user memory should rather live in memory from
+    /// [`allocate`](Self::allocate): the engine then copies the user's bytes in at
+    /// creation and back at free (the user gave the buffer away for the window's life, so
+    /// nothing can tell), and the window gets the native paths of allocated memory. For
+    /// backends that reach user memory as fast as their own (RDMA registration), false.
+    fn copies_user_memory(&self) -> bool {
+        false
+    }
     /// Exposes user memory as a window segment.
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError>;
     /// Tells the backend the window `win` is made of these segments (one per rank, from

@@ -98,6 +98,9 @@ pub(crate) struct WindowShared {
     classes: Vec<crate::transport::Capabilities>,
     /// Next dynamic region id.
     next_region: Mutex<u32>,
+    /// A `create` window's user buffer, kept aside while its bytes live in backend
+    /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
+    pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
 }
 
 /// Everything mutable about a window (origin and target side).
@@ -1332,6 +1335,7 @@ impl WindowShared {
             state,
             counters: Counters::default(),
             next_region: Mutex::new(1),
+            user_copy: Mutex::new(None),
         }
     }
 
@@ -2725,8 +2729,14 @@ impl<T: Element> Window<T> {
             &mut *w.memory.write().unwrap_or_else(|e| e.into_inner()),
             Memory::Dynamic(Vec::new()),
         );
-        match (w.kind, mem) {
-            (WindowKind::Create, Memory::Static(seg)) => Ok(user_vec(seg)),
+        let kept = w.user_copy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match (w.kind, mem, kept) {
+            (WindowKind::Create, Memory::Static(seg), Some(mut user)) => {
+                // The window's bytes go back into the user's buffer.
+                seg.read(0, user.bytes_mut());
+                Ok(user.into_any().downcast::<Vec<T>>().ok().map(|b| *b))
+            }
+            (WindowKind::Create, Memory::Static(seg), None) => Ok(user_vec(seg)),
             _ => Ok(None),
         }
     }

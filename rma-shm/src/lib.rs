@@ -168,6 +168,9 @@ pub struct ShmTransport {
     polls: AtomicU64,
     reported_dead: Mutex<Vec<bool>>,
     scratch: Mutex<Vec<u8>>,
+    /// `RMA_SHM_CMA=1`: windows over user memory stay in user memory (reached by
+    /// cross-memory attach) instead of being copied into a shared segment.
+    cross_memory_only: bool,
 }
 
 impl std::fmt::Debug for ShmTransport {
@@ -248,6 +251,7 @@ impl ShmTransport {
             polls: AtomicU64::new(0),
             reported_dead: Mutex::new(vec![false; size]),
             scratch: Mutex::new(Vec::new()),
+            cross_memory_only: std::env::var("RMA_SHM_CMA").is_ok_and(|v| v == "1"),
         })
     }
 
@@ -468,6 +472,12 @@ impl Transport for ShmTransport {
             lock_slot,
             slots: self.slots.clone(),
         }))
+    }
+
+    fn copies_user_memory(&self) -> bool {
+        // Mapped memory gives put/get at a copy's cost and native atomics; user memory
+        // costs a process_vm_writev system call per op (0.5 us) and atomics by messages.
+        !self.cross_memory_only
     }
 
     fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
