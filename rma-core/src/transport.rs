@@ -324,6 +324,21 @@ pub trait Transport: Send + Sync {
         Err(TransportError::Unsupported("native locks"))
     }
 
+    /// Arrives at a barrier of every rank of window `win` that the backend runs itself
+    /// (for example counters in shared memory): returns a ticket to test with
+    /// [`barrier_done`](Self::barrier_done), or `None` if the backend has no such barrier
+    /// for this window (then the engine exchanges barrier messages). The answer must be the
+    /// same on every rank. One barrier per window is outstanding at a time.
+    fn barrier_arrive(&self, win: u32) -> Result<Option<u64>, TransportError> {
+        let _ = win;
+        Ok(None)
+    }
+    /// Whether every rank has arrived at the barrier of `ticket`.
+    fn barrier_done(&self, win: u32, ticket: u64) -> Result<bool, TransportError> {
+        let _ = (win, ticket);
+        Ok(true)
+    }
+
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
 

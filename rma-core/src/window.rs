@@ -119,7 +119,7 @@ pub(crate) struct WinState {
     window_acks: u32,
     /// Next rank whose lock the native window protocol takes.
     native_lock_cursor: Rank,
-    barrier: Option<Dissemination>,
+    barrier: Option<Barrier>,
     background_barriers: Vec<Dissemination>,
     barrier_seq: u32,
     /// A synchronization call in progress (other than flush), for the thread rules.
@@ -161,6 +161,14 @@ impl LockTable {
     fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+}
+
+/// The IBARRIER of a fence: active messages (dissemination), or the backend's own
+/// (shared counters) when it offers one for the window.
+#[derive(Debug)]
+enum Barrier {
+    Messages(Dissemination),
+    Native(u64),
 }
 
 /// What an attempt that may need resources or other ranks came to.
@@ -336,12 +344,15 @@ impl WinState {
         let (rank, size) = (w.engine.rank, w.engine.size);
         let mut sends = Vec::new();
         let mut done = true;
-        let current = self.barrier.as_ref().map_or(u32::MAX, |x| x.seq);
-        for b in self
-            .barrier
-            .iter_mut()
-            .chain(self.background_barriers.iter_mut())
-        {
+        let current = match &self.barrier {
+            Some(Barrier::Messages(d)) => d.seq,
+            _ => u32::MAX,
+        };
+        let messages = self.barrier.iter_mut().filter_map(|b| match b {
+            Barrier::Messages(d) => Some(d),
+            Barrier::Native(_) => None,
+        });
+        for b in messages.chain(self.background_barriers.iter_mut()) {
             let finished =
                 b.advance::<Error>(rank, size, &mut self.target.barrier_arrivals, |p, s, r| {
                     sends.push((p, s, r));
@@ -356,21 +367,30 @@ impl WinState {
             self.send_encoded(w, peer, Kind::Barrier)?;
         }
         self.background_barriers.retain(|b| !b.is_done());
+        if let Some(Barrier::Native(ticket)) = self.barrier {
+            done = w.engine.transport.barrier_done(w.id, ticket)?;
+        }
         if done {
             self.barrier = None;
         }
         Ok(done)
     }
 
-    fn start_barrier(&mut self, w: &WindowShared) {
+    /// Starts this window's next barrier. A native barrier must not be outstanding (the
+    /// fence waits for it first).
+    fn start_barrier(&mut self, w: &WindowShared) -> Result<()> {
         self.barrier_seq = self.barrier_seq.wrapping_add(1);
-        if let Some(old) = self.barrier.take() {
-            self.background_barriers.push(old);
+        match self.barrier.take() {
+            Some(Barrier::Messages(old)) => self.background_barriers.push(old),
+            Some(Barrier::Native(_)) => unreachable!("fence waits for a native barrier first"),
+            None => {}
         }
-        self.barrier = Some(Dissemination::new(self.barrier_seq, w.engine.size));
+        self.barrier = Some(match w.engine.transport.barrier_arrive(w.id)? {
+            Some(ticket) => Barrier::Native(ticket),
+            None => Barrier::Messages(Dissemination::new(self.barrier_seq, w.engine.size)),
+        });
+        Ok(())
     }
-
-    // ----- ISSUE_OPS / CLEANUP_OPS / MAKE_RMA_PROGRESS --------------------------------
 
     /// MAKE_RMA_PROGRESS_WIN: advance barriers, issue what can go, clean up.
     pub(crate) fn make_progress(&mut self, w: &WindowShared) -> Result<()> {
@@ -1524,9 +1544,13 @@ impl WindowShared {
                 assert.contains(Assert::NOPRECEDE) && self.lock_state().table.active == 0;
             if noprecede {
                 // Nothing to complete: do not block (FENCE_ISSUED with a non-blocking barrier).
+                // One native barrier at a time per window: wait for a previous one.
+                self.wait_for("fence", |st| {
+                    Ok(!matches!(st.barrier, Some(Barrier::Native(_))))
+                })?;
                 let mut st = self.lock_state();
                 t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
-                st.start_barrier(self);
+                st.start_barrier(self)?;
                 st.epoch = WindowEpoch::FenceIssued;
                 st.make_progress(self)?;
                 if assert.contains(Assert::NOSUCCEED) {
@@ -1556,7 +1580,7 @@ impl WindowShared {
                 for rank in st.table.ranks() {
                     st.free_target(self, rank);
                 }
-                st.start_barrier(self);
+                st.start_barrier(self)?;
                 st.epoch = WindowEpoch::FenceIssued;
             }
             self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
@@ -2710,7 +2734,7 @@ impl<T: Element> Window<T> {
         w.wait_for("free", |st| {
             Ok(st.barrier.is_none() && st.background_barriers.is_empty())
         })?;
-        w.lock_state().start_barrier(w);
+        w.lock_state().start_barrier(w)?;
         w.wait_for(
             "free",
             |st| Ok(st.barrier.is_none() && st.outbox.is_empty()),

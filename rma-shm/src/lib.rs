@@ -145,6 +145,9 @@ struct PeerWindow {
 
 struct ShmWindow {
     peers: Vec<PeerWindow>,
+    /// The fence barrier's arrival count and generation: two words after rank 0's lock
+    /// word for this window.
+    barrier: Option<Region>,
     _mappings: Vec<Arc<Mapping>>,
 }
 
@@ -286,10 +289,15 @@ impl ShmTransport {
             .position(|u| !u)
             .ok_or(TransportError::Failed("more than 1024 live windows".into()))?;
         t.used[i] = true;
-        // A fresh lock word: nobody holds it.
-        Self::region_of(&self.inboxes[self.rank as usize])
-            .atomic_u64(i * 64)
-            .store(0, Ordering::SeqCst);
+        // A fresh lock word (nobody holds it) and barrier count. The barrier generation is
+        // never reset: a rank still leaving the previous window's last barrier compares
+        // against it.
+        let inbox = Self::region_of(&self.inboxes[self.rank as usize]);
+        for word in 0..2 {
+            inbox
+                .atomic_u64(i * 64 + word * 8)
+                .store(0, Ordering::SeqCst);
+        }
         Ok(i as u32)
     }
 
@@ -515,6 +523,7 @@ impl Transport for ShmTransport {
                 win,
                 ShmWindow {
                     peers,
+                    barrier: None,
                     _mappings: Vec::new(),
                 },
             );
@@ -522,6 +531,7 @@ impl Transport for ShmTransport {
         }
         let mut peers = Vec::with_capacity(self.size);
         let mut mappings = Vec::new();
+        let mut barrier_slot = 0;
         let mut opened: Vec<(String, Arc<Mapping>)> = Vec::new();
         // Our own segment is mapped already: reuse that mapping, so that the parts of an
         // allocate_shared window are contiguous in this process too.
@@ -548,6 +558,9 @@ impl Transport for ShmTransport {
                 )));
             }
             let lock = Region::at_inbox(&self.inboxes[r], slot);
+            if r == 0 {
+                barrier_slot = slot;
+            }
             let memory = match k[0] {
                 0 if k.len() > 21 => {
                     let offset = u64::from_le_bytes(k[5..13].try_into().expect("8 bytes"));
@@ -602,10 +615,12 @@ impl Transport for ShmTransport {
                 lock: Some(lock),
             });
         }
+        let barrier = Some(Region::barrier_words(&self.inboxes[0], barrier_slot));
         self.insert_window(
             win,
             ShmWindow {
                 peers,
+                barrier,
                 _mappings: mappings,
             },
         );
@@ -819,6 +834,30 @@ impl Transport for ShmTransport {
         Ok(Issued::Complete(old))
     }
 
+    fn barrier_arrive(&self, win: u32) -> Result<Option<u64>, TransportError> {
+        let w = self.window(win)?;
+        let Some(b) = w.barrier else { return Ok(None) };
+        let (count, generation) = (b.atomic_u64(0), b.atomic_u64(8));
+        // The generation before our arrival is the ticket: the barrier is over when it
+        // moves. The last to arrive resets the count before moving the generation, so
+        // nobody can arrive at the next barrier before the reset (seed 004's PROC_SYNC;
+        // the engine puts the MEM_SYNCs around it).
+        let ticket = generation.load(Ordering::Acquire);
+        if count.fetch_add(1, Ordering::AcqRel) + 1 == self.size as u64 {
+            count.store(0, Ordering::Relaxed);
+            generation.fetch_add(1, Ordering::Release);
+        }
+        Ok(Some(ticket))
+    }
+
+    fn barrier_done(&self, win: u32, ticket: u64) -> Result<bool, TransportError> {
+        let w = self.window(win)?;
+        let b = w
+            .barrier
+            .ok_or(TransportError::Unsupported("native barrier"))?;
+        Ok(b.atomic_u64(8).load(Ordering::Acquire) != ticket)
+    }
+
     fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
         let (_w, r) = self.lock_word(win, target)?;
         let word = r.atomic_u64(0);
@@ -868,6 +907,14 @@ impl Transport for ShmTransport {
 }
 
 impl Region {
+    /// The barrier words (count, generation) of `slot` in an inbox mapping.
+    fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> Region {
+        assert!(slot < LOCK_SLOTS);
+        // SAFETY: bytes 8..24 of a slot inside the inbox's lock table; inbox mappings live
+        // as long as the transport, which outlives its windows.
+        unsafe { Region::new(inbox.ptr().add(slot * 64 + 8), 16) }
+    }
+
     /// The lock word of `slot` in an inbox mapping.
     fn at_inbox(inbox: &Arc<Mapping>, slot: usize) -> Region {
         assert!(slot < LOCK_SLOTS);
