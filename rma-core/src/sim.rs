@@ -179,6 +179,8 @@ pub struct Network {
     segments: Mutex<HashMap<(u32, Rank), Arc<dyn Segment>>>,
     /// Native lock words: (exclusive held, shared holders) per (window, rank).
     locks: Mutex<HashMap<(u32, Rank), (bool, u32)>>,
+    /// Native barriers (SharedMemory profile): (arrived, generation) per window.
+    barriers: Mutex<HashMap<u32, (usize, u64)>>,
     collective: Mutex<Collective>,
     collective_cv: Condvar,
     dead: Vec<AtomicBool>,
@@ -196,6 +198,7 @@ impl Network {
                 .collect(),
             segments: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
+            barriers: Mutex::new(HashMap::new()),
             collective: Mutex::new(Collective {
                 slots: vec![Vec::new(); size],
                 ..Default::default()
@@ -476,6 +479,24 @@ impl Transport for SimTransport {
             offset,
             what,
         })
+    }
+    fn barrier_arrive(&self, win: u32) -> std::result::Result<Option<u64>, TransportError> {
+        if self.net.profile != Profile::SharedMemory {
+            return Ok(None);
+        }
+        let mut b = self.net.barriers.lock().unwrap_or_else(|e| e.into_inner());
+        let (arrived, generation) = b.entry(win).or_default();
+        let ticket = *generation;
+        *arrived += 1;
+        if *arrived == self.net.size {
+            *arrived = 0;
+            *generation += 1;
+        }
+        Ok(Some(ticket))
+    }
+    fn barrier_done(&self, win: u32, ticket: u64) -> std::result::Result<bool, TransportError> {
+        let b = self.net.barriers.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(b.get(&win).is_some_and(|(_, g)| *g != ticket))
     }
     fn try_lock(
         &self,

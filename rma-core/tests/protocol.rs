@@ -701,3 +701,24 @@ fn shared_windows_give_peer_addresses_where_memory_is_shared() {
         Ok(())
     });
 }
+
+#[test]
+fn consecutive_noprecede_fences_with_native_and_message_barriers() {
+    for profile in [Profile::ActiveMessages, Profile::SharedMemory] {
+        run(3, profile, 29, config(), |e| {
+            let win = e.allocate::<u64>(3)?;
+            // Non-blocking fences in a row: barriers overlap (messages) or wait for each
+            // other (native), and none is lost.
+            for _ in 0..5 {
+                win.fence(Assert::NOPRECEDE)?;
+            }
+            let n = e.size() as u32;
+            win.put(&[e.rank() as u64 + 1], (e.rank() + 1) % n, e.rank() as u64)?;
+            win.fence(Assert::NOSUCCEED)?;
+            let left = (e.rank() + n - 1) % n;
+            assert_eq!(win.local_to_vec()[left as usize], left as u64 + 1);
+            win.free()?;
+            Ok(())
+        });
+    }
+}
