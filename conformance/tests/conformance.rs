@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use rma::launcher::{launch, Launch, Outcome};
 
 fn run(ranks: usize, args: &[&str]) -> Outcome {
+    run_env(ranks, args, &[])
+}
+
+fn run_env(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Outcome {
     let mut l = Launch::new(
         ranks,
         env!("CARGO_BIN_EXE_rma-conformance"),
@@ -16,6 +20,9 @@ fn run(ranks: usize, args: &[&str]) -> Outcome {
     l.timeout = Some(Duration::from_secs(120));
     l.grace = Duration::from_secs(15);
     l.env.push(("RMA_TIMEOUT_MS".into(), "30000".into()));
+    for (k, v) in env {
+        l.env.push((k.to_string(), v.to_string()));
+    }
     launch(&l).expect("launch")
 }
 
@@ -120,6 +127,77 @@ fn a_killed_peer_fails_the_survivors_within_10_seconds() {
         "survivors ended by themselves"
     );
     assert_no_segments(&out.job);
+}
+
+// ----- the libfabric backend (feature `ofi`) ----------------------------------------
+
+/// The same cases on `RMA_BACKEND=ofi` with one libfabric provider each.
+#[cfg(feature = "ofi")]
+mod ofi {
+    use super::*;
+
+    fn ok_on(provider: &str, ranks: usize, args: &[&str], extra: &[(&str, &str)]) {
+        let mut env = vec![("RMA_BACKEND", "ofi"), ("FI_PROVIDER", provider)];
+        env.extend_from_slice(extra);
+        let out = run_env(ranks, args, &env);
+        assert!(
+            out.success(),
+            "{args:?} on {ranks} ranks over {provider}: {out:?}"
+        );
+    }
+
+    /// The cases every provider runs.
+    fn suite(provider: &str) {
+        for ranks in [2, 4] {
+            ok_on(provider, ranks, &["ops", "allocate"], &[]);
+        }
+        ok_on(provider, 2, &["progress"], &[]);
+        ok_on(provider, 3, &["progress"], &[]);
+        ok_on(provider, 2, &["bad_input"], &[]);
+        ok_on(provider, 3, &["bad_input"], &[]);
+        ok_on(provider, 2, &["stress_fetch_and_op"], &[]);
+        ok_on(provider, 4, &["stress_fetch_and_op"], &[]);
+    }
+
+    #[test]
+    fn tcp_rxm() {
+        suite("tcp;ofi_rxm");
+    }
+
+    #[test]
+    fn tcp_rxm_more_cases() {
+        let p = "tcp;ofi_rxm";
+        for ranks in [2, 4] {
+            ok_on(p, ranks, &["ops", "create"], &[]);
+            ok_on(p, ranks, &["ops", "dynamic"], &[]);
+        }
+        ok_on(p, 3, &["fence_then_lock"], &[]);
+        ok_on(p, 4, &["stress_lock_counter"], &[]);
+        ok_on(p, 4, &["stress_overlap"], &[]);
+        for mode in ["fence", "pscw", "lock", "lock_all"] {
+            ok_on(p, 2, &["litmus", mode], &[]);
+        }
+        // Passive target over active messages needs the target's progress: with a
+        // progress thread the computing target still answers.
+        ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
+        // Not run on ofi: `ops shared` and `no_segments_left` (allocate_shared windows are
+        // load/store shared memory, which this backend does not provide).
+    }
+
+    #[test]
+    fn tcp_rxm_dead_peer() {
+        let start = Instant::now();
+        let out = run_env(
+            3,
+            &["dead_peer"],
+            &[("RMA_BACKEND", "ofi"), ("FI_PROVIDER", "tcp;ofi_rxm")],
+        );
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.statuses[1].signal(), Some(9), "{out:?}");
+        assert_eq!(out.statuses[0].code(), Some(3), "{out:?}");
+        assert_eq!(out.statuses[2].code(), Some(3), "{out:?}");
+        assert!(start.elapsed() < Duration::from_secs(12), "{out:?}");
+    }
 }
 
 // ----- other launchers and bad environments ------------------------------------------

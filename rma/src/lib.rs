@@ -53,22 +53,33 @@ impl World {
         Self::init_with(Config::from_env())
     }
 
-    /// Initializes with the given configuration. `RMA_BACKEND` picks the backend
-    /// (`shm`, the default and today the only one).
+    /// Initializes with the given configuration. `RMA_BACKEND` picks the backend: `shm`
+    /// (the default: every rank on this node) or `ofi` (libfabric, with the `ofi` cargo
+    /// feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`).
     pub fn init_with(config: Config) -> Result<World> {
         let bootstrap = bootstrap::detect()?;
-        match std::env::var("RMA_BACKEND").as_deref() {
-            Ok("shm") | Err(_) => {}
+        let transport: Arc<dyn Transport> = match std::env::var("RMA_BACKEND").as_deref() {
+            Ok("shm") | Err(_) => Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?),
+            #[cfg(feature = "ofi")]
+            Ok("ofi") => Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?),
+            #[cfg(not(feature = "ofi"))]
+            Ok("ofi") => {
+                return Err(TransportError::Failed(
+                    "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with \
+                     the `ofi` feature)"
+                        .into(),
+                )
+                .into())
+            }
             Ok(other) => {
                 return Err(TransportError::Failed(format!(
-                    "RMA_BACKEND={other}: this build has the shm backend only"
+                    "RMA_BACKEND={other}: not a backend rma knows (shm, ofi)"
                 ))
                 .into())
             }
-        }
-        let transport = rma_shm::ShmTransport::new(bootstrap.clone())?;
+        };
         Ok(World {
-            engine: Engine::new(Arc::new(transport), config),
+            engine: Engine::new(transport, config),
             bootstrap,
         })
     }
