@@ -374,6 +374,97 @@ impl Endpoint {
         ))
     }
 
+    /// Registers `base..base+len` for remote reads and writes (and atomics) with
+    /// `requested_key` (ignored under FI_MR_PROV_KEY), binding and enabling it where
+    /// mr_mode asks (FI_MR_ENDPOINT, FI_MR_RMA_EVENT). Returns the region and its key.
+    ///
+    /// # Safety
+    /// The memory must stay allocated until the region is closed with
+    /// [`mr_close`](Self::mr_close).
+    pub unsafe fn mr_reg(
+        &mut self,
+        base: *const u8,
+        len: usize,
+        requested_key: u64,
+    ) -> Result<(*mut sys::fid_mr, u64), TransportError> {
+        let mut mr = ptr::null_mut();
+        let access =
+            (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE | sys::FI_READ | sys::FI_WRITE) as u64;
+        // SAFETY: domain open; memory valid per the caller's contract.
+        let rc = unsafe {
+            sys::rma_fi_mr_reg(
+                self.domain,
+                base.cast(),
+                len,
+                access,
+                0,
+                requested_key,
+                0,
+                &mut mr,
+                ptr::null_mut(),
+            )
+        };
+        check("fi_mr_reg", rc)?;
+        let mode = self.offer.mr_mode;
+        let bind = mode & sys::FI_MR_ENDPOINT as u64 != 0;
+        let enable = bind || mode & sys::FI_MR_RMA_EVENT as u64 != 0;
+        // SAFETY: `mr` was just opened on this domain; `ep` is open.
+        let r = unsafe {
+            if bind {
+                check(
+                    "fi_mr_bind",
+                    sys::rma_fi_mr_bind(mr, &mut (*self.ep).fid, 0),
+                )
+            } else {
+                Ok(())
+            }
+            .and_then(|_| {
+                if enable {
+                    check("fi_mr_enable", sys::rma_fi_mr_enable(mr))
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        if let Err(e) = r {
+            // SAFETY: close what we opened, once.
+            unsafe { sys::rma_fi_close_mr(mr) };
+            return Err(e);
+        }
+        // SAFETY: `mr` is open and enabled.
+        let key = unsafe { sys::rma_fi_mr_key(mr) };
+        Ok((mr, key))
+    }
+
+    /// Closes a region from [`mr_reg`](Self::mr_reg).
+    ///
+    /// # Safety
+    /// `mr` came from this endpoint's `mr_reg` and is closed once.
+    pub unsafe fn mr_close(&mut self, mr: *mut sys::fid_mr) {
+        // SAFETY: caller's contract.
+        unsafe { sys::rma_fi_close_mr(mr) };
+    }
+
+    /// Largest element count of a (kind, datatype, op) atomic the provider does, if any:
+    /// kind 0 plain, 1 fetching, 2 compare.
+    pub fn atomic_valid(
+        &mut self,
+        kind: u8,
+        datatype: sys::fi_datatype,
+        op: sys::fi_op,
+    ) -> Option<usize> {
+        let mut count = 0usize;
+        // SAFETY: `ep` is open; the queries only write `count`.
+        let rc = unsafe {
+            match kind {
+                0 => sys::rma_fi_atomicvalid(self.ep, datatype, op, &mut count),
+                1 => sys::rma_fi_fetch_atomicvalid(self.ep, datatype, op, &mut count),
+                _ => sys::rma_fi_compare_atomicvalid(self.ep, datatype, op, &mut count),
+            }
+        };
+        (rc == 0 && count > 0).then_some(count)
+    }
+
     /// Raw handles for the native-op calls of this crate.
     pub fn raw(&self) -> (*mut sys::fid_ep, *mut sys::fid_domain) {
         (self.ep, self.domain)

@@ -35,8 +35,12 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rma_core::transport::{Event, Issued, NativeAtomic, Segment, Transport, UserMemory};
-use rma_core::{Bootstrap, Capabilities, Rank, TransportError};
+use std::sync::RwLock;
+
+use rma_core::transport::{
+    Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+};
+use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
 use fabric::{fi_error, is_again, Endpoint, OpContext};
 
@@ -44,6 +48,7 @@ use fabric::{fi_error, is_again, Endpoint, OpContext};
 const HEADER: usize = 8;
 const KIND_RECV: u64 = 1 << 56;
 const KIND_SEND: u64 = 2 << 56;
+const KIND_OP: u64 = 3 << 56;
 const KIND_MASK: u64 = 0xff << 56;
 /// Send buffers in flight at most (beyond that: Busy).
 const SEND_BUFFERS: usize = 256;
@@ -66,6 +71,32 @@ struct SendBuf {
     dest: Rank,
 }
 
+/// A native operation in flight: its context, token, and the buffers the provider reads
+/// or writes until its completion.
+struct NativeOp {
+    ctx: Box<OpContext>,
+    token: u64,
+    /// Source bytes (put, atomic operand).
+    buf: Vec<u8>,
+    /// Compare value (compare-and-swap).
+    cmp: Vec<u8>,
+    /// Fetched bytes (get, fetching atomics).
+    result: Vec<u8>,
+    fetch: bool,
+}
+
+/// How this process reaches one rank's part of one window natively.
+#[derive(Debug, Clone, Copy)]
+struct RemoteMem {
+    /// Address to name in RMA calls for offset 0 (virtual address or 0).
+    addr: u64,
+    key: u64,
+    len: u64,
+}
+
+/// Per window: each rank's registered memory (None: active messages toward it).
+type PeerTable = Arc<Vec<Option<RemoteMem>>>;
+
 /// Everything behind the transport's one mutex (the domain is FI_THREAD_DOMAIN).
 struct Inner {
     ep: Endpoint,
@@ -82,6 +113,8 @@ struct Inner {
     pending: VecDeque<Event>,
     entries: Vec<sys::fi_cq_data_entry>,
     dead: Vec<bool>,
+    ops: Vec<NativeOp>,
+    op_free: Vec<usize>,
 }
 
 // SAFETY: the raw buffers and contexts inside are owned by Inner (boxed, stable
@@ -93,8 +126,14 @@ pub struct OfiTransport {
     boot: Arc<dyn Bootstrap>,
     rank: Rank,
     size: usize,
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
     caps: Capabilities,
+    /// Capabilities toward a window target whose memory is registered.
+    native: Capabilities,
+    windows: RwLock<Vec<Option<PeerTable>>>,
+    next_key: AtomicU64,
+    virt_addr: bool,
+    max_atomic: usize,
     max_message: usize,
     provider: String,
     pids: Option<Vec<u32>>,
@@ -162,6 +201,8 @@ impl OfiTransport {
             pending: VecDeque::new(),
             entries: vec![sys::fi_cq_data_entry::default(); 64],
             dead: vec![false; size],
+            ops: Vec::new(),
+            op_free: Vec::new(),
         };
         for i in 0..nrecv {
             inner.recv.push(RecvBuf {
@@ -174,17 +215,47 @@ impl OfiTransport {
             inner.post_recv(i)?;
         }
         let provider = inner.ep.offer.provider.clone();
+        let (atomics, compare_and_swap, max_atomic) =
+            if env_usize("RMA_OFI_DISABLE_ATOMICS", 0) == 1 {
+                (0, 0, 0)
+            } else {
+                query_atomics(&mut inner.ep)
+            };
+        let rma = env_usize("RMA_OFI_DISABLE_RMA", 0) != 1
+            && inner.ep.offer.caps & sys::FI_RMA as u64 != 0;
+        let native = Capabilities {
+            rdma_write: rma,
+            rdma_read: rma,
+            atomics,
+            compare_and_swap,
+            max_message,
+            ..Capabilities::ACTIVE_MESSAGES_ONLY
+        };
+        let virt_addr = inner.ep.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0;
+        tracing::info!(rank, ?native, "libfabric native capabilities");
+        if env_usize("RMA_OFI_VERBOSE", 0) == 1 && rank == 0 {
+            eprintln!(
+                "rma-ofi: {:?}; native: rdma_write {} rdma_read {} atomics {:#x} cas {:#x} \
+                 (max {max_atomic} elements)",
+                inner.ep.offer, native.rdma_write, native.rdma_read, atomics, compare_and_swap
+            );
+        }
         // Everyone's receives are posted before anyone sends.
         boot.barrier()?;
         Ok(OfiTransport {
             boot,
             rank,
             size,
-            inner: Mutex::new(inner),
+            inner: Arc::new(Mutex::new(inner)),
             caps: Capabilities {
                 max_message,
                 ..Capabilities::ACTIVE_MESSAGES_ONLY
             },
+            native,
+            windows: RwLock::new(Vec::new()),
+            next_key: AtomicU64::new(1),
+            virt_addr,
+            max_atomic,
             max_message,
             provider,
             pids,
@@ -192,6 +263,85 @@ impl OfiTransport {
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
         })
+    }
+
+    /// Registers a window segment for native access if this provider does any.
+    ///
+    /// # Safety
+    /// `base..base+len` stays allocated until the returned registration is dropped.
+    unsafe fn register(
+        &self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<Option<SegmentMr>, TransportError> {
+        let n = &self.native;
+        if len == 0 || !(n.rdma_write || n.rdma_read || n.atomics != 0 || n.compare_and_swap != 0) {
+            return Ok(None);
+        }
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let mut inner = self.lock();
+        // SAFETY: caller's contract.
+        let (mr, key) = unsafe { inner.ep.mr_reg(base, len, key)? };
+        Ok(Some(SegmentMr {
+            mr,
+            addr: if self.virt_addr { base as u64 } else { 0 },
+            key,
+            inner: self.inner.clone(),
+        }))
+    }
+
+    /// The registered memory of `target` in window `win`, checked for `len` bytes at
+    /// `offset`.
+    fn remote(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+    ) -> Result<RemoteMem, TransportError> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        let m = ws
+            .get(win as usize)
+            .and_then(|w| w.as_ref())
+            .and_then(|w| w.get(target as usize).copied().flatten())
+            .ok_or(TransportError::Unsupported("window memory not registered"))?;
+        if offset.checked_add(len as u64).is_none_or(|e| e > m.len) {
+            return Err(TransportError::Failed(
+                "access outside the target's window".into(),
+            ));
+        }
+        Ok(m)
+    }
+
+    /// Posts a native op with `post(inner, slot, dest)`; on -FI_EAGAIN drives the CQ and
+    /// tries once more, then says Busy.
+    fn issue(
+        &self,
+        target: Rank,
+        token: u64,
+        fetch: bool,
+        mut post: impl FnMut(&mut Inner, usize, sys::fi_addr_t) -> isize,
+    ) -> Result<Issued, TransportError> {
+        let mut inner = self.lock();
+        if inner.dead[target as usize] {
+            return Err(TransportError::Failed(format!("rank {target} is gone")));
+        }
+        let dest = inner.addrs[target as usize];
+        for attempt in 0..2 {
+            let idx = inner.alloc_op(token, fetch);
+            let rc = post(&mut inner, idx, dest);
+            if rc == 0 {
+                return Ok(Issued::Pending);
+            }
+            inner.op_free.push(idx);
+            if !is_again(rc) {
+                return Err(fi_error("native operation", rc as i64));
+            }
+            if attempt == 0 {
+                inner.drive()?;
+            }
+        }
+        Err(TransportError::Busy)
     }
 
     /// The provider in use (e.g. "tcp;ofi_rxm").
@@ -214,6 +364,81 @@ impl OfiTransport {
             }
         }
     }
+}
+
+fn fi_datatype(dt: DataType) -> sys::fi_datatype {
+    match dt {
+        DataType::U8 => sys::fi_datatype_FI_UINT8,
+        DataType::U16 => sys::fi_datatype_FI_UINT16,
+        DataType::U32 => sys::fi_datatype_FI_UINT32,
+        DataType::U64 => sys::fi_datatype_FI_UINT64,
+        DataType::I8 => sys::fi_datatype_FI_INT8,
+        DataType::I16 => sys::fi_datatype_FI_INT16,
+        DataType::I32 => sys::fi_datatype_FI_INT32,
+        DataType::I64 => sys::fi_datatype_FI_INT64,
+        DataType::F32 => sys::fi_datatype_FI_FLOAT,
+        DataType::F64 => sys::fi_datatype_FI_DOUBLE,
+    }
+}
+
+fn fi_op(op: AccOp) -> sys::fi_op {
+    match op {
+        AccOp::Sum => sys::fi_op_FI_SUM,
+        AccOp::Prod => sys::fi_op_FI_PROD,
+        AccOp::Min => sys::fi_op_FI_MIN,
+        AccOp::Max => sys::fi_op_FI_MAX,
+        AccOp::Band => sys::fi_op_FI_BAND,
+        AccOp::Bor => sys::fi_op_FI_BOR,
+        AccOp::Bxor => sys::fi_op_FI_BXOR,
+        AccOp::Land => sys::fi_op_FI_LAND,
+        AccOp::Lor => sys::fi_op_FI_LOR,
+        AccOp::Lxor => sys::fi_op_FI_LXOR,
+        AccOp::Replace => sys::fi_op_FI_ATOMIC_WRITE,
+        AccOp::NoOp => sys::fi_op_FI_ATOMIC_READ,
+    }
+}
+
+/// The (op, datatype) pairs the provider does natively as both plain and fetching atomics
+/// (fetching only for NoOp, which is a read), the datatypes of its compare-and-swap, and
+/// the smallest element count any of them allows.
+fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
+    if ep.offer.caps & sys::FI_ATOMIC as u64 == 0 {
+        return (0, 0, 0);
+    }
+    let (mut mask, mut cas, mut max) = (0u128, 0u16, usize::MAX);
+    for o in 1..=12u8 {
+        for d in 1..=10u8 {
+            let (op, dt) = (
+                AccOp::from_code(o).expect("op code"),
+                DataType::from_code(d).expect("type code"),
+            );
+            if !op.valid_for(dt) {
+                continue;
+            }
+            let (fdt, fop) = (fi_datatype(dt), fi_op(op));
+            let fetch = ep.atomic_valid(1, fdt, fop);
+            let plain = if op == AccOp::NoOp {
+                fetch
+            } else {
+                ep.atomic_valid(0, fdt, fop)
+            };
+            if let (Some(a), Some(b)) = (plain, fetch) {
+                mask |= Capabilities::atomic_bit(op, dt);
+                max = max.min(a).min(b);
+            }
+        }
+    }
+    for d in 1..=10u8 {
+        let dt = DataType::from_code(d).expect("type code");
+        if let Some(c) = ep.atomic_valid(2, fi_datatype(dt), sys::fi_op_FI_CSWAP) {
+            cas |= 1 << d;
+            max = max.min(c);
+        }
+    }
+    if mask == 0 && cas == 0 {
+        max = 0;
+    }
+    (mask, cas, max)
 }
 
 fn alive(pid: u32) -> bool {
@@ -328,6 +553,13 @@ impl Inner {
                 self.deliver(from, seq, data);
             }
             KIND_SEND => self.send_free.push(idx),
+            KIND_OP => {
+                let op = &mut self.ops[idx];
+                let data = op.fetch.then(|| std::mem::take(&mut op.result));
+                let token = op.token;
+                self.op_free.push(idx);
+                self.pending.push_back(Event::Completed { token, data });
+            }
             _ => {
                 return Err(TransportError::Failed(format!(
                     "completion with unknown context {id:#x}"
@@ -354,10 +586,48 @@ impl Inner {
                 self.peer_failed(dest, &msg);
                 Ok(())
             }
+            KIND_OP => {
+                let token = self.ops[idx].token;
+                self.op_free.push(idx);
+                self.pending.push_back(Event::Failed {
+                    token,
+                    error: TransportError::Failed(format!("libfabric native operation: {msg}")),
+                });
+                Ok(())
+            }
             _ => Err(TransportError::Failed(format!(
                 "error completion with unknown context {id:#x}: {msg}"
             ))),
         }
+    }
+
+    /// A free native-op slot for `token`, its buffers cleared.
+    fn alloc_op(&mut self, token: u64, fetch: bool) -> usize {
+        let idx = match self.op_free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.ops.len();
+                self.ops.push(NativeOp {
+                    ctx: Box::new(OpContext {
+                        id: KIND_OP | i as u64,
+                        ..Default::default()
+                    }),
+                    token: 0,
+                    buf: Vec::new(),
+                    cmp: Vec::new(),
+                    result: Vec::new(),
+                    fetch: false,
+                });
+                i
+            }
+        };
+        let op = &mut self.ops[idx];
+        op.token = token;
+        op.fetch = fetch;
+        op.buf.clear();
+        op.cmp.clear();
+        op.result.clear();
+        idx
     }
 
     /// One attempt at sending `packet` with its header to `target`.
@@ -447,6 +717,27 @@ struct LocalSegment {
     /// Our allocation (allocate), freed on drop.
     _own: Option<Box<[u64]>>,
     user: Mutex<Option<Box<dyn UserMemory>>>,
+    /// The registration peers reach it through, if any (closed in Drop, first).
+    mr: Option<SegmentMr>,
+}
+
+/// A registered window segment: closed (under the transport's lock) when dropped.
+struct SegmentMr {
+    mr: *mut sys::fid_mr,
+    addr: u64,
+    key: u64,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Drop for LocalSegment {
+    fn drop(&mut self) {
+        if let Some(m) = self.mr.take() {
+            let mut inner = m.inner.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: `m.mr` came from this transport's mr_reg and is closed once, here,
+            // before the memory it covers is freed (the owners drop after this body).
+            unsafe { inner.ep.mr_close(m.mr) };
+        }
+    }
 }
 
 // SAFETY: the memory is accessed only through raw copies (peers may write it through the
@@ -488,7 +779,14 @@ impl Segment for LocalSegment {
         self.write(offset, &buf);
     }
     fn descriptor(&self) -> Vec<u8> {
-        Vec::new()
+        match &self.mr {
+            Some(m) => {
+                let mut d = m.addr.to_le_bytes().to_vec();
+                d.extend_from_slice(&m.key.to_le_bytes());
+                d
+            }
+            None => Vec::new(),
+        }
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let me = Arc::into_inner(self)?;
@@ -511,24 +809,78 @@ impl Transport for OfiTransport {
     fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
         let mut own = vec![0u64; len.div_ceil(8)].into_boxed_slice();
         let base = own.as_mut_ptr().cast::<u8>();
+        // SAFETY: `own` is owned by the segment and freed after the region is closed.
+        let mr = unsafe { self.register(base, len)? };
         Ok(Arc::new(LocalSegment {
             base,
             len,
             _own: Some(own),
             user: Mutex::new(None),
+            mr,
         }))
     }
 
     fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
         let bytes = memory.bytes_mut();
         let (base, len) = (bytes.as_mut_ptr(), bytes.len());
-        // The user's heap buffer does not move while the box is owned by the segment.
+        // SAFETY: the user's heap buffer does not move or go while the box is owned by
+        // the segment, which closes the region before giving the box back or dropping it.
+        let mr = unsafe { self.register(base, len)? };
         Ok(Arc::new(LocalSegment {
             base,
             len,
             _own: None,
             user: Mutex::new(Some(memory)),
+            mr,
         }))
+    }
+
+    fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        match ws.get(win as usize) {
+            Some(Some(w)) if w.get(target as usize).is_some_and(|m| m.is_some()) => self.native,
+            _ => self.caps,
+        }
+    }
+
+    fn window_ready(
+        &self,
+        win: u32,
+        local: Option<&Arc<dyn Segment>>,
+        remote: &[RemoteSegment],
+    ) -> Result<(), TransportError> {
+        let peers: Vec<Option<RemoteMem>> = if local.is_none() {
+            // Dynamic window: active messages only.
+            vec![None; self.size]
+        } else {
+            remote
+                .iter()
+                .map(|seg| {
+                    (seg.key.len() == 16).then(|| RemoteMem {
+                        addr: u64::from_le_bytes(seg.key[0..8].try_into().expect("8 bytes")),
+                        key: u64::from_le_bytes(seg.key[8..16].try_into().expect("8 bytes")),
+                        len: seg.len,
+                    })
+                })
+                .collect()
+        };
+        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
+        if ws.len() <= win as usize {
+            ws.resize_with(win as usize + 1, || None);
+        }
+        ws[win as usize] = Some(Arc::new(peers));
+        Ok(())
+    }
+
+    fn window_freed(&self, win: u32) {
+        if let Some(w) = self
+            .windows
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(win as usize)
+        {
+            *w = None;
+        }
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
@@ -574,35 +926,193 @@ impl Transport for OfiTransport {
 
     fn put(
         &self,
-        _win: u32,
-        _target: Rank,
-        _offset: u64,
-        _data: &[u8],
-        _token: u64,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
     ) -> Result<Issued, TransportError> {
-        Err(TransportError::Unsupported("native put on ofi"))
+        let m = self.remote(win, target, offset, data.len())?;
+        self.issue(target, token, false, |inner, idx, dest| {
+            let inject = data.len() <= inner.ep.offer.inject_size;
+            let op = &mut inner.ops[idx];
+            op.buf.extend_from_slice(data);
+            let iov = sys::iovec {
+                iov_base: op.buf.as_mut_ptr().cast(),
+                iov_len: op.buf.len(),
+            };
+            let rma = sys::fi_rma_iov {
+                addr: m.addr + offset,
+                len: data.len(),
+                key: m.key,
+            };
+            let msg = sys::fi_msg_rma {
+                msg_iov: &iov,
+                desc: std::ptr::null_mut(),
+                iov_count: 1,
+                addr: dest,
+                rma_iov: &rma,
+                rma_iov_count: 1,
+                context: (&mut *op.ctx as *mut OpContext).cast(),
+                data: 0,
+            };
+            // Remote completion: the completion comes once the data is at the target.
+            let mut flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
+            if inject {
+                flags |= sys::FI_INJECT as u64;
+            }
+            // SAFETY: iov/rma/msg live for the call; the source buffer and context are
+            // the op slot's, untouched until its completion; the target range was checked
+            // against the window's registered length.
+            unsafe { sys::rma_fi_writemsg(inner.ep.raw().0, &msg, flags) }
+        })
     }
 
     fn get(
         &self,
-        _win: u32,
-        _target: Rank,
-        _offset: u64,
-        _len: usize,
-        _token: u64,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        token: u64,
     ) -> Result<Issued, TransportError> {
-        Err(TransportError::Unsupported("native get on ofi"))
+        let m = self.remote(win, target, offset, len)?;
+        self.issue(target, token, true, |inner, idx, dest| {
+            let op = &mut inner.ops[idx];
+            op.result.resize(len, 0);
+            let ctx = (&mut *op.ctx as *mut OpContext).cast();
+            // SAFETY: the result buffer and context are the op slot's, untouched until its
+            // completion; range checked against the registered length.
+            unsafe {
+                sys::rma_fi_read(
+                    inner.ep.raw().0,
+                    op.result.as_mut_ptr().cast(),
+                    len,
+                    std::ptr::null_mut(),
+                    dest,
+                    m.addr + offset,
+                    m.key,
+                    ctx,
+                )
+            }
+        })
     }
 
     fn atomic(
         &self,
-        _win: u32,
-        _target: Rank,
-        _offset: u64,
-        _atomic: NativeAtomic<'_>,
-        _token: u64,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        token: u64,
     ) -> Result<Issued, TransportError> {
-        Err(TransportError::Unsupported("native atomics on ofi"))
+        match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch,
+            } => {
+                let size = datatype.size();
+                let count = operand.len() / size;
+                if count > self.max_atomic {
+                    return Err(TransportError::Unsupported(
+                        "more elements than the provider's atomics take",
+                    ));
+                }
+                let m = self.remote(win, target, offset, operand.len())?;
+                let (fdt, fop) = (fi_datatype(datatype), fi_op(op));
+                let fetching = fetch || op == AccOp::NoOp;
+                self.issue(target, token, fetch, |inner, idx, dest| {
+                    let o = &mut inner.ops[idx];
+                    o.buf.extend_from_slice(operand);
+                    let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
+                    let ep = inner.ep.raw().0;
+                    if fetching {
+                        o.result.resize(operand.len(), 0);
+                        // SAFETY: operand, result and context are the op slot's, untouched
+                        // until its completion (a fetching atomic completes once the target
+                        // applied it); range checked.
+                        unsafe {
+                            sys::rma_fi_fetch_atomic(
+                                ep,
+                                o.buf.as_ptr().cast(),
+                                count,
+                                std::ptr::null_mut(),
+                                o.result.as_mut_ptr().cast(),
+                                std::ptr::null_mut(),
+                                dest,
+                                m.addr + offset,
+                                m.key,
+                                fdt,
+                                fop,
+                                ctx,
+                            )
+                        }
+                    } else {
+                        let ioc = sys::fi_ioc {
+                            addr: o.buf.as_mut_ptr().cast(),
+                            count,
+                        };
+                        let rma = sys::fi_rma_ioc {
+                            addr: m.addr + offset,
+                            count,
+                            key: m.key,
+                        };
+                        let msg = sys::fi_msg_atomic {
+                            msg_iov: &ioc,
+                            desc: std::ptr::null_mut(),
+                            iov_count: 1,
+                            addr: dest,
+                            rma_iov: &rma,
+                            rma_iov_count: 1,
+                            datatype: fdt,
+                            op: fop,
+                            context: ctx,
+                            data: 0,
+                        };
+                        let flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
+                        // SAFETY: as above; ioc/rma/msg live for the call.
+                        unsafe { sys::rma_fi_atomicmsg(ep, &msg, flags) }
+                    }
+                })
+            }
+            NativeAtomic::CompareAndSwap {
+                datatype,
+                compare,
+                swap,
+            } => {
+                let m = self.remote(win, target, offset, swap.len())?;
+                let fdt = fi_datatype(datatype);
+                self.issue(target, token, true, |inner, idx, dest| {
+                    let o = &mut inner.ops[idx];
+                    o.buf.extend_from_slice(swap);
+                    o.cmp.extend_from_slice(compare);
+                    o.result.resize(swap.len(), 0);
+                    let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
+                    // SAFETY: swap, compare, result and context are the op slot's, untouched
+                    // until its completion; range checked.
+                    unsafe {
+                        sys::rma_fi_compare_atomic(
+                            inner.ep.raw().0,
+                            o.buf.as_ptr().cast(),
+                            1,
+                            std::ptr::null_mut(),
+                            o.cmp.as_ptr().cast(),
+                            std::ptr::null_mut(),
+                            o.result.as_mut_ptr().cast(),
+                            std::ptr::null_mut(),
+                            dest,
+                            m.addr + offset,
+                            m.key,
+                            fdt,
+                            sys::fi_op_FI_CSWAP,
+                            ctx,
+                        )
+                    }
+                })
+            }
+        }
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
@@ -613,9 +1123,16 @@ impl Transport for OfiTransport {
             events.extend(inner.pending.drain(..));
             r?;
         }
-        if self.polls.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
+        let polls = self.polls.fetch_add(1, Ordering::Relaxed);
+        if polls % 4096 == 4095 {
             self.check_liveness(events);
         }
-        Ok(events.len() - before)
+        let found = events.len() - before;
+        if found == 0 && polls % 8 == 7 {
+            // Manual-progress providers move data only while the peer polls: with more
+            // ranks than cores, give the core to a peer now and then.
+            std::thread::yield_now();
+        }
+        Ok(found)
     }
 }
