@@ -750,7 +750,7 @@ impl Drop for OfiTransport {
             }
             inner.pending.clear();
             polls += 1;
-            if polls % 8 == 0 {
+            if polls.is_multiple_of(8) {
                 // Let the peers we wait for have the core.
                 drop(inner);
                 std::thread::yield_now();
