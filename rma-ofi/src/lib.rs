@@ -138,6 +138,8 @@ pub struct OfiTransport {
     next_key: AtomicU64,
     virt_addr: bool,
     max_atomic: usize,
+    /// Empty polls between two yields of the core (0: never; `RMA_OFI_YIELD_EVERY`).
+    yield_every: u64,
     max_message: usize,
     provider: String,
     pids: Option<Vec<u32>>,
@@ -266,6 +268,7 @@ impl OfiTransport {
             next_key: AtomicU64::new(1),
             virt_addr,
             max_atomic,
+            yield_every: env_usize("RMA_OFI_YIELD_EVERY", 8) as u64,
             max_message,
             provider,
             pids,
@@ -1178,7 +1181,7 @@ impl Transport for OfiTransport {
             self.check_liveness(events);
         }
         let found = events.len() - before;
-        if found == 0 && polls % 8 == 7 {
+        if found == 0 && self.yield_every != 0 && polls % self.yield_every == self.yield_every - 1 {
             // Manual-progress providers move data only while the peer polls: with more
             // ranks than cores, give the core to a peer now and then.
             std::thread::yield_now();
