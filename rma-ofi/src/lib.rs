@@ -14,18 +14,41 @@
 //!   completion order (rendezvous of large messages may overtake eager ones). Sends to
 //!   oneself never touch the fabric. `fi_send` returning `-FI_EAGAIN` after the
 //!   completion queue was driven is [`TransportError::Busy`].
-//! - **Windows**: memory is allocated page-aligned (or the user's, for `create`).
-//!   Dynamic windows use active messages only. Passive-target locks are the engine's
-//!   active-message protocol (`native_locks = false`).
-//! - **Failures**: provider errors read with `fi_cq_readerr` and `fi_cq_strerror`; a send
-//!   that fails toward a peer reports [`Event::PeerFailed`]; when every rank is on this
-//!   node, peers' pids (from the bootstrap) are also checked now and then, as rma-shm does.
+//! - **Windows**: memory from `allocate` (8-byte aligned, zeroed) or the user's (`create`)
+//!   is registered once at window creation (`fi_mr_reg`, remote read and write; bound
+//!   and enabled under `FI_MR_ENDPOINT`/`FI_MR_RMA_EVENT`); its (address, key) is the
+//!   segment descriptor exchanged by the window's allgather, the address being the
+//!   virtual address under `FI_MR_VIRT_ADDR` and 0 otherwise. Dynamic windows use active
+//!   messages only. Passive-target locks are the engine's active-message protocol
+//!   (`native_locks = false`); a target that computes without calling the library needs
+//!   `RMA_ASYNC_PROGRESS=1` for them.
+//! - **Native operations**: puts are `fi_writemsg` with `FI_DELIVERY_COMPLETE` (plus
+//!   `FI_INJECT` up to the provider's inject size), so their completion means the data is
+//!   at the target (tcp;ofi_rxm's default completion does not: measured, see
+//!   shared/design/rxe-vm.md); gets are `fi_read`; accumulates `fi_atomicmsg` with
+//!   `FI_DELIVERY_COMPLETE`, fetching ones `fi_fetch_atomic`, compare-and-swap
+//!   `fi_compare_atomic`, for exactly the (op, type) pairs `fi_atomicvalid` and
+//!   `fi_fetch_atomicvalid` (`fi_compare_atomicvalid`) accept; everything else goes as
+//!   active messages. Every native op copies its operands into a slot owned by the
+//!   transport until its completion, so no caller slice is kept.
+//! - **Failures**: provider errors read with `fi_cq_readerr` and `fi_cq_strerror` become
+//!   [`Event::Failed`] with the provider's text; a send that fails toward a peer reports
+//!   [`Event::PeerFailed`]; when every rank is on this node, peers' pids (from the
+//!   bootstrap) are also checked now and then, as rma-shm does.
+//! - **Closing**: the transport lingers, progressing, until every peer said goodbye or is
+//!   gone (`RMA_OFI_LINGER_MS`, default 10 s): injected messages have no completion, and
+//!   on manual-progress providers peers' native ops on our memory move only while we poll.
 //!
-//! Not supported: providers that require `FI_MR_LOCAL` (send and result buffers are not
-//! registered), so fi_getinfo does not return them.
+//! Not done: providers that require `FI_MR_LOCAL` (send and result buffers are not
+//! registered, so fi_getinfo does not return them); `FI_MULTI_RECV` (one posted buffer
+//! per message); asking for RAW/WAR/WAW ordering (the engine waits for completions).
+//! libfabric 1.17's shm provider returned wrong fetched values in lock epochs: its
+//! native atomics are off unless `RMA_OFI_SHM_ATOMICS=1`.
 //!
 //! Environment: `RMA_OFI_PROVIDER`, `RMA_OFI_MAX_MESSAGE` (bytes of one active message,
-//! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64).
+//! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64), `RMA_OFI_DISABLE_RMA=1`,
+//! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
+//! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
 
 pub mod fabric;
 pub mod sys;
