@@ -209,7 +209,33 @@ mod ofi {
         // progress thread the computing target still answers.
         ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
         // Not run on ofi: `ops shared` and `no_segments_left` (allocate_shared windows are
-        // load/store shared memory, which this backend does not provide).
+        // load/store shared memory, which this backend does not provide: shared_query has
+        // no address to give).
+    }
+
+    #[test]
+    fn shm_more_cases() {
+        let p = "shm";
+        ok_on(p, 2, &["ops", "dynamic"], &[]);
+        ok_on(p, 3, &["fence_then_lock"], &[]);
+        for mode in ["fence", "pscw", "lock", "lock_all"] {
+            ok_on(p, 2, &["litmus", mode], &[]);
+        }
+        ok_on(p, 4, &["stress_lock_counter"], &[]);
+        ok_on(p, 4, &["stress_overlap"], &[]);
+        ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
+    }
+
+    /// sockets beyond the suite: the cases of few round trips. Litmus (100,000 epochs) and
+    /// stress_lock_counter (10,000 locks per rank) are not run here: at this provider's
+    /// latency (milliseconds per round trip on this machine) they pass the deadline.
+    #[test]
+    fn sockets_more_cases() {
+        let p = "sockets";
+        ok_on(p, 2, &["ops", "dynamic"], &[]);
+        ok_on(p, 3, &["fence_then_lock"], &[]);
+        ok_on(p, 4, &["stress_overlap"], &[]);
+        ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
     }
 
     #[test]
