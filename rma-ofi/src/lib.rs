@@ -42,8 +42,10 @@
 //! Not done: providers that require `FI_MR_LOCAL` (send and result buffers are not
 //! registered, so fi_getinfo does not return them); `FI_MULTI_RECV` (one posted buffer
 //! per message); asking for RAW/WAR/WAW ordering (the engine waits for completions).
-//! libfabric 1.17's shm provider returned wrong fetched values in lock epochs: its
-//! native atomics are off unless `RMA_OFI_SHM_ATOMICS=1`.
+//! libfabric 1.17's shm provider returned wrong fetched values (0) in lock epochs of
+//! `ops allocate`, and a target died of SIGSEGV inside libfabric under `stress_overlap`
+//! (32-element u64 sums): its native atomics are off unless `RMA_OFI_SHM_ATOMICS=1`
+//! (cause not found: provider bug or a misuse of ours that tcp and sockets tolerate).
 //!
 //! Environment: `RMA_OFI_PROVIDER`, `RMA_OFI_MAX_MESSAGE` (bytes of one active message,
 //! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64), `RMA_OFI_DISABLE_RMA=1`,
@@ -247,7 +249,8 @@ impl OfiTransport {
         let provider = inner.ep.offer.provider.clone();
         // libfabric 1.17's shm provider returns wrong fetched values (0) for fetching
         // atomics between processes in lock epochs of the conformance suite (fence and
-        // PSCW epochs pass): its atomics stay off unless RMA_OFI_SHM_ATOMICS=1.
+        // PSCW epochs pass), and crashes under stress_overlap: its atomics stay off unless
+        // RMA_OFI_SHM_ATOMICS=1.
         let shm_quirk =
             inner.ep.offer.provider == "shm" && env_usize("RMA_OFI_SHM_ATOMICS", 0) != 1;
         let (atomics, compare_and_swap, max_atomic) =
