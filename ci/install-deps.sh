@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # System packages the tests need, from Debian's archive: MPICH (Hydra's mpiexec, for the
 # PMI-1 and PMI-2 bootstraps), Slurm with munge (srun --mpi=pmi2 and --mpi=pmix), OpenPMIx
-# and Open MPI (the PMIx bootstrap, mpirun), and libclang + pkg-config (bindgen builds the
-# PMIx bindings). Idempotent: does nothing when everything is there.
+# and Open MPI (the PMIx bootstrap, mpirun), libfabric (the ofi backend), and clang,
+# libclang + pkg-config (bindgen builds the PMIx and libfabric bindings; the workspace is
+# tested with --all-features). Idempotent: does nothing when everything is there.
 set -euo pipefail
 need=()
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
@@ -13,7 +14,9 @@ command -v munged >/dev/null || need+=(munge)
 [ -e /usr/lib/x86_64-linux-gnu/libpmix.so.2 ] || need+=(libpmix2)
 pkg-config --exists pmix 2>/dev/null || need+=(libpmix-dev pkg-config)
 mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
-ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
+[ -f /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
+command -v clang >/dev/null || need+=(clang)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install as root: apt-get install ${need[*]}" >&2

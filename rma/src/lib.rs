@@ -36,7 +36,8 @@ pub use rma_core::*;
 pub struct World {
     engine: Engine,
     bootstrap: Arc<dyn Bootstrap>,
-    shm: Arc<rma_shm::ShmTransport>,
+    /// The shared-memory transport, when it is the backend (to mark our departure).
+    shm: Option<Arc<rma_shm::ShmTransport>>,
 }
 
 impl std::fmt::Debug for World {
@@ -54,22 +55,38 @@ impl World {
         Self::init_with(Config::from_env())
     }
 
-    /// Initializes with the given configuration. `RMA_BACKEND` picks the backend
-    /// (`shm`, the default and today the only one).
+    /// Initializes with the given configuration. `RMA_BACKEND` picks the backend: `shm`
+    /// (the default: every rank on this node) or `ofi` (libfabric, with the `ofi` cargo
+    /// feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`).
     pub fn init_with(config: Config) -> Result<World> {
         let bootstrap = bootstrap::detect()?;
-        match std::env::var("RMA_BACKEND").as_deref() {
-            Ok("shm") | Err(_) => {}
+        let mut shm = None;
+        let transport: Arc<dyn Transport> = match std::env::var("RMA_BACKEND").as_deref() {
+            Ok("shm") | Err(_) => {
+                let t = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
+                shm = Some(t.clone());
+                t
+            }
+            #[cfg(feature = "ofi")]
+            Ok("ofi") => Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?),
+            #[cfg(not(feature = "ofi"))]
+            Ok("ofi") => {
+                return Err(TransportError::Failed(
+                    "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with \
+                     the `ofi` feature)"
+                        .into(),
+                )
+                .into())
+            }
             Ok(other) => {
                 return Err(TransportError::Failed(format!(
-                    "RMA_BACKEND={other}: this build has the shm backend only"
+                    "RMA_BACKEND={other}: not a backend rma knows (shm, ofi)"
                 ))
                 .into())
             }
-        }
-        let shm = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
+        };
         Ok(World {
-            engine: Engine::new(shm.clone(), config),
+            engine: Engine::new(transport, config),
             bootstrap,
             shm,
         })
@@ -90,7 +107,9 @@ impl Drop for World {
     /// Leaving normally: peers still finishing their part must not take our exit for a
     /// failure.
     fn drop(&mut self) {
-        self.shm.depart();
+        if let Some(shm) = &self.shm {
+            shm.depart();
+        }
     }
 }
 
