@@ -123,6 +123,9 @@ impl SyncMode {
 pub enum Backend {
     /// Two processes over rma's shared-memory transport (`rma::World`).
     Shm,
+    /// Two processes over rma's libfabric transport (`-b ofi[:PROVIDER]`; needs the
+    /// `ofi` feature of this crate).
+    Ofi,
     /// Two threads over the simulated transport, every operation an active message.
     SimAm,
     /// Two threads over the simulated transport with native put, get and some atomics.
@@ -131,12 +134,13 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 3] = [Backend::Shm, Backend::SimAm, Backend::SimRdma];
+    pub const ALL: [Backend; 4] = [Backend::Shm, Backend::Ofi, Backend::SimAm, Backend::SimRdma];
 
     /// The name `-b` takes.
     pub const fn name(self) -> &'static str {
         match self {
             Backend::Shm => "shm",
+            Backend::Ofi => "ofi",
             Backend::SimAm => "sim-am",
             Backend::SimRdma => "sim-rdma",
         }
@@ -145,7 +149,7 @@ impl Backend {
     /// The simulated network's capability profile (`None` for real transports).
     pub const fn profile(self) -> Option<Profile> {
         match self {
-            Backend::Shm => None,
+            Backend::Shm | Backend::Ofi => None,
             Backend::SimAm => Some(Profile::ActiveMessages),
             Backend::SimRdma => Some(Profile::Rdma),
         }
@@ -418,6 +422,8 @@ pub struct Options {
     pub sync: SyncMode,
     /// Transport.
     pub backend: Backend,
+    /// libfabric provider of `-b ofi:PROVIDER` (else `FI_PROVIDER` or tcp).
+    pub provider: Option<String>,
     /// Window creation.
     pub window: WindowCreation,
     /// One JSON object per size instead of OSU's table.
@@ -457,6 +463,7 @@ impl Options {
             window_size: WINDOW_SIZE,
             sync: bench.default_sync,
             backend: Backend::Shm,
+            provider: None,
             window: bench.default_window,
             json: false,
             reference: false,
@@ -701,8 +708,16 @@ where
                     .ok_or_else(|| format!("unknown window creation {value:?}"))?;
             }
             "-b" | "--backend" => {
+                let (name, provider) = match value.split_once(':') {
+                    Some((n, p)) => (n.to_string(), Some(p.to_string())),
+                    None => (value.clone(), None),
+                };
                 o.backend =
-                    Backend::parse(&value).ok_or_else(|| format!("unknown backend {value:?}"))?;
+                    Backend::parse(&name).ok_or_else(|| format!("unknown backend {value:?}"))?;
+                if provider.is_some() && o.backend != Backend::Ofi {
+                    return Err(format!("only -b ofi takes a provider: {value:?}"));
+                }
+                o.provider = provider;
             }
             "-o" | "--output" => {
                 if value.is_empty() {

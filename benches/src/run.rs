@@ -79,7 +79,7 @@ fn run(bench: &'static Benchmark) -> Result<ExitCode, String> {
         Command::Run(o) => o,
     };
     match opts.backend {
-        Backend::Shm => run_shm(bench, opts, args),
+        Backend::Shm | Backend::Ofi => run_shm(bench, opts, args),
         Backend::SimAm | Backend::SimRdma => run_sim(bench, opts),
     }
 }
@@ -95,6 +95,14 @@ fn run_shm(
     mut opts: Options,
     args: Vec<String>,
 ) -> Result<ExitCode, String> {
+    if opts.backend == Backend::Ofi {
+        // The facade picks the backend from the environment; ranks started by the
+        // self-launch inherit it.
+        std::env::set_var("RMA_BACKEND", "ofi");
+        if let Some(p) = &opts.provider {
+            std::env::set_var("FI_PROVIDER", p);
+        }
+    }
     if should_self_launch(&opts) {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
         let out = launch(&Launch::new(2, exe, args))
@@ -213,16 +221,17 @@ fn active_message_limit(bench: &Benchmark, opts: &Options, config: &Config) -> O
         || match opts.backend {
             Backend::SimAm => true,
             Backend::SimRdma => matches!(op, Operation::Accumulate | Operation::GetAccumulate),
-            Backend::Shm => {
-                opts.window == WindowCreation::Create
-                    && !matches!(op, Operation::Put | Operation::Get)
-            }
+            Backend::Shm => false,
+            // What runs natively depends on the provider: assume messages.
+            Backend::Ofi => !matches!(op, Operation::Put | Operation::Get),
         };
     if !by_message {
         return None;
     }
     let max_message = match opts.backend {
         Backend::Shm => SHM_MAX_MESSAGE,
+        // rma-ofi's default active-message size (RMA_OFI_MAX_MESSAGE).
+        Backend::Ofi => 64 * 1024,
         Backend::SimAm | Backend::SimRdma => 1 << 20,
     };
     Some(max_message - AM_HEADER_ALLOWANCE)

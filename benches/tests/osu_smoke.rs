@@ -487,3 +487,18 @@ fn every_binary_runs_under_mpiexec() {
         assert!(!t.rows.is_empty());
     }
 }
+
+/// `-b ofi:tcp`: the same binary over rma's libfabric backend (tcp;ofi_rxm).
+#[cfg(feature = "ofi")]
+#[test]
+fn put_and_get_latency_over_ofi_tcp() {
+    let _g = serial();
+    for b in BINS
+        .iter()
+        .filter(|b| b.name == "osu_put_latency" || b.name == "osu_get_latency")
+    {
+        let text = run_bin(b, &["-b", "ofi:tcp"]);
+        let t = parse_osu(&text);
+        assert!(!t.rows.is_empty(), "{}: {text}", b.name);
+    }
+}

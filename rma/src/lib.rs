@@ -60,31 +60,33 @@ impl World {
     /// feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`).
     pub fn init_with(config: Config) -> Result<World> {
         let bootstrap = bootstrap::detect()?;
-        let mut shm = None;
-        let transport: Arc<dyn Transport> = match std::env::var("RMA_BACKEND").as_deref() {
-            Ok("shm") | Err(_) => {
-                let t = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
-                shm = Some(t.clone());
-                t
-            }
-            #[cfg(feature = "ofi")]
-            Ok("ofi") => Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?),
-            #[cfg(not(feature = "ofi"))]
-            Ok("ofi") => {
-                return Err(TransportError::Failed(
-                    "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with \
-                     the `ofi` feature)"
-                        .into(),
-                )
-                .into())
-            }
-            Ok(other) => {
-                return Err(TransportError::Failed(format!(
-                    "RMA_BACKEND={other}: not a backend rma knows (shm, ofi)"
-                ))
-                .into())
-            }
-        };
+        let (transport, shm): (Arc<dyn Transport>, Option<Arc<rma_shm::ShmTransport>>) =
+            match std::env::var("RMA_BACKEND").as_deref() {
+                Ok("shm") | Err(_) => {
+                    let t = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
+                    (t.clone(), Some(t))
+                }
+                #[cfg(feature = "ofi")]
+                Ok("ofi") => (
+                    Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?),
+                    None,
+                ),
+                #[cfg(not(feature = "ofi"))]
+                Ok("ofi") => {
+                    return Err(TransportError::Failed(
+                        "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with \
+                         the `ofi` feature)"
+                            .into(),
+                    )
+                    .into())
+                }
+                Ok(other) => {
+                    return Err(TransportError::Failed(format!(
+                        "RMA_BACKEND={other}: not a backend rma knows (shm, ofi)"
+                    ))
+                    .into())
+                }
+            };
         Ok(World {
             engine: Engine::new(transport, config),
             bootstrap,
