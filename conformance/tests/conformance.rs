@@ -557,7 +557,9 @@ mod ofi {
         let p = "sockets";
         ok_on(p, 2, &["ops", "dynamic"], &[]);
         ok_on(p, 3, &["fence_then_lock"], &[]);
-        ok_on(p, 4, &["stress_overlap"], &[]);
+        // stress_overlap (4 ranks x 4,000 accumulates) is run on tcp and shm only: at
+        // this provider's milliseconds per round trip it came close to its deadline on a
+        // loaded machine.
         ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
     }
 

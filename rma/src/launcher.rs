@@ -88,6 +88,20 @@ pub fn cleanup_segments(job: &str) {
     }
 }
 
+/// Removes /dev/shm entries named after one of `pids` (`<pid>:...`), once those
+/// processes are gone.
+fn cleanup_pid_segments(pids: &[u32]) {
+    if let Ok(dir) = std::fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let owner = name.split(':').next().and_then(|p| p.parse::<u32>().ok());
+            if owner.is_some_and(|p| pids.contains(&p)) && name.contains(':') {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn kill(child: &mut Child) {
     let _ = child.kill();
 }
@@ -130,6 +144,7 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
             }
         }
     }
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
     let start = Instant::now();
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; l.ranks];
     let mut failed_at: Option<Instant> = None;
@@ -160,6 +175,9 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
     }
     server.shutdown();
     cleanup_segments(&job);
+    // libfabric's shm provider names its segments "<pid>:..."; a rank that did not close
+    // its endpoint (killed, or a provider that does not unlink) leaves them behind.
+    cleanup_pid_segments(&pids);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Outcome {
         statuses: statuses
