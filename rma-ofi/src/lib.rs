@@ -396,7 +396,7 @@ impl OfiTransport {
         let Some(pids) = &self.pids else { return };
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
         for (r, pid) in pids.iter().enumerate() {
-            if r as Rank != self.rank && !reported[r] && !alive(*pid) {
+            if r as Rank != self.rank && !reported[r] && !rma_shm::process_alive(*pid) {
                 reported[r] = true;
                 tracing::warn!(rank = r, pid, "peer process is gone");
                 events.push(Event::PeerFailed { rank: r as Rank });
@@ -478,12 +478,6 @@ fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
         max = 0;
     }
     (mask, cas, max)
-}
-
-fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 impl Inner {
@@ -754,8 +748,9 @@ impl Drop for OfiTransport {
         let (me, size) = (self.rank, self.size);
         let pids = self.pids.clone();
         let mut inner = self.lock();
-        let gone =
-            |inner: &Inner, r: usize| inner.dead[r] || pids.as_ref().is_some_and(|p| !alive(p[r]));
+        let gone = |inner: &Inner, r: usize| {
+            inner.dead[r] || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
+        };
         for t in (0..size as Rank).filter(|t| *t != me) {
             while !gone(&inner, t as usize) && start.elapsed() < linger {
                 match inner.try_send(me | BYE, t, &[]) {

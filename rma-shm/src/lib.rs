@@ -31,6 +31,12 @@ use rma_core::transport::{
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
 use region::Region;
+
+/// Whether process `pid` of this node still runs (not gone, not a zombie awaiting its
+/// parent): how the backends of one node tell a dead peer.
+pub fn process_alive(pid: u32) -> bool {
+    sys::alive(pid)
+}
 use ring::Ring;
 use sys::Mapping;
 
