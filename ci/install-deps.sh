@@ -3,7 +3,7 @@
 # PMI-1 and PMI-2 bootstraps), Slurm with munge (srun --mpi=pmi2 and --mpi=pmix), OpenPMIx
 # and Open MPI (the PMIx bootstrap, mpirun), libfabric (the ofi backend), and clang,
 # libclang + pkg-config (bindgen builds the PMIx and libfabric bindings; the workspace is
-# tested with --all-features). Idempotent: does nothing when everything is there.
+# tested with --all-features), iproute2 (simulated hosts). Idempotent: does nothing when everything is there.
 set -euo pipefail
 need=()
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
@@ -16,6 +16,9 @@ pkg-config --exists pmix 2>/dev/null || need+=(libpmix-dev pkg-config)
 mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
 [ -f /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
 command -v clang >/dev/null || need+=(clang)
+# ip (netns, veth, bridge) and unshare for the simulated hosts of the hybrid tests.
+[ -x /usr/sbin/ip ] || [ -x /bin/ip ] || need+=(iproute2)
+command -v unshare >/dev/null || need+=(util-linux)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -196,10 +196,18 @@ impl TargetSide {
             Body::Accumulate {
                 op, datatype, data, ..
             } => {
+                // Element by element: MPI's atomicity is per element, and a backend whose
+                // peers use native atomics on the same memory (shared memory) makes each
+                // element's update atomic against them.
+                let size = datatype.size();
                 for ((off, len), chunk) in extent.blocks().zip(data.chunks(block.max(1))) {
-                    seg.update(base + off as usize, len, &mut |t| {
-                        datatype::accumulate(*op, *datatype, t, chunk)
-                    });
+                    for e in (0..len).step_by(size) {
+                        let n = size.min(len - e);
+                        let operand = chunk.get(e..e + n).unwrap_or(&[]);
+                        seg.update(base + off as usize + e, n, &mut |t| {
+                            datatype::accumulate(*op, *datatype, t, operand)
+                        });
+                    }
                 }
                 None
             }
@@ -211,22 +219,25 @@ impl TargetSide {
                 ..
             } => {
                 let mut out = vec![0; extent.bytes() as usize];
+                let size = datatype.size();
                 for (i, ((off, len), chunk)) in extent
                     .blocks()
                     .zip(out.chunks_mut(block.max(1)))
                     .enumerate()
                 {
-                    seg.update(base + off as usize, len, &mut |t| {
-                        chunk[..len].copy_from_slice(t);
-                        if *op != AccOp::NoOp {
-                            datatype::accumulate(
-                                *op,
-                                *datatype,
-                                t,
-                                &data[i * block..i * block + len],
-                            );
-                        }
-                    });
+                    for e in (0..len).step_by(size) {
+                        let n = size.min(len - e);
+                        // NoOp carries no data; the decoder checked the others' length.
+                        let operand = data.get(i * block + e..i * block + e + n).unwrap_or(&[]);
+                        // The update may run more than once (a compare-exchange loop):
+                        // the fetched value is the one of the run that took effect.
+                        seg.update(base + off as usize + e, n, &mut |t| {
+                            chunk[e..e + n].copy_from_slice(t);
+                            if *op != AccOp::NoOp {
+                                datatype::accumulate(*op, *datatype, t, operand);
+                            }
+                        });
+                    }
                 }
                 Some((*token, true, out))
             }

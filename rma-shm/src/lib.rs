@@ -96,9 +96,16 @@ impl Segment for LocalSegment {
         self.region.write(offset, src);
     }
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        // Only the active-message path of this process updates like this, serialized by
-        // the window's lock in the engine; native atomics never target the same windows
-        // (a window uses one path per (op, type)).
+        // Active-message accumulates arrive here one element at a time (the engine's
+        // target side). On mapped memory, ranks of this node may be applying CPU atomics
+        // to the same element at the same moment (in a hybrid world the network's ranks
+        // reach this window through active messages while the node's ranks use native
+        // atomics): a compare-exchange loop keeps the element atomic against both.
+        if self.mapping.is_some() && atomics::update_element(&self.region, offset, len, f) {
+            return;
+        }
+        // User memory (reached by peers through active messages only, serialized by the
+        // engine's window lock) or a misaligned element.
         let mut buf = vec![0; len];
         self.region.read(offset, &mut buf);
         f(&mut buf);
@@ -180,6 +187,10 @@ pub struct ShmTransport {
     /// `RMA_SHM_CMA=1`: windows over user memory stay in user memory (reached by
     /// cross-memory attach) instead of being copied into a shared segment.
     cross_memory_only: bool,
+    /// Passive-target locks as lock words in shared memory (off in a hybrid world, where
+    /// other nodes' ranks lock through the target's active-message protocol and both
+    /// must meet in one lock).
+    native_locks: bool,
 }
 
 impl std::fmt::Debug for ShmTransport {
@@ -261,7 +272,16 @@ impl ShmTransport {
             reported_dead: Mutex::new(vec![false; size]),
             scratch: Mutex::new(Vec::new()),
             cross_memory_only: std::env::var("RMA_SHM_CMA").is_ok_and(|v| v == "1"),
+            native_locks: true,
         })
+    }
+
+    /// Takes passive-target locks through the engine's active messages instead of lock
+    /// words, so that they meet the locks of ranks this transport does not reach (a
+    /// hybrid world's other nodes) in the target's one lock queue.
+    pub fn without_native_locks(mut self) -> ShmTransport {
+        self.native_locks = false;
+        self
     }
 
     fn region_of(m: &Mapping) -> Region {
@@ -402,7 +422,10 @@ impl Transport for ShmTransport {
         self.size
     }
     fn capabilities(&self, _target: Rank) -> Capabilities {
-        full_capabilities()
+        Capabilities {
+            native_locks: self.native_locks,
+            ..full_capabilities()
+        }
     }
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
         let am = Capabilities {
@@ -411,9 +434,12 @@ impl Transport for ShmTransport {
         };
         let Ok(w) = self.window(win) else { return am };
         let peer = &w.peers[target as usize];
-        let native_locks = peer.lock.is_some();
+        let native_locks = self.native_locks && peer.lock.is_some();
         match peer.memory {
-            PeerMemory::Mapped(_) => full_capabilities(),
+            PeerMemory::Mapped(_) => Capabilities {
+                native_locks,
+                ..full_capabilities()
+            },
             PeerMemory::CrossMemory { .. } => Capabilities {
                 rdma_write: true,
                 rdma_read: true,
