@@ -52,6 +52,7 @@
 //! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
 //! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
 
+pub mod bare;
 pub mod fabric;
 pub mod sys;
 
@@ -188,6 +189,17 @@ impl std::fmt::Debug for OfiTransport {
     }
 }
 
+/// The provider to ask libfabric for: `RMA_OFI_PROVIDER`; else `None` when libfabric's
+/// own `FI_PROVIDER` is set (libfabric filters by it itself); else "tcp" (tcp;ofi_rxm).
+pub fn provider_from_env() -> Option<String> {
+    let set = |v: &str| std::env::var(v).ok().filter(|p| !p.is_empty());
+    match (set("RMA_OFI_PROVIDER"), set("FI_PROVIDER")) {
+        (Some(p), _) => Some(p),
+        (None, Some(_)) => None,
+        (None, None) => Some("tcp".to_string()),
+    }
+}
+
 fn decode_u32s(v: &[Vec<u8>], what: &str) -> Result<Vec<u32>, TransportError> {
     v.iter()
         .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
@@ -200,19 +212,8 @@ impl OfiTransport {
     /// the bootstrap and inserts them, and posts the receive buffers.
     pub fn new(boot: Arc<dyn Bootstrap>) -> Result<OfiTransport, TransportError> {
         let (rank, size) = (boot.rank(), boot.size());
-        let provider = std::env::var("RMA_OFI_PROVIDER")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .or_else(|| {
-                std::env::var("FI_PROVIDER")
-                    .ok()
-                    .filter(|p| !p.is_empty())
-                    .map(|_| String::new())
-            })
-            .unwrap_or_else(|| "tcp".to_string());
-        // An empty name: FI_PROVIDER is set and libfabric filters by it itself.
-        let prov = (!provider.is_empty()).then_some(provider.as_str());
-        let mut ep = Endpoint::open(prov, true, size)?;
+        let provider = provider_from_env();
+        let mut ep = Endpoint::open(provider.as_deref(), true, size)?;
         tracing::info!(rank, offer = ?ep.offer, "libfabric endpoint");
         let max_message = env_usize("RMA_OFI_MAX_MESSAGE", 64 * 1024)
             .min(ep.offer.max_msg_size.saturating_sub(HEADER));
