@@ -187,10 +187,6 @@ pub struct ShmTransport {
     /// `RMA_SHM_CMA=1`: windows over user memory stay in user memory (reached by
     /// cross-memory attach) instead of being copied into a shared segment.
     cross_memory_only: bool,
-    /// Passive-target locks as lock words in shared memory (off in a hybrid world, where
-    /// other nodes' ranks lock through the target's active-message protocol and both
-    /// must meet in one lock).
-    native_locks: bool,
 }
 
 impl std::fmt::Debug for ShmTransport {
@@ -272,16 +268,7 @@ impl ShmTransport {
             reported_dead: Mutex::new(vec![false; size]),
             scratch: Mutex::new(Vec::new()),
             cross_memory_only: std::env::var("RMA_SHM_CMA").is_ok_and(|v| v == "1"),
-            native_locks: true,
         })
-    }
-
-    /// Takes passive-target locks through the engine's active messages instead of lock
-    /// words, so that they meet the locks of ranks this transport does not reach (a
-    /// hybrid world's other nodes) in the target's one lock queue.
-    pub fn without_native_locks(mut self) -> ShmTransport {
-        self.native_locks = false;
-        self
     }
 
     fn region_of(m: &Mapping) -> Region {
@@ -422,10 +409,7 @@ impl Transport for ShmTransport {
         self.size
     }
     fn capabilities(&self, _target: Rank) -> Capabilities {
-        Capabilities {
-            native_locks: self.native_locks,
-            ..full_capabilities()
-        }
+        full_capabilities()
     }
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
         let am = Capabilities {
@@ -434,12 +418,9 @@ impl Transport for ShmTransport {
         };
         let Ok(w) = self.window(win) else { return am };
         let peer = &w.peers[target as usize];
-        let native_locks = self.native_locks && peer.lock.is_some();
+        let native_locks = peer.lock.is_some();
         match peer.memory {
-            PeerMemory::Mapped(_) => Capabilities {
-                native_locks,
-                ..full_capabilities()
-            },
+            PeerMemory::Mapped(_) => full_capabilities(),
             PeerMemory::CrossMemory { .. } => Capabilities {
                 rdma_write: true,
                 rdma_read: true,

@@ -15,9 +15,10 @@
 //!   accumulates therefore go as active messages (network atomics are left out of the
 //!   network capabilities), applied by the target element by element with
 //!   compare-exchange loops on the same words.
-//! - **Passive-target locks**: the node's ranks would take lock words in shared memory
-//!   while the network's ranks ask the target's lock queue; here both ask the queue
-//!   (the shared-memory transport runs without native locks).
+//! - **Passive-target locks**: the node's ranks take the target's lock word in shared
+//!   memory themselves (no target progress needed); the other nodes' ranks ask the
+//!   target's lock queue by message, and the target takes the same word for them
+//!   (rma-core's target side does this whenever its own lock is native).
 //!
 //! The fence barrier is the engine's message barrier (a shared-memory barrier word covers
 //! only one node). A rank that dies is seen by its node's ranks (pids), which tell every
@@ -226,7 +227,7 @@ impl HybridTransport {
         let mut distinct: Vec<&Vec<u8>> = nodes.iter().collect();
         distinct.sort();
         distinct.dedup();
-        let node = ShmTransport::new(node_boot)?.without_native_locks();
+        let node = ShmTransport::new(node_boot)?;
         let net = OfiTransport::new(job.clone())?;
         tracing::info!(
             rank = job.rank(),
@@ -470,6 +471,19 @@ impl Transport for HybridTransport {
         let issued = self.node.atomic(win, i, offset, atomic, token)?;
         self.count_op(target);
         Ok(issued)
+    }
+
+    fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        let i = self
+            .on_node(target)
+            .ok_or(TransportError::Unsupported("native locks across nodes"))?;
+        self.node.try_lock(win, i, exclusive)
+    }
+    fn unlock(&self, win: u32, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        let i = self
+            .on_node(target)
+            .ok_or(TransportError::Unsupported("native locks across nodes"))?;
+        self.node.unlock(win, i, exclusive)
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
