@@ -177,6 +177,7 @@ pub struct OfiTransport {
     reported_dead: Mutex<Vec<bool>>,
     collective: AtomicU32,
     polls: AtomicU64,
+    departed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for OfiTransport {
@@ -307,6 +308,7 @@ impl OfiTransport {
             reported_dead: Mutex::new(vec![false; size]),
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
+            departed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -813,11 +815,24 @@ impl Inner {
 }
 
 impl Drop for OfiTransport {
-    /// Lingers until every peer has said goodbye (or is gone, or `RMA_OFI_LINGER_MS`,
-    /// default 10 s, passed), progressing all along: a peer may still be waiting for
-    /// messages we injected (which have no completion) or, on manual-progress providers,
-    /// for native operations on our memory that only our polling moves.
     fn drop(&mut self) {
+        self.depart();
+    }
+}
+
+impl OfiTransport {
+    /// Leaves the job: says goodbye to every peer, then lingers until every peer has
+    /// said goodbye (or is gone, or `RMA_OFI_LINGER_MS`, default 10 s, passed),
+    /// progressing all along: a peer may still be waiting for messages we injected (which
+    /// have no completion) or, on manual-progress providers, for native operations on our
+    /// memory that only our polling moves; and a peer that sees us exit without our
+    /// goodbye takes us for dead. Called when the World is dropped (the transport itself
+    /// may outlive it in a progress thread's hands), and by Drop; only the first call
+    /// does anything.
+    pub fn depart(&self) {
+        if self.departed.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let linger =
             std::time::Duration::from_millis(env_usize("RMA_OFI_LINGER_MS", 10_000) as u64);
         let start = std::time::Instant::now();

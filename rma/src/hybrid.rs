@@ -287,9 +287,12 @@ impl HybridTransport {
         self.net.provider()
     }
 
-    /// Marks this process as leaving normally (see [`ShmTransport::depart`]).
+    /// Leaves normally: marks the departure for the node's ranks
+    /// ([`ShmTransport::depart`]) and says goodbye to the others
+    /// ([`OfiTransport::depart`]).
     pub fn depart(&self) {
         self.node.depart();
+        self.net.depart();
     }
 
     fn count_op(&self, target: Rank) {

@@ -58,7 +58,7 @@ pub struct Traffic {
 enum Backend {
     SharedMemory(Arc<rma_shm::ShmTransport>),
     #[cfg(feature = "ofi")]
-    Network,
+    Network(Arc<rma_ofi::OfiTransport>),
     #[cfg(feature = "ofi")]
     Hybrid(Arc<hybrid::HybridTransport>),
 }
@@ -115,10 +115,10 @@ impl World {
                 (t.clone(), Backend::SharedMemory(t))
             }
             #[cfg(feature = "ofi")]
-            "ofi" => (
-                Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?),
-                Backend::Network,
-            ),
+            "ofi" => {
+                let t = Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?);
+                (t.clone(), Backend::Network(t))
+            }
             #[cfg(feature = "ofi")]
             "hybrid" => {
                 let nodes = nodes.unwrap_or_default();
@@ -159,7 +159,7 @@ impl World {
         match &self.backend {
             Backend::SharedMemory(_) => Route::SharedMemory,
             #[cfg(feature = "ofi")]
-            Backend::Network => Route::Network,
+            Backend::Network(_) => Route::Network,
             #[cfg(feature = "ofi")]
             Backend::Hybrid(h) => h.route(target),
         }
@@ -198,7 +198,7 @@ impl Drop for World {
             #[cfg(feature = "ofi")]
             Backend::Hybrid(h) => h.depart(),
             #[cfg(feature = "ofi")]
-            Backend::Network => {}
+            Backend::Network(ofi) => ofi.depart(),
         }
     }
 }
