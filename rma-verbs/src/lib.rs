@@ -9,8 +9,9 @@
 //! - **Connections**: one reliable-connected QP per peer, its (QPN, PSN, LID, GID)
 //!   exchanged through the bootstrap's allgather, taken through INIT, RTR and RTS with
 //!   `RMA_VERBS_TIMEOUT` (ACK timeout exponent, default 17: 0.54 s a try) and
-//!   `RMA_VERBS_RETRY` (default 7) retries, so that a dead peer's QP errors out within
-//!   about 4.3 s; receiver-not-ready retries are unbounded (a busy peer is not a dead
+//!   `RMA_VERBS_RETRY` (default and at most 6: rxe retries forever at 7) retries, so that a
+//!   dead peer's QP errors out within
+//!   about 3.8 s; receiver-not-ready retries are unbounded (a busy peer is not a dead
 //!   one). Native operations on our own window go over a pair of QPs connected to each
 //!   other, so that the HCA applies every native atomic on a window, ours included.
 //! - **Active messages** are SENDs into receive buffers pre-posted per QP
@@ -37,7 +38,10 @@
 //! - **Failures**: a completion with an error status becomes [`Event::Failed`] (native
 //!   operations) or [`Event::PeerFailed`] (sends), naming the status
 //!   ([`ib::VerbsError::Completion`]); peers' pids are also checked now and then when
-//!   every rank is on this node.
+//!   every rank is on this node (unless `RMA_VERBS_PID_CHECK=0`). Since RC tells only a
+//!   sender that its peer is gone, polling sends a zero-byte RDMA WRITE to each idle
+//!   peer every `RMA_VERBS_KEEPALIVE_MS` (default 1000; 0: never): a dead peer surfaces
+//!   within about keepalive + 3.8 s.
 //! - **Closing**: the transport says goodbye (a SEND with immediate data) to every peer
 //!   and lingers, progressing, until every peer said goodbye or is gone
 //!   (`RMA_VERBS_LINGER_MS`, default 10 s).
@@ -160,6 +164,9 @@ pub struct VerbsTransport {
     collective: AtomicU32,
     polls: AtomicU64,
     yield_every: u64,
+    /// Time between keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none).
+    keepalive: std::time::Duration,
+    last_keepalive: Mutex<std::time::Instant>,
 }
 
 impl std::fmt::Debug for VerbsTransport {
@@ -209,7 +216,8 @@ impl VerbsTransport {
         let rd_atomic = ctx.max_qp_rd_atom.clamp(1, 16) as u8;
         let params = QpParams {
             timeout: env_usize("RMA_VERBS_TIMEOUT", 17).clamp(1, 31) as u8,
-            retry_cnt: env_usize("RMA_VERBS_RETRY", 7).min(7) as u8,
+            // 6, not 7: rxe (and the spec for rnr_retry only) treats 7 as "retry forever".
+            retry_cnt: env_usize("RMA_VERBS_RETRY", 6).min(6) as u8,
             rnr_retry: 7,
             rd_atomic,
         };
@@ -232,7 +240,9 @@ impl VerbsTransport {
         let nodes = boot.allgather("verbs-node", boot.node_id().as_bytes())?;
         let one_node = nodes.iter().all(|n| n == boot.node_id().as_bytes());
         let pids = boot.allgather("verbs-pid", &std::process::id().to_le_bytes())?;
-        let pids = one_node.then(|| decode_u32s(&pids, "pid")).transpose()?;
+        // RMA_VERBS_PID_CHECK=0: peers' deaths only through QP errors (to test those).
+        let pid_check = one_node && env_usize("RMA_VERBS_PID_CHECK", 1) != 0;
+        let pids = pid_check.then(|| decode_u32s(&pids, "pid")).transpose()?;
 
         let mut peers = Vec::with_capacity(size);
         for (j, q) in fresh.into_iter().enumerate() {
@@ -363,6 +373,10 @@ impl VerbsTransport {
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
             yield_every: env_usize("RMA_VERBS_YIELD_EVERY", 8) as u64,
+            keepalive: std::time::Duration::from_millis(
+                env_usize("RMA_VERBS_KEEPALIVE_MS", 1000) as u64
+            ),
+            last_keepalive: Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -397,6 +411,45 @@ impl VerbsTransport {
             )));
         }
         Ok(m)
+    }
+
+    /// Every `keepalive` of polling, a zero-byte RDMA WRITE (signaled, no memory touched)
+    /// to each live peer: RC reports a dead peer only to a sender,
+    /// so a rank that only waits to hear from a dead peer would never learn of it. The
+    /// write's retries run out (IBV_WC_RETRY_EXC_ERR) within timeout x (retry_cnt + 1).
+    fn keepalive(&self, events: &mut Vec<Event>) -> Result<(), TransportError> {
+        {
+            let mut last = self
+                .last_keepalive
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() < self.keepalive {
+                return Ok(());
+            }
+            *last = std::time::Instant::now();
+        }
+        let mut inner = self.lock();
+        for t in (0..self.size).filter(|t| *t != self.rank as usize) {
+            let p = &inner.peers[t];
+            // Also retires unsignaled sends that no signaled one followed yet.
+            if p.dead || p.bye || inner.room(t) == 0 {
+                continue;
+            }
+            let local = Local {
+                addr: std::ptr::null(),
+                len: 0,
+                lkey: 0,
+            };
+            // SAFETY: zero bytes: no local memory is read, no remote memory written (a
+            // zero-length RDMA WRITE carries no address or key to check).
+            let r =
+                unsafe { inner.post(t, SendOp::Write(0, 0), local, false, true, Held::Nothing) };
+            if let Err(e) = r {
+                inner.peer_failed(t as Rank, &e.to_string());
+            }
+        }
+        events.extend(inner.pending.drain(..));
+        Ok(())
     }
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
@@ -1190,6 +1243,9 @@ impl Transport for VerbsTransport {
         let polls = self.polls.fetch_add(1, Ordering::Relaxed);
         if polls % 4096 == 4095 {
             self.check_liveness(events);
+        }
+        if polls % 256 == 255 && !self.keepalive.is_zero() {
+            self.keepalive(events)?;
         }
         let found = events.len() - before;
         if found == 0 && self.yield_every != 0 && polls % self.yield_every == self.yield_every - 1 {

@@ -56,8 +56,9 @@ impl World {
     }
 
     /// Initializes with the given configuration. `RMA_BACKEND` picks the backend: `shm`
-    /// (the default: every rank on this node) or `ofi` (libfabric, with the `ofi` cargo
-    /// feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`).
+    /// (the default: every rank on this node), `ofi` (libfabric, with the `ofi` cargo
+    /// feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`) or `verbs` (libibverbs,
+    /// with the `verbs` cargo feature; device from `RMA_VERBS_DEVICE`).
     pub fn init_with(config: Config) -> Result<World> {
         let bootstrap = bootstrap::detect()?;
         let (transport, shm): (Arc<dyn Transport>, Option<Arc<rma_shm::ShmTransport>>) =
@@ -80,9 +81,23 @@ impl World {
                     )
                     .into())
                 }
+                #[cfg(feature = "verbs")]
+                Ok("verbs") => (
+                    Arc::new(rma_verbs::VerbsTransport::new(bootstrap.clone())?),
+                    None,
+                ),
+                #[cfg(not(feature = "verbs"))]
+                Ok("verbs") => {
+                    return Err(TransportError::Failed(
+                        "RMA_BACKEND=verbs: this build has no verbs backend (build rma with \
+                         the `verbs` feature)"
+                            .into(),
+                    )
+                    .into())
+                }
                 Ok(other) => {
                     return Err(TransportError::Failed(format!(
-                        "RMA_BACKEND={other}: not a backend rma knows (shm, ofi)"
+                        "RMA_BACKEND={other}: not a backend rma knows (shm, ofi, verbs)"
                     ))
                     .into())
                 }
