@@ -970,3 +970,51 @@ impl Qp {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_round_trips() {
+        let e = Endpoint {
+            qpn: 0x12_3456,
+            psn: 0xab_cdef,
+            lid: 7,
+            gid: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
+        };
+        let mut b = Vec::new();
+        e.encode(&mut b);
+        assert_eq!(b.len(), Endpoint::LEN);
+        assert_eq!(Endpoint::decode(&b), Some(e));
+        assert_eq!(Endpoint::decode(&b[..Endpoint::LEN - 1]), None);
+    }
+
+    #[test]
+    fn status_names_come_from_libibverbs() {
+        assert_eq!(status_name(0), "success");
+        let retry = rdma_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR;
+        assert!(
+            status_name(retry).contains("retry"),
+            "{}",
+            status_name(retry)
+        );
+        let e = VerbsError::Completion {
+            status: retry,
+            name: status_name(retry),
+            vendor_err: 0,
+        };
+        let t: TransportError = e.into();
+        assert!(t.to_string().contains("retry"), "{t}");
+    }
+
+    /// Without an RDMA device (the host of CI: its kernel has no RDMA) opening fails
+    /// with an error, not a panic; with one, the named device that is not there too.
+    #[test]
+    fn a_missing_device_is_an_error() {
+        match Context::open(Some("no-such-device"), 1, None) {
+            Err(VerbsError::NoDevice(_)) => {}
+            other => panic!("expected NoDevice, got {other:?}"),
+        }
+    }
+}

@@ -474,7 +474,7 @@ impl VerbsTransport {
         buf_len: usize,
         fill: &[u8],
         fetch: Option<usize>,
-        parts: Vec<SendOp>,
+        parts: &[SendOp],
         part_len: u32,
         inline: bool,
     ) -> Result<Issued, TransportError> {
@@ -496,11 +496,14 @@ impl VerbsTransport {
                     slot.fetch = fetch;
                     slot.error = None;
                     slot.parts_left = parts.len() as u32;
-                    slot.unposted = parts
-                        .iter()
-                        .enumerate()
-                        .map(|(i, op)| (*op, i as u32 * part_len))
-                        .collect();
+                    // Reused (clear + extend keeps its capacity): no allocation per op.
+                    slot.unposted.clear();
+                    slot.unposted.extend(
+                        parts
+                            .iter()
+                            .enumerate()
+                            .map(|(i, op)| (*op, i as u32 * part_len)),
+                    );
                     let inline_src = inline.then_some(fill);
                     inner.post_parts(t, s, part_len, inline_src)?;
                     if !inner.slots[s].unposted.is_empty() {
@@ -1132,7 +1135,7 @@ impl Transport for VerbsTransport {
             if inline { 8 } else { data.len() },
             data,
             None,
-            vec![SendOp::Write(m.addr + offset, m.rkey)],
+            &[SendOp::Write(m.addr + offset, m.rkey)],
             data.len() as u32,
             inline,
         )
@@ -1156,7 +1159,7 @@ impl Transport for VerbsTransport {
             len,
             &[],
             Some(len),
-            vec![SendOp::Read(m.addr + offset, m.rkey)],
+            &[SendOp::Read(m.addr + offset, m.rkey)],
             len as u32,
             false,
         )
@@ -1229,7 +1232,7 @@ impl Transport for VerbsTransport {
         if parts.is_empty() {
             return Ok(Issued::Complete(fetch.map(|_| Vec::new())));
         }
-        self.issue(target, token, len, &[], fetch, parts, 8, false)
+        self.issue(target, token, len, &[], fetch, &parts, 8, false)
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The verbs backend's tests: builds the conformance suite, rma-run and the OSU latency
+# binaries with the `verbs` feature (release), boots one qemu VM with soft-RoCE
+# (ci/rxe-vm/run.sh: rdma_rxe on a veth) and runs inside it
+#   - the conformance cases over RMA_BACKEND=verbs on 2, 3 and 4 ranks (the host kernel
+#     has no RDMA: verbs code runs only there),
+#   - a killed peer, noticed within 10 s through the QP's retries alone
+#     (RMA_VERBS_PID_CHECK=0) and with the pid check,
+#   - osu_put_latency / osu_get_latency -b verbs at 8 bytes next to perftest's
+#     ib_write_lat / ib_read_lat in the same boot, and prints the ratios.
+# Exits non-zero if a conformance case fails; the latency ratios are reported, not gated
+# (the VM is emulated, its timings swing with the host's load).
+#
+# Environment: RXE_VM_TIMEOUT (host-side bound of the VM, default 900 s),
+# RMA_VERBS_BENCH_ITERS (default 2000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
+[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx insmod || need+=(busybox-static)
+[ -x /bin/ip ] || need+=(iproute2)
+command -v rdma >/dev/null || need+=(iproute2)
+ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || need+=(ibverbs-providers)
+command -v ibv_devinfo >/dev/null || need+=(ibverbs-utils)
+command -v ib_write_lat >/dev/null || need+=(perftest)
+pkg-config --exists libibverbs 2>/dev/null || need+=(libibverbs-dev)
+pkg-config --exists librdmacm 2>/dev/null || need+=(librdmacm-dev)
+command -v cpio >/dev/null || need+=(cpio)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v clang >/dev/null || need+=(clang)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "verbs: install as root: apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+cargo build --release --quiet -p rma-conformance --features verbs --bin rma-conformance
+cargo build --release --quiet -p rma --features verbs --bin rma-run
+cargo build --release --quiet -p rma-benches --features verbs --bin osu_put_latency --bin osu_get_latency
+target=${CARGO_TARGET_DIR:-target}/release
+
+iters=${RMA_VERBS_BENCH_ITERS:-2000}
+env='RMA_BACKEND=verbs RMA_TIMEOUT_MS=30000'
+run() { # ranks, args...: one conformance case
+  local n=$1
+  shift
+  echo "$env rma-run -n $n --timeout 100 rma-conformance $*"
+}
+cmds=()
+for kind in allocate create dynamic; do
+  for n in 2 4; do cmds+=("$(run $n ops $kind)"); done
+done
+cmds+=("$(run 2 progress)" "$(run 3 progress)")
+cmds+=("$(run 2 bad_input)" "$(run 3 bad_input)")
+cmds+=("$(run 3 fence_then_lock)" "$(run 2 no_segments_left)")
+cmds+=("$(run 4 stress_fetch_and_op)" "$(run 4 stress_overlap)")
+# Emulated (TCG): a round trip costs tens of microseconds of rxe plus the engine, so the
+# many-epoch cases run a tenth (stress_lock_counter: 1,000 locks per rank) or a
+# twentieth (litmus: 5,000 epochs) of their repetitions.
+cmds+=("RMA_CONFORMANCE_DIVISOR=10 $(run 4 stress_lock_counter)")
+for mode in fence pscw lock_all; do
+  cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus $mode)")
+done
+# Passive target over active messages needs the target's progress (as on ofi): the lock
+# litmus and the computing target run with a progress thread.
+cmds+=("RMA_ASYNC_PROGRESS=1 RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus lock)")
+cmds+=("RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
+# A killed peer: the survivors exit with 3 ("a peer is dead, as expected") within 10 s
+# of the kill; first through QP errors alone (keepalive writes, retries), then with the
+# pid check too.
+for pid_check in 0 1; do
+  cmds+=("s=\$(date +%s); RMA_VERBS_PID_CHECK=$pid_check $(run 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"dead_peer (pid check $pid_check): rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
+done
+# The benchmark: ours and perftest's in the same boot.
+ncase=${#cmds[@]}
+cmds+=("osu_put_latency -b verbs -m 8:8 -i $iters -x 200")
+cmds+=("osu_get_latency -b verbs -m 8:8 -i $iters -x 200")
+cmds+=("ib_write_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_write_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+cmds+=("ib_read_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_read_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+
+out=$(mktemp /tmp/rma-verbs-ci.XXXXXX)
+trap 'rm -f "$out"' EXIT
+set +e
+bash ci/rxe-vm/run.sh -t 150 -T "${RXE_VM_TIMEOUT:-900}" \
+  -b "$target/rma-conformance" -b "$target/rma-run" \
+  -b "$target/osu_put_latency" -b "$target/osu_get_latency" \
+  -- "${cmds[@]}" | tee "$out"
+vm=${PIPESTATUS[0]}
+set -e
+
+# Per command: its rc from the @@RC i=rc@@ lines.
+rc_of() { grep -o "^@@RC $1=[0-9]*@@" "$out" | tr -dc '0-9' | cut -c$((${#1} + 1))-; }
+failed=0
+for i in $(seq 1 "$ncase"); do
+  rc=$(rc_of "$i")
+  if [ "$rc" != 0 ]; then
+    echo "verbs: FAILED (rc ${rc:-none}): ${cmds[$((i - 1))]}" >&2
+    failed=1
+  fi
+done
+for i in $(seq $((ncase + 1)) ${#cmds[@]}); do
+  [ "$(rc_of "$i")" = 0 ] || echo "verbs: benchmark command $i did not finish: ${cmds[$((i - 1))]}" >&2
+done
+
+# Ratios. OSU's put latency (put + flush) waits for the RDMA WRITE's ACK: a full round
+# trip, so it is set beside twice ib_write_lat's figure (half a ping-pong round trip);
+# a get and ib_read_lat are both one READ round trip. t_avg and t_typical (median).
+section() { awk -v i="$1" '$0 ~ "^@@CMD "i" " {on=1; next} /^@@RC / {on=0} on' "$out"; }
+osu() { section "$1" | awk '$1 == "8" {print $2}' | tail -1; }
+perf() { section "$1" | awk -v col="$2" '$1 == "8" && NF >= 6 {print $col}' | tail -1; }
+put=$(osu $((ncase + 1)))
+get=$(osu $((ncase + 2)))
+w_typ=$(perf $((ncase + 3)) 5)
+w_avg=$(perf $((ncase + 3)) 6)
+r_typ=$(perf $((ncase + 4)) 5)
+r_avg=$(perf $((ncase + 4)) 6)
+if [ -n "$put" ] && [ -n "$get" ] && [ -n "$w_avg" ] && [ -n "$r_avg" ]; then
+  awk -v put="$put" -v get="$get" -v wt="$w_typ" -v wa="$w_avg" -v rt="$r_typ" -v ra="$r_avg" 'BEGIN {
+    printf "verbs latency at 8 bytes (us, one VM boot, emulated):\n"
+    printf "  osu_put_latency -b verbs %8.2f   2 x ib_write_lat: avg %8.2f  typical %8.2f   ratio (avg) %.2f  (typical) %.2f\n", put, 2*wa, 2*wt, put/(2*wa), put/(2*wt)
+    printf "  osu_get_latency -b verbs %8.2f       ib_read_lat: avg %8.2f  typical %8.2f   ratio (avg) %.2f  (typical) %.2f\n", get, ra, rt, get/ra, get/rt
+    printf "  goal: ratio <= 1.10\n"
+  }'
+else
+  echo "verbs: benchmark figures missing (put=$put get=$get write=$w_avg read=$r_avg)" >&2
+fi
+
+if [ "$failed" != 0 ]; then
+  exit 1
+fi
+if [ "$vm" != 0 ] && [ -z "$(rc_of "$ncase")" ]; then
+  echo "verbs: the VM did not run every case (rc $vm)" >&2
+  exit 1
+fi
+echo "verbs: all $ncase conformance commands passed inside the rxe VM"
