@@ -195,7 +195,7 @@ timeout --foreground -k 5 "$vm_timeout" qemu-system-x86_64 \
   -accel tcg,thread=multi -cpu max -m "$mem" -smp "$smp" \
   -nographic -no-reboot -nic none -monitor none -serial stdio \
   -kernel "$kernel" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1 oops=panic loglevel=3" < /dev/null > "$log" 2>&1
+  -append "console=ttyS0 quiet panic=-1 oops=panic loglevel=3 tsc=reliable" < /dev/null > "$log" 2>&1
 qrc=$?
 set -e
 tr -d '\r' < "$log" > "$log.txt"
