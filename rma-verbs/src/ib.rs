@@ -336,9 +336,11 @@ impl Drop for Pd {
     }
 }
 
-/// A completion queue.
+/// A completion queue, with a completion channel to sleep on if asked for.
 pub struct Cq {
     raw: *mut sys::ibv_cq,
+    /// Null without a channel.
+    channel: *mut sys::ibv_comp_channel,
     _ctx: Arc<Context>,
 }
 
@@ -357,19 +359,89 @@ pub fn empty_wc() -> Wc {
 }
 
 impl Cq {
-    /// Creates a completion queue of at least `entries` entries.
-    pub fn new(ctx: &Arc<Context>, entries: u32) -> Result<Arc<Cq>, VerbsError> {
+    /// Creates a completion queue of at least `entries` entries; with `channel`, also a
+    /// completion channel (non-blocking) that [`wait`](Self::wait) sleeps on.
+    pub fn new(ctx: &Arc<Context>, entries: u32, channel: bool) -> Result<Arc<Cq>, VerbsError> {
         let entries = entries.min(ctx.max_cqe.max(1)) as i32;
-        // SAFETY: the context is open; no channel, no user context.
-        let raw =
-            unsafe { sys::ibv_create_cq(ctx.raw, entries, ptr::null_mut(), ptr::null_mut(), 0) };
+        let ch = if channel {
+            // SAFETY: the context is open.
+            let ch = unsafe { sys::ibv_create_comp_channel(ctx.raw) };
+            if ch.is_null() {
+                return Err(call_err("ibv_create_comp_channel"));
+            }
+            // SAFETY: ch is a live channel; its fd is ours to make non-blocking (so
+            // that ibv_get_cq_event never blocks).
+            unsafe {
+                let fd = (*ch).fd;
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+            ch
+        } else {
+            ptr::null_mut()
+        };
+        // SAFETY: the context is open; the channel is null or live; no user context.
+        let raw = unsafe { sys::ibv_create_cq(ctx.raw, entries, ptr::null_mut(), ch, 0) };
         if raw.is_null() {
-            return Err(call_err("ibv_create_cq"));
+            let e = call_err("ibv_create_cq");
+            if !ch.is_null() {
+                // SAFETY: created above, used by no CQ.
+                unsafe { sys::ibv_destroy_comp_channel(ch) };
+            }
+            return Err(e);
         }
         Ok(Arc::new(Cq {
             raw,
+            channel: ch,
             _ctx: ctx.clone(),
         }))
+    }
+
+    /// Asks for an event on the channel at the next completion (`ibv_req_notify_cq`).
+    pub fn arm(&self) -> Result<(), VerbsError> {
+        if self.channel.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the CQ is alive.
+        let rc = unsafe { sys::ibv_req_notify_cq(self.raw, 0) };
+        if rc != 0 {
+            return Err(VerbsError::Call {
+                call: "ibv_req_notify_cq",
+                errno: rc,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the armed CQ has an event or `timeout_ms` passed (at once without a
+    /// channel). Returns whether an event came (it is read and acknowledged).
+    pub fn wait(&self, timeout_ms: i32) -> Result<bool, VerbsError> {
+        if self.channel.is_null() {
+            return Ok(false);
+        }
+        // SAFETY: the channel is alive as long as self.
+        let fd = unsafe { (*self.channel).fd };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if rc <= 0 {
+            return Ok(false);
+        }
+        let mut cq = ptr::null_mut();
+        let mut cq_ctx = ptr::null_mut();
+        // SAFETY: live channel, valid out-pointers; the fd is non-blocking (EAGAIN when
+        // another thread took the event).
+        if unsafe { sys::ibv_get_cq_event(self.channel, &mut cq, &mut cq_ctx) } != 0 {
+            return Ok(false);
+        }
+        // SAFETY: the event is for our CQ (the only one on this channel); acknowledged
+        // once, so that destroying the CQ does not wait for it.
+        unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        Ok(true)
     }
 
     /// Polls up to `wcs.len()` completions; returns how many were written.
@@ -389,8 +461,14 @@ impl Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        // SAFETY: created by ibv_create_cq; QPs using it hold an Arc, so none is left.
-        unsafe { sys::ibv_destroy_cq(self.raw) };
+        // SAFETY: created by ibv_create_cq; QPs using it hold an Arc, so none is left;
+        // every event was acknowledged in `wait`. The channel goes after its CQ.
+        unsafe {
+            sys::ibv_destroy_cq(self.raw);
+            if !self.channel.is_null() {
+                sys::ibv_destroy_comp_channel(self.channel);
+            }
+        }
     }
 }
 

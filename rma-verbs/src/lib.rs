@@ -9,10 +9,9 @@
 //! - **Connections**: one reliable-connected QP per peer, its (QPN, PSN, LID, GID)
 //!   exchanged through the bootstrap's allgather, taken through INIT, RTR and RTS with
 //!   `RMA_VERBS_TIMEOUT` (ACK timeout exponent, default 17: 0.54 s a try) and
-//!   `RMA_VERBS_RETRY` (default and at most 6: rxe retries forever at 7) retries, so that a
-//!   dead peer's QP errors out within
-//!   about 3.8 s; receiver-not-ready retries are unbounded (a busy peer is not a dead
-//!   one). Native operations on our own window go over a pair of QPs connected to each
+//!   `RMA_VERBS_RETRY` (default and at most 6: rxe retries forever at 7) retries, so that
+//!   a dead peer's QP errors out within about 3.8 s; receiver-not-ready retries are
+//!   unbounded (a busy peer is not a dead one). Native operations on our own window go over a pair of QPs connected to each
 //!   other, so that the HCA applies every native atomic on a window, ours included.
 //! - **Active messages** are SENDs into receive buffers pre-posted per QP
 //!   (`RMA_VERBS_RECV_BUFFERS` per peer, default 16, of `RMA_VERBS_MAX_MESSAGE` bytes,
@@ -24,6 +23,13 @@
 //!   registered once per window with local write, remote read, remote write and (when the
 //!   device does atomics) remote atomic access; (address, rkey) is the segment descriptor.
 //!   Dynamic windows use active messages only.
+//! - **Passive-target locks** are native where the device does atomics
+//!   (`RMA_VERBS_NATIVE_LOCKS=0`: the engine's lock messages): each window segment has an
+//!   8-byte lock word of its own (registered with remote atomic access, its address and
+//!   rkey appended to the segment descriptor); exclusive is a compare-and-swap 0 →
+//!   EXCLUSIVE, shared a fetch-and-add of 1 (taken back if EXCLUSIVE was set), unlock a
+//!   fetch-and-add of the negated amount. The HCA applies them: a target that computes
+//!   without calling the library does not hold its origins up.
 //! - **Native operations**: puts are RDMA WRITEs (inline up to `max_inline_data`), gets
 //!   RDMA READs, and on devices with `atomic_cap` HCA or GLOB: Sum (fetching or not) and
 //!   NoOp (an atomic read) on u64/i64 are 8-byte fetch-and-adds, one per element, and
@@ -42,6 +48,14 @@
 //!   sender that its peer is gone, polling sends a zero-byte RDMA WRITE to each idle
 //!   peer every `RMA_VERBS_KEEPALIVE_MS` (default 1000; 0: never): a dead peer surfaces
 //!   within about keepalive + 3.8 s.
+//! - **Waiting**: polls spin (yielding the core every `RMA_VERBS_YIELD_EVERY` empty
+//!   polls, default 8). With `RMA_VERBS_BLOCK_AFTER=N` (default 0: never), after N empty
+//!   polls in a row a poll arms the completion queue and sleeps on its completion channel
+//!   until the next completion or for 1 ms, so that an idle target (whose memory the HCA
+//!   serves alone) leaves the core to others. Measured in the rxe VM (2 host cores, 4
+//!   vCPUs): a target spinning the way the engine's does doubles the origin's raw WRITE +
+//!   poll latency (35 to 80-97 us), which is most of the gap between `-b verbs` and raw
+//!   verbs there.
 //! - **Closing**: the transport says goodbye (a SEND with immediate data) to every peer
 //!   and lingers, progressing, until every peer said goodbye or is gone
 //!   (`RMA_VERBS_LINGER_MS`, default 10 s).
@@ -105,6 +119,9 @@ struct Slot {
     /// Bytes of the result to hand back (gets, fetching atomics).
     fetch: Option<usize>,
     error: Option<VerbsError>,
+    /// Waited for inside a call (native locks): finished into `done`, not an event.
+    sync: bool,
+    done: Option<Result<u64, VerbsError>>,
 }
 
 /// One peer (or ourselves): its QP and the bookkeeping of its send queue.
@@ -129,7 +146,12 @@ struct RemoteMem {
     addr: u64,
     rkey: u32,
     len: u64,
+    /// The window's lock word at that rank (address, rkey), for native locks.
+    lock: Option<(u64, u32)>,
 }
+
+/// Lock word: this bit is an exclusive holder, the rest counts shared holders.
+const EXCLUSIVE: u64 = 1 << 63;
 
 type PeerTable = Arc<Vec<Option<RemoteMem>>>;
 
@@ -157,6 +179,9 @@ pub struct VerbsTransport {
     ctx: Arc<Context>,
     caps: Capabilities,
     native: Capabilities,
+    /// Passive-target locks as atomics on a lock word per window and rank
+    /// (`RMA_VERBS_NATIVE_LOCKS`, default on where the device does atomics).
+    native_locks: bool,
     windows: RwLock<Vec<Option<PeerTable>>>,
     max_message: usize,
     pids: Option<Vec<u32>>,
@@ -164,6 +189,10 @@ pub struct VerbsTransport {
     collective: AtomicU32,
     polls: AtomicU64,
     yield_every: u64,
+    /// Empty polls before a poll sleeps on the completion channel (0: never).
+    block_after: u64,
+    /// Empty polls in a row.
+    idle: AtomicU64,
     /// Time between keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none).
     keepalive: std::time::Duration,
     last_keepalive: Mutex<std::time::Instant>,
@@ -212,7 +241,11 @@ impl VerbsTransport {
         let nrecv = env_usize("RMA_VERBS_RECV_BUFFERS", 16).clamp(2, 4096) as u32;
         let max_message = env_usize("RMA_VERBS_MAX_MESSAGE", 64 * 1024).clamp(64, 1 << 30);
         let cq_len = (depth + nrecv) * (size as u32 + 1) + 64;
-        let cq = Cq::new(&ctx, cq_len)?;
+        // Off by default: in the rxe VM it did not measurably help the OSU latencies (the
+        // timings swing 2x with the host's load) and slowed the lock litmus under
+        // RMA_ASYNC_PROGRESS (a progress thread that sleeps answers lock requests late).
+        let block_after = env_usize("RMA_VERBS_BLOCK_AFTER", 0) as u64;
+        let cq = Cq::new(&ctx, cq_len, block_after > 0)?;
         let rd_atomic = ctx.max_qp_rd_atom.clamp(1, 16) as u8;
         let params = QpParams {
             timeout: env_usize("RMA_VERBS_TIMEOUT", 17).clamp(1, 31) as u8,
@@ -366,6 +399,7 @@ impl VerbsTransport {
                 ..Capabilities::ACTIVE_MESSAGES_ONLY
             },
             native,
+            native_locks: atomics && env_usize("RMA_VERBS_NATIVE_LOCKS", 1) != 0,
             windows: RwLock::new(Vec::new()),
             max_message,
             pids,
@@ -373,6 +407,8 @@ impl VerbsTransport {
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
             yield_every: env_usize("RMA_VERBS_YIELD_EVERY", 8) as u64,
+            block_after,
+            idle: AtomicU64::new(0),
             keepalive: std::time::Duration::from_millis(
                 env_usize("RMA_VERBS_KEEPALIVE_MS", 1000) as u64
             ),
@@ -452,6 +488,71 @@ impl VerbsTransport {
         Ok(())
     }
 
+    /// Runs one 8-byte atomic on `target` and waits for its result (the HCA answers: no
+    /// progress of the target is needed). For native locks, which the engine takes and
+    /// releases within one call.
+    fn sync_atomic(&self, target: Rank, op: SendOp) -> Result<u64, TransportError> {
+        let t = target as usize;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut inner = self.lock();
+        let s = loop {
+            if inner.peers[t].dead {
+                return Err(TransportError::PeerUnreachable(target));
+            }
+            if inner.room(t) > 0 {
+                if let Some(s) = inner.take_slot(8)? {
+                    break s;
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(TransportError::Failed(format!(
+                    "no room for a lock operation toward rank {target}"
+                )));
+            }
+            inner.drive()?;
+        };
+        let slot = &mut inner.slots[s];
+        slot.sync = true;
+        slot.done = None;
+        slot.error = None;
+        slot.fetch = Some(8);
+        slot.parts_left = 1;
+        slot.unposted.clear();
+        slot.unposted.push_back((op, 0));
+        if let Err(e) = inner.post_parts(t, s, 8, None) {
+            inner.slots[s].sync = false;
+            inner.free.push(s);
+            return Err(e);
+        }
+        let result = loop {
+            if let Some(r) = inner.slots[s].done.take() {
+                break r.map_err(TransportError::from);
+            }
+            if std::time::Instant::now() > deadline {
+                // Leave the slot to its completion (never reused while sync and not done).
+                return Err(TransportError::Failed(format!(
+                    "lock operation toward rank {target} did not complete in 60 s"
+                )));
+            }
+            if let Err(e) = inner.drive() {
+                break Err(e);
+            }
+        };
+        inner.slots[s].sync = false;
+        inner.free.push(s);
+        result
+    }
+
+    /// The lock word of `target` in window `win`.
+    fn lock_word(&self, win: u32, target: Rank) -> Result<(u64, u32), TransportError> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        ws.get(win as usize)
+            .and_then(|w| w.as_ref())
+            .and_then(|w| w.get(target as usize).copied().flatten())
+            .and_then(|m| m.lock)
+            .ok_or(TransportError::Unsupported("no native lock word"))
+    }
+
     fn check_liveness(&self, events: &mut Vec<Event>) {
         let Some(pids) = &self.pids else { return };
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
@@ -493,6 +594,7 @@ impl VerbsTransport {
                         }
                     }
                     slot.token = token;
+                    slot.sync = false;
                     slot.fetch = fetch;
                     slot.error = None;
                     slot.parts_left = parts.len() as u32;
@@ -538,6 +640,8 @@ impl Inner {
                     unposted: VecDeque::new(),
                     fetch: None,
                     error: None,
+                    sync: false,
+                    done: None,
                 });
                 self.slots.len() - 1
             }
@@ -638,6 +742,16 @@ impl Inner {
     fn maybe_finish(&mut self, s: usize) {
         let slot = &mut self.slots[s];
         if slot.parts_left != 0 {
+            return;
+        }
+        if slot.sync {
+            // The caller waiting in `sync_atomic` takes the result and frees the slot.
+            slot.done = Some(match slot.error.take() {
+                Some(e) => Err(e),
+                None => Ok(slot.buf.as_ref().map_or(0, |b| {
+                    u64::from_ne_bytes(b.bytes(8).try_into().expect("8 bytes"))
+                })),
+            });
             return;
         }
         let event = match slot.error.take() {
@@ -904,6 +1018,9 @@ struct LocalSegment {
     len: usize,
     /// The registration peers reach it through (deregistered first: field order).
     mr: Option<Mr>,
+    /// The window's lock word at this rank, taken and released by peers' atomics
+    /// (native locks), when the device does atomics.
+    lock: Option<Buffer>,
     /// Our allocation (allocate), freed on drop.
     _own: Option<Box<[u64]>>,
     user: Mutex<Option<Box<dyn UserMemory>>>,
@@ -947,15 +1064,23 @@ impl Segment for LocalSegment {
         f(&mut buf);
         self.write(offset, &buf);
     }
+    /// (address, rkey) of the memory, then (address, rkey) of the lock word if any:
+    /// 12 or 24 bytes; empty when nothing is registered.
     fn descriptor(&self) -> Vec<u8> {
-        match &self.mr {
-            Some(m) => {
-                let mut d = (self.base as u64).to_le_bytes().to_vec();
-                d.extend_from_slice(&m.rkey().to_le_bytes());
-                d
-            }
-            None => Vec::new(),
+        if self.mr.is_none() && self.lock.is_none() {
+            return Vec::new();
         }
+        let (addr, rkey) = match &self.mr {
+            Some(m) => (self.base as u64, m.rkey()),
+            None => (0, 0),
+        };
+        let mut d = addr.to_le_bytes().to_vec();
+        d.extend_from_slice(&rkey.to_le_bytes());
+        if let Some(l) = &self.lock {
+            d.extend_from_slice(&(l.addr() as u64).to_le_bytes());
+            d.extend_from_slice(&l.rkey().to_le_bytes());
+        }
+        d
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let mut me = Arc::into_inner(self)?;
@@ -983,6 +1108,15 @@ impl VerbsTransport {
             Mr::register(&pd, base, len, Access::window(atomics))?
         }))
     }
+
+    /// A lock word for a new window segment, if locks are native.
+    fn lock_word_buffer(&self) -> Result<Option<Buffer>, TransportError> {
+        if !self.native_locks {
+            return Ok(None);
+        }
+        let pd = self.lock().pd.clone();
+        Ok(Some(Buffer::new(&pd, 8, Access::window(true))?))
+    }
 }
 
 impl Transport for VerbsTransport {
@@ -1005,6 +1139,7 @@ impl Transport for VerbsTransport {
             base,
             len,
             mr,
+            lock: self.lock_word_buffer()?,
             _own: Some(own),
             user: Mutex::new(None),
         }))
@@ -1020,6 +1155,7 @@ impl Transport for VerbsTransport {
             base,
             len,
             mr,
+            lock: self.lock_word_buffer()?,
             _own: None,
             user: Mutex::new(Some(memory)),
         }))
@@ -1028,7 +1164,13 @@ impl Transport for VerbsTransport {
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
         let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
         match ws.get(win as usize) {
-            Some(Some(w)) if w.get(target as usize).is_some_and(|m| m.is_some()) => self.native,
+            Some(Some(w)) => match w.get(target as usize).copied().flatten() {
+                Some(m) => Capabilities {
+                    native_locks: m.lock.is_some(),
+                    ..self.native
+                },
+                None => self.caps,
+            },
             _ => self.caps,
         }
     }
@@ -1045,11 +1187,25 @@ impl Transport for VerbsTransport {
             remote
                 .iter()
                 .map(|seg| {
-                    (seg.key.len() == 12).then(|| RemoteMem {
-                        addr: u64::from_le_bytes(seg.key[0..8].try_into().expect("8 bytes")),
-                        rkey: u32::from_le_bytes(seg.key[8..12].try_into().expect("4 bytes")),
-                        len: seg.len,
-                    })
+                    {
+                        let k = &seg.key;
+                        let word = |at: usize| {
+                            (
+                                u64::from_le_bytes(k[at..at + 8].try_into().expect("8 bytes")),
+                                u32::from_le_bytes(k[at + 8..at + 12].try_into().expect("4 bytes")),
+                            )
+                        };
+                        (k.len() == 12 || k.len() == 24).then(|| {
+                            let (addr, rkey) = word(0);
+                            RemoteMem {
+                                addr,
+                                rkey,
+                                // Without a registration (an empty window): nothing in range.
+                                len: if rkey == 0 && addr == 0 { 0 } else { seg.len },
+                                lock: (k.len() == 24).then(|| word(12)),
+                            }
+                        })
+                    }
                 })
                 .collect()
         };
@@ -1235,13 +1391,59 @@ impl Transport for VerbsTransport {
         self.issue(target, token, len, &[], fetch, &parts, 8, false)
     }
 
+    fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        let (addr, rkey) = self.lock_word(win, target)?;
+        if exclusive {
+            let old = self.sync_atomic(target, SendOp::CompareSwap(addr, rkey, 0, EXCLUSIVE))?;
+            return Ok(old == 0);
+        }
+        let old = self.sync_atomic(target, SendOp::FetchAdd(addr, rkey, 1))?;
+        if old & EXCLUSIVE != 0 {
+            // Held exclusively: take our count back.
+            self.sync_atomic(target, SendOp::FetchAdd(addr, rkey, 1u64.wrapping_neg()))?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn unlock(&self, win: u32, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        let (addr, rkey) = self.lock_word(win, target)?;
+        // Subtract (not store 0): a shared locker's passing increment stays counted. The
+        // engine completed the epoch's operations before unlocking (and RC executes this
+        // atomic after every earlier request on the QP).
+        let sub = if exclusive { EXCLUSIVE } else { 1 };
+        self.sync_atomic(target, SendOp::FetchAdd(addr, rkey, sub.wrapping_neg()))?;
+        Ok(())
+    }
+
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
         let before = events.len();
+        let mut slept = false;
         {
             let mut inner = self.lock();
             let r = inner.drive();
             events.extend(inner.pending.drain(..));
             r?;
+            if events.len() > before || self.block_after == 0 {
+                self.idle.store(0, Ordering::Relaxed);
+            } else if self.idle.fetch_add(1, Ordering::Relaxed) + 1 >= self.block_after {
+                // Idle for a while: sleep until a completion (or 1 ms) instead of spinning,
+                // leaving the core to whoever has work (peers, the kernel's rxe tasks).
+                // Armed first, then polled once more: a completion that came in between
+                // raises no event.
+                inner.cq.arm()?;
+                let r = inner.drive();
+                events.extend(inner.pending.drain(..));
+                r?;
+                if events.len() == before {
+                    let cq = inner.cq.clone();
+                    drop(inner);
+                    cq.wait(1)?;
+                    slept = true;
+                } else {
+                    self.idle.store(0, Ordering::Relaxed);
+                }
+            }
         }
         let polls = self.polls.fetch_add(1, Ordering::Relaxed);
         if polls % 4096 == 4095 {
@@ -1251,7 +1453,11 @@ impl Transport for VerbsTransport {
             self.keepalive(events)?;
         }
         let found = events.len() - before;
-        if found == 0 && self.yield_every != 0 && polls % self.yield_every == self.yield_every - 1 {
+        if found == 0
+            && !slept
+            && self.yield_every != 0
+            && polls % self.yield_every == self.yield_every - 1
+        {
             // More ranks than cores (CI, the VM): give the core to a peer now and then.
             std::thread::yield_now();
         }

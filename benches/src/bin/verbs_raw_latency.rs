@@ -46,7 +46,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         env_u8("RMA_VERBS_GID_INDEX"),
     )?;
     let pd = Pd::new(&ctx)?;
-    let cq = Cq::new(&ctx, 64)?;
+    let cq = Cq::new(&ctx, 64, false)?;
     let qp = ResetQp::new(&pd, &cq, 16, 1, 256)?;
     let target = Buffer::new(&pd, 64, Access::window(true))?;
     let local = Buffer::new(&pd, 64, Access::LOCAL)?;
@@ -132,7 +132,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         while unsafe { std::ptr::read_volatile(target.addr().add(8).cast::<u64>()) } == 0 {
             cq.poll(&mut wcs)?;
             n += 1;
-            if n % 8 == 0 {
+            if n.is_multiple_of(8) {
                 std::thread::yield_now();
             }
         }
