@@ -555,9 +555,14 @@ impl VerbsTransport {
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
         let Some(pids) = &self.pids else { return };
+        let said_bye: Vec<bool> = self.lock().peers.iter().map(|p| p.bye).collect();
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
         for (r, pid) in pids.iter().enumerate() {
-            if r as Rank != self.rank && !reported[r] && !rma_shm::process_alive(*pid) {
+            if r as Rank != self.rank
+                && !reported[r]
+                && !said_bye[r]
+                && !rma_shm::process_alive(*pid)
+            {
                 reported[r] = true;
                 tracing::warn!(rank = r, pid, "peer process is gone");
                 events.push(Event::PeerFailed { rank: r as Rank });
@@ -781,7 +786,8 @@ impl Inner {
             if env_usize("RMA_VERBS_VERBOSE", 0) == 1 {
                 eprintln!("rma-verbs: peer {rank} failed: {why}");
             }
-            if rank != self.me {
+            // A peer that said goodbye left normally: its QP going away is no failure.
+            if rank != self.me && !p.bye {
                 self.pending.push_back(Event::PeerFailed { rank });
             }
         }
@@ -809,9 +815,9 @@ impl Inner {
                 }
             }
             if let Some(e) = err {
-                if !matches!(held, Held::OpPart(_)) {
-                    self.peer_failed(t as Rank, &e.to_string());
-                }
+                // Any error completion puts an RC QP in the error state: nothing more
+                // reaches this peer (the op itself was failed above).
+                self.peer_failed(t as Rank, &e.to_string());
             }
             if id == wr_id {
                 break;
