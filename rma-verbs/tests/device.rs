@@ -90,7 +90,8 @@ fn done(t: &VerbsTransport, issued: Issued, token: u64) -> Option<Vec<u8>> {
     let mut events = Vec::new();
     loop {
         t.poll(&mut events).expect("poll");
-        for e in events.drain(..) {
+        if let Some(e) = events.pop() {
+            assert!(events.is_empty(), "more events than one: {events:?}");
             match e {
                 Event::Completed { token: k, data } if k == token => return data,
                 Event::Failed { token: k, error } if k == token => panic!("op failed: {error}"),
