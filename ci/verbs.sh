@@ -2,8 +2,9 @@
 # The verbs backend's tests: builds the conformance suite, rma-run and the OSU latency
 # binaries with the `verbs` feature (release), boots one qemu VM with soft-RoCE
 # (ci/rxe-vm/run.sh: rdma_rxe on a veth) and runs inside it
-#   - the conformance cases over RMA_BACKEND=verbs on 2, 3 and 4 ranks (the host kernel
-#     has no RDMA: verbs code runs only there),
+#   - rma-verbs's device tests (tests/device.rs), then the conformance cases over
+#     RMA_BACKEND=verbs on 2, 3 and 4 ranks (the host kernel has no RDMA: verbs code runs
+#     only there),
 #   - a killed peer, noticed within 10 s through the QP's retries alone
 #     (RMA_VERBS_PID_CHECK=0) and with the pid check,
 #   - osu_put_latency / osu_get_latency -b verbs at 8 bytes next to raw verbs from Rust
@@ -46,6 +47,10 @@ cargo build --release --quiet -p rma --features verbs --bin rma-run
 cargo build --release --quiet -p rma-benches --features verbs --bin osu_put_latency --bin osu_get_latency \
   --bin verbs_raw_latency
 target=${CARGO_TARGET_DIR:-target}/release
+# rma-verbs's device tests (skipped on the host, which has no RDMA device).
+device_test=$(cargo test --release -p rma-verbs --test device --no-run 2>&1 |
+  grep -o '[^ (]*/release/deps/device-[0-9a-f]*' | tail -1)
+[ -x "$device_test" ] || { echo "verbs: cannot find the device test binary" >&2; exit 1; }
 
 iters=${RMA_VERBS_BENCH_ITERS:-2000}
 env='RMA_BACKEND=verbs RMA_TIMEOUT_MS=30000'
@@ -54,7 +59,7 @@ run() { # ranks, args...: one conformance case
   shift
   echo "$env rma-run -n $n --timeout 100 rma-conformance $*"
 }
-cmds=()
+cmds=("RMA_VERBS_REQUIRE_DEVICE=1 $(basename "$device_test") --test-threads=1")
 for kind in allocate create dynamic; do
   for n in 2 4; do cmds+=("$(run $n ops $kind)"); done
 done
@@ -75,7 +80,9 @@ done
 # progress thread, as on ofi.
 cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus lock)")
 cmds+=("$(run 2 passive_target)")
-cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus lock)")
+# (2,000 epochs: each lock is a message round trip through the target's progress thread,
+# 5,000 took 25-35 s under load, near the 30 s barrier timeout.)
+cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 RMA_CONFORMANCE_DIVISOR=50 $(run 2 litmus lock)")
 cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
 # A killed peer: the survivors exit with 3 ("a peer is dead, as expected") within 10 s
 # of the kill; first through QP errors alone (keepalive writes, retries), then with the
@@ -83,20 +90,24 @@ cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
 for pid_check in 0 1; do
   cmds+=("s=\$(date +%s); RMA_VERBS_PID_CHECK=$pid_check $(run 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"dead_peer (pid check $pid_check): rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
 done
-# The benchmark: ours and perftest's in the same boot.
+# The benchmark: ours, raw verbs and perftest's in the same boot, in $rounds rounds
+# (the medians are reported: single runs swing by 2x with the host's load).
 ncase=${#cmds[@]}
-cmds+=("rma-run -n 2 verbs_raw_latency $iters")
-cmds+=("RAW_TARGET_SPINS=1 rma-run -n 2 verbs_raw_latency $iters")
-cmds+=("osu_put_latency -b verbs -m 8:8 -i $iters -x 200")
-cmds+=("osu_get_latency -b verbs -m 8:8 -i $iters -x 200")
-cmds+=("ib_write_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_write_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
-cmds+=("ib_read_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_read_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+rounds=${RMA_VERBS_BENCH_ROUNDS:-3}
+for _ in $(seq "$rounds"); do
+  cmds+=("rma-run -n 2 verbs_raw_latency $iters")
+  cmds+=("RAW_TARGET_SPINS=1 rma-run -n 2 verbs_raw_latency $iters")
+  cmds+=("osu_put_latency -b verbs -m 8:8 -i $iters -x 200")
+  cmds+=("osu_get_latency -b verbs -m 8:8 -i $iters -x 200")
+  cmds+=("ib_write_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_write_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+  cmds+=("ib_read_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_read_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+done
 
 out=$(mktemp /tmp/rma-verbs-ci.XXXXXX)
 trap 'rm -f "$out"' EXIT
 set +e
 bash ci/rxe-vm/run.sh -t 150 -T "${RXE_VM_TIMEOUT:-900}" \
-  -b "$target/rma-conformance" -b "$target/rma-run" \
+  -b "$target/rma-conformance" -b "$target/rma-run" -b "$device_test" \
   -b "$target/osu_put_latency" -b "$target/osu_get_latency" -b "$target/verbs_raw_latency" \
   -- "${cmds[@]}" | tee "$out"
 vm=${PIPESTATUS[0]}
@@ -124,21 +135,28 @@ section() { awk -v i="$1" '$0 ~ "^@@CMD "i" " {on=1; next} /^@@RC / {on=0} on' "
 osu() { section "$1" | awk '$1 == "8" {print $2}' | tail -1; }
 raw() { section "$1" | awk -v k="$2" '$1 == k {print $3}' | tail -1; }
 perf() { section "$1" | awk -v col="$2" '$1 == "8" && NF >= 6 {print $col}' | tail -1; }
-b=$ncase
-raw_w=$(raw $((b + 1)) raw_write)
-raw_r=$(raw $((b + 1)) raw_read)
-spin_w=$(raw $((b + 2)) raw_write)
-spin_r=$(raw $((b + 2)) raw_read)
-put=$(osu $((b + 3)))
-get=$(osu $((b + 4)))
-w_typ=$(perf $((b + 5)) 5)
-w_avg=$(perf $((b + 5)) 6)
-r_typ=$(perf $((b + 6)) 5)
-r_avg=$(perf $((b + 6)) 6)
+# median FUNCTION ARGS: the median over the rounds of what FUNCTION finds in command
+# (ncase + 6 * round + offset).
+median() {
+  local f=$1 off=$2 r
+  shift 2
+  for r in $(seq 0 $((rounds - 1))); do "$f" $((ncase + 6 * r + off)) "$@"; done |
+    sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
+}
+raw_w=$(median raw 1 raw_write)
+raw_r=$(median raw 1 raw_read)
+spin_w=$(median raw 2 raw_write)
+spin_r=$(median raw 2 raw_read)
+put=$(median osu 3)
+get=$(median osu 4)
+w_typ=$(median perf 5 5)
+w_avg=$(median perf 5 6)
+r_typ=$(median perf 6 5)
+r_avg=$(median perf 6 6)
 if [ -n "$put" ] && [ -n "$get" ] && [ -n "$raw_w" ] && [ -n "$raw_r" ] && [ -n "$w_avg" ] && [ -n "$r_avg" ]; then
-  awk -v put="$put" -v get="$get" -v rw="$raw_w" -v rr="$raw_r" -v sw="${spin_w:-0}" -v sr="${spin_r:-0}" \
+  awk -v rounds="$rounds" -v put="$put" -v get="$get" -v rw="$raw_w" -v rr="$raw_r" -v sw="${spin_w:-0}" -v sr="${spin_r:-0}" \
     -v wt="$w_typ" -v wa="$w_avg" -v rt="$r_typ" -v ra="$r_avg" 'BEGIN {
-    printf "verbs latency at 8 bytes, us (one VM boot, emulated: compare within the boot only)\n"
+    printf "verbs latency at 8 bytes, us, medians of %d rounds (one VM boot, emulated: compare within the boot only)\n", rounds
     printf "  put+flush  osu_put_latency -b verbs %8.2f | raw WRITE+poll %8.2f (ratio %.2f) | same, target spinning %8.2f (ratio %.2f) | 2 x ib_write_lat avg %8.2f (ratio %.2f) typical %7.2f (ratio %.2f)\n", put, rw, put/rw, sw, (sw > 0 ? put/sw : 0), 2*wa, put/(2*wa), 2*wt, put/(2*wt)
     printf "  get+flush  osu_get_latency -b verbs %8.2f | raw READ+poll  %8.2f (ratio %.2f) | same, target spinning %8.2f (ratio %.2f) | ib_read_lat avg %8.2f (ratio %.2f) typical %7.2f (ratio %.2f)\n", get, rr, get/rr, sr, (sr > 0 ? get/sr : 0), ra, get/ra, rt, get/rt
     printf "  goal: ratio <= 1.10 against raw verbs\n"
