@@ -86,6 +86,7 @@ ship_bin() { # ship_bin SRC [DEST-dir]
 }
 
 cp /bin/busybox "$root/bin/busybox"
+ship_closure /bin/busybox # nothing for busybox-static; the libraries of a dynamic one
 for applet in $(/bin/busybox --list); do
   [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done
