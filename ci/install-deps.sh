@@ -4,7 +4,7 @@
 # and Open MPI (the PMIx bootstrap, mpirun), libfabric (the ofi backend), rdma-core's
 # libibverbs and librdmacm (the verbs backend), and clang,
 # libclang + pkg-config (bindgen builds the PMIx and libfabric bindings; the workspace is
-# tested with --all-features). Idempotent: does nothing when everything is there.
+# tested with --all-features), iproute2 (simulated hosts). Idempotent: does nothing when everything is there.
 set -euo pipefail
 need=()
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
@@ -21,6 +21,9 @@ mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
 pkg-config --exists libibverbs 2>/dev/null || need+=(libibverbs-dev)
 pkg-config --exists librdmacm 2>/dev/null || need+=(librdmacm-dev)
 command -v clang >/dev/null || need+=(clang)
+# ip (netns, veth, bridge) and unshare for the simulated hosts of the hybrid tests.
+[ -x /usr/sbin/ip ] || [ -x /bin/ip ] || need+=(iproute2)
+command -v unshare >/dev/null || need+=(util-linux)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

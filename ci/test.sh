@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README: "Run all the tests"). Installs the system packages
-# the tests need, starts a one-node Slurm cluster for the srun cases, then lints, builds
+# the tests need, starts a two-node Slurm cluster on this host for the srun cases (one-node
+# cases ask for -N 1), then lints, builds
 # and runs every test of the workspace: unit, protocol and property tests on the
 # simulated transport, the conformance suite across real processes (rma-run, MPICH's
 # mpiexec with PMI-1 and PMI-2, srun --mpi=pmi2 and --mpi=pmix, Open MPI's mpirun), the
@@ -11,9 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
 export RMA_REQUIRE_MPIEXEC=1 RMA_REQUIRE_MPIRUN=1
+# Hybrid worlds across simulated hosts (network namespaces: CI runs as root).
+export RMA_REQUIRE_NETNS=1
 slurm_dir=$(mktemp -d /tmp/rma-slurm.XXXXXX)
-trap 'bash ci/slurm/stop.sh; rm -rf "$slurm_dir"' EXIT
-if slurm_env=$(bash ci/slurm/start.sh "$slurm_dir" 1); then
+trap 'bash ci/slurm/stop.sh; bash ci/netns/down.sh 2; rm -rf "$slurm_dir"' EXIT
+if slurm_env=$(bash ci/slurm/start.sh "$slurm_dir" 2); then
   eval "$slurm_env"
   export RMA_REQUIRE_SLURM=1
 else

@@ -241,6 +241,71 @@ fn timed(skip: usize, total: usize, mut step: impl FnMut(usize) -> Result<()>) -
     Ok(start.elapsed())
 }
 
+/// The reference of `--reference`: by hand on shared memory, or bare libfabric calls
+/// for `-b ofi`.
+enum AnyReference {
+    SharedMemory(Reference),
+    #[cfg(feature = "ofi")]
+    Libfabric(Box<crate::ofi_reference::OfiReference>),
+}
+
+impl AnyReference {
+    fn join(engine: &Engine, ctx: &Context, cap: usize) -> Result<AnyReference> {
+        #[cfg(feature = "ofi")]
+        if ctx.opts.backend == crate::osu::Backend::Ofi {
+            return Ok(AnyReference::Libfabric(Box::new(
+                crate::ofi_reference::OfiReference::join(engine, cap)?,
+            )));
+        }
+        Ok(AnyReference::SharedMemory(Reference::join(
+            engine,
+            &ctx.reference_name,
+            cap,
+        )?))
+    }
+
+    fn latency(
+        &mut self,
+        bench: &Benchmark,
+        sync: SyncMode,
+        size: usize,
+        iterations: usize,
+        skip: usize,
+    ) -> Result<f64> {
+        match self {
+            AnyReference::SharedMemory(r) => r.latency(bench, sync, size, iterations, skip),
+            #[cfg(feature = "ofi")]
+            AnyReference::Libfabric(r) => r.latency(bench, size, iterations, skip),
+        }
+    }
+
+    fn bandwidth(
+        &mut self,
+        bench: &Benchmark,
+        sync: SyncMode,
+        size: usize,
+        window: usize,
+        iterations: usize,
+        skip: usize,
+    ) -> Result<f64> {
+        match self {
+            AnyReference::SharedMemory(r) => {
+                r.bandwidth(bench, sync, size, window, iterations, skip)
+            }
+            #[cfg(feature = "ofi")]
+            AnyReference::Libfabric(r) => r.bandwidth(bench, size, window, iterations, skip),
+        }
+    }
+
+    fn notes(&self, bench: &Benchmark, sync: SyncMode, window: usize) -> Vec<String> {
+        match self {
+            AnyReference::SharedMemory(r) => r.notes(bench, sync, window),
+            #[cfg(feature = "ofi")]
+            AnyReference::Libfabric(r) => r.notes(bench, sync),
+        }
+    }
+}
+
 /// Runs the benchmark on this rank: preamble, then every size (collective).
 pub fn run_rank(engine: &Engine, ctx: &Context) -> Result<()> {
     let (bench, o) = (ctx.bench, &ctx.opts);
@@ -248,7 +313,7 @@ pub fn run_rank(engine: &Engine, ctx: &Context) -> Result<()> {
     let largest = sizes.iter().copied().max().unwrap_or(0);
     let mut reference = if o.reference {
         let cap = largest * o.messages_per_iteration(bench);
-        Some(Reference::join(engine, &ctx.reference_name, cap)?)
+        Some(AnyReference::join(engine, ctx, cap)?)
     } else {
         None
     };
@@ -270,7 +335,7 @@ fn run_sizes<T: Elem>(
     engine: &Engine,
     ctx: &Context,
     sizes: &[usize],
-    mut reference: Option<&mut Reference>,
+    mut reference: Option<&mut AnyReference>,
 ) -> Result<()> {
     let (bench, o) = (ctx.bench, &ctx.opts);
     let elem = std::mem::size_of::<T>();

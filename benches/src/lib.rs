@@ -12,10 +12,13 @@
 //! - [`run`]: a binary's `main`: backends, self-launch, errors;
 //! - [`kernels`]: the timed loops;
 //! - [`reference`](mod@reference): `--reference`, the same patterns by hand on a segment both ranks map
-//!   ([`shm`]);
+//!   ([`shm`]); over libfabric (`-b ofi`, feature `ofi`), `ofi_reference`: bare libfabric
+//!   calls on the same provider;
 //! - [`plot`]: `rma-plot`'s reading of JSON lines and drawing (SVG and PNG).
 
 pub mod kernels;
+#[cfg(feature = "ofi")]
+pub mod ofi_reference;
 pub mod osu;
 pub mod plot;
 pub mod reference;

@@ -502,3 +502,24 @@ fn put_and_get_latency_over_ofi_tcp() {
         assert!(!t.rows.is_empty(), "{}: {text}", b.name);
     }
 }
+
+/// `-b ofi --reference`: the bare libfabric pattern on the same provider in the same run.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_reference_is_bare_libfabric() {
+    let _g = serial();
+    for name in ["osu_put_latency", "osu_fop_latency", "osu_get_bw"] {
+        let text = run_bin(bin(name), &["-b", "ofi:tcp", "--reference", "-m", "1:64"]);
+        let t = parse_osu(&text);
+        assert!(
+            t.header
+                .iter()
+                .any(|h| h.starts_with("# Reference: bare libfabric on tcp;ofi_rxm")),
+            "{name}:\n{text}"
+        );
+        for (size, v) in &t.rows {
+            assert_eq!(v.len(), 3, "{name} {size}:\n{text}");
+            assert!(v[1] > 0.0, "{name} {size}: the reference ran:\n{text}");
+        }
+    }
+}

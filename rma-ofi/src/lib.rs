@@ -52,6 +52,7 @@
 //! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
 //! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
 
+pub mod bare;
 pub mod fabric;
 pub mod sys;
 
@@ -76,6 +77,11 @@ const KIND_SEND: u64 = 2 << 56;
 const KIND_OP: u64 = 3 << 56;
 /// Sender field bit of the goodbye message a closing transport sends every peer.
 const BYE: u32 = 1 << 31;
+/// Sender field bit of a death notice: the sequence field names a rank that a peer saw
+/// die (a process of its node: it checks pids there). Ranks on other nodes have no other
+/// way to tell a dead peer from a busy one: over tcp;ofi_rxm, sends to a dead peer only
+/// ever say -FI_EAGAIN.
+const NOTICE: u32 = 1 << 30;
 const KIND_MASK: u64 = 0xff << 56;
 /// Send buffers in flight at most (beyond that: Busy).
 const SEND_BUFFERS: usize = 256;
@@ -171,6 +177,7 @@ pub struct OfiTransport {
     reported_dead: Mutex<Vec<bool>>,
     collective: AtomicU32,
     polls: AtomicU64,
+    departed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for OfiTransport {
@@ -180,6 +187,17 @@ impl std::fmt::Debug for OfiTransport {
             .field("size", &self.size)
             .field("provider", &self.provider)
             .finish()
+    }
+}
+
+/// The provider to ask libfabric for: `RMA_OFI_PROVIDER`; else `None` when libfabric's
+/// own `FI_PROVIDER` is set (libfabric filters by it itself); else "tcp" (tcp;ofi_rxm).
+pub fn provider_from_env() -> Option<String> {
+    let set = |v: &str| std::env::var(v).ok().filter(|p| !p.is_empty());
+    match (set("RMA_OFI_PROVIDER"), set("FI_PROVIDER")) {
+        (Some(p), _) => Some(p),
+        (None, Some(_)) => None,
+        (None, None) => Some("tcp".to_string()),
     }
 }
 
@@ -195,19 +213,8 @@ impl OfiTransport {
     /// the bootstrap and inserts them, and posts the receive buffers.
     pub fn new(boot: Arc<dyn Bootstrap>) -> Result<OfiTransport, TransportError> {
         let (rank, size) = (boot.rank(), boot.size());
-        let provider = std::env::var("RMA_OFI_PROVIDER")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .or_else(|| {
-                std::env::var("FI_PROVIDER")
-                    .ok()
-                    .filter(|p| !p.is_empty())
-                    .map(|_| String::new())
-            })
-            .unwrap_or_else(|| "tcp".to_string());
-        // An empty name: FI_PROVIDER is set and libfabric filters by it itself.
-        let prov = (!provider.is_empty()).then_some(provider.as_str());
-        let mut ep = Endpoint::open(prov, true, size)?;
+        let provider = provider_from_env();
+        let mut ep = Endpoint::open(provider.as_deref(), true, size)?;
         tracing::info!(rank, offer = ?ep.offer, "libfabric endpoint");
         let max_message = env_usize("RMA_OFI_MAX_MESSAGE", 64 * 1024)
             .min(ep.offer.max_msg_size.saturating_sub(HEADER));
@@ -301,6 +308,7 @@ impl OfiTransport {
             reported_dead: Mutex::new(vec![false; size]),
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
+            departed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -383,6 +391,42 @@ impl OfiTransport {
         Err(TransportError::Busy)
     }
 
+    /// Registers window memory that another backend owns (the shared-memory segment of
+    /// a hybrid world, reached by the node's ranks through load/store) so that ranks of
+    /// other nodes reach it natively too. `None` when the segment is not plain mapped
+    /// memory or this provider does nothing natively.
+    pub fn register_segment(
+        &self,
+        segment: &Arc<dyn Segment>,
+    ) -> Result<Option<Registration>, TransportError> {
+        let Some(base) = segment.shared_base() else {
+            return Ok(None);
+        };
+        // SAFETY: `shared_base..+len()` is the segment's memory (Segment contract), kept
+        // mapped by the clone of `segment` the registration holds, which it releases
+        // only after closing the region (field order of Registration).
+        let mr = unsafe { self.register(base as *mut u8, segment.len())? };
+        Ok(mr.map(|mr| Registration {
+            mr,
+            _memory: segment.clone(),
+        }))
+    }
+
+    /// Tells every live peer that `failed` died (seen by another backend, such as the
+    /// shared memory of a hybrid world watching the processes of this node), so that
+    /// ranks on other nodes, which cannot see that process, fail what waits on it.
+    pub fn announce_failure(&self, failed: Rank) {
+        let mut inner = self.lock();
+        if (failed as usize) < inner.dead.len() {
+            inner.dead[failed as usize] = true;
+        }
+        for t in 0..self.size as Rank {
+            if t != self.rank && !inner.dead[t as usize] && !inner.bye[t as usize] {
+                inner.notify(self.rank, t, failed);
+            }
+        }
+    }
+
     /// The provider in use (e.g. "tcp;ofi_rxm").
     pub fn provider(&self) -> &str {
         &self.provider
@@ -397,6 +441,14 @@ impl OfiTransport {
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
         for (r, pid) in pids.iter().enumerate() {
             if r as Rank != self.rank && !reported[r] && !rma_shm::process_alive(*pid) {
+                // A peer that said goodbye and then exited left normally; its goodbye may
+                // still sit in the completion queue (it exits right after sending it).
+                let mut inner = self.lock();
+                let _ = inner.drive();
+                if inner.bye[r] {
+                    continue;
+                }
+                drop(inner);
                 reported[r] = true;
                 tracing::warn!(rank = r, pid, "peer process is gone");
                 events.push(Event::PeerFailed { rank: r as Rank });
@@ -579,8 +631,15 @@ impl Inner {
                 }
                 let from = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
                 let seq = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
-                if from & BYE != 0 && ((from & !BYE) as usize) < self.bye.len() {
-                    self.bye[(from & !BYE) as usize] = true;
+                let sender = (from & !(BYE | NOTICE)) as usize;
+                if from & NOTICE != 0 {
+                    if (seq as usize) < self.dead.len() {
+                        self.peer_failed(seq, &format!("rank {sender} saw it die"));
+                    }
+                    return self.post_recv(idx);
+                }
+                if from & BYE != 0 && sender < self.bye.len() {
+                    self.bye[sender] = true;
                     return self.post_recv(idx);
                 }
                 let data = b[HEADER..len].to_vec();
@@ -670,6 +729,38 @@ impl Inner {
         idx
     }
 
+    /// Tells `target` that `failed` died, with a completion-less inject (best effort: a
+    /// notice that cannot go now is dropped; the node's other ranks send theirs too).
+    fn notify(&mut self, me: Rank, target: Rank, failed: Rank) {
+        let mut buf = [0u8; HEADER];
+        buf[0..4].copy_from_slice(&(me | NOTICE).to_le_bytes());
+        buf[4..8].copy_from_slice(&failed.to_le_bytes());
+        let dest = self.addrs[target as usize];
+        if HEADER <= self.ep.offer.inject_size {
+            let _ = self.ep.inject(&buf, dest);
+        }
+    }
+
+    /// A free send buffer (grown up to [`SEND_BUFFERS`]); `None`: all in flight.
+    fn alloc_send(&mut self, target: Rank) -> Option<usize> {
+        match self.send_free.pop() {
+            Some(i) => Some(i),
+            None if self.sends.len() < SEND_BUFFERS => {
+                let i = self.sends.len();
+                self.sends.push(SendBuf {
+                    buf: Vec::new(),
+                    ctx: Box::new(OpContext {
+                        id: KIND_SEND | i as u64,
+                        ..Default::default()
+                    }),
+                    dest: target,
+                });
+                Some(i)
+            }
+            None => None,
+        }
+    }
+
     /// One attempt at sending `packet` with its header to `target`.
     /// `me` is the sender field: our rank, with [`BYE`] set for the goodbye.
     fn try_send(&mut self, me: u32, target: Rank, packet: &[u8]) -> Result<bool, TransportError> {
@@ -695,21 +786,8 @@ impl Inner {
                 };
             }
         }
-        let idx = match self.send_free.pop() {
-            Some(i) => i,
-            None if self.sends.len() < SEND_BUFFERS => {
-                let i = self.sends.len();
-                self.sends.push(SendBuf {
-                    buf: Vec::new(),
-                    ctx: Box::new(OpContext {
-                        id: KIND_SEND | i as u64,
-                        ..Default::default()
-                    }),
-                    dest: target,
-                });
-                i
-            }
-            None => return Ok(false),
+        let Some(idx) = self.alloc_send(target) else {
+            return Ok(false);
         };
         let s = &mut self.sends[idx];
         s.dest = target;
@@ -737,11 +815,24 @@ impl Inner {
 }
 
 impl Drop for OfiTransport {
-    /// Lingers until every peer has said goodbye (or is gone, or `RMA_OFI_LINGER_MS`,
-    /// default 10 s, passed), progressing all along: a peer may still be waiting for
-    /// messages we injected (which have no completion) or, on manual-progress providers,
-    /// for native operations on our memory that only our polling moves.
     fn drop(&mut self) {
+        self.depart();
+    }
+}
+
+impl OfiTransport {
+    /// Leaves the job: says goodbye to every peer, then lingers until every peer has
+    /// said goodbye (or is gone, or `RMA_OFI_LINGER_MS`, default 10 s, passed),
+    /// progressing all along: a peer may still be waiting for messages we injected (which
+    /// have no completion) or, on manual-progress providers, for native operations on our
+    /// memory that only our polling moves; and a peer that sees us exit without our
+    /// goodbye takes us for dead. Called when the World is dropped (the transport itself
+    /// may outlive it in a progress thread's hands), and by Drop; only the first call
+    /// does anything.
+    pub fn depart(&self) {
+        if self.departed.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let linger =
             std::time::Duration::from_millis(env_usize("RMA_OFI_LINGER_MS", 10_000) as u64);
         let start = std::time::Instant::now();
@@ -795,6 +886,51 @@ struct LocalSegment {
     mr: Option<SegmentMr>,
 }
 
+/// A registration of memory owned by another backend ([`OfiTransport::register_segment`]):
+/// the region is closed when this is dropped, before the memory is released.
+pub struct Registration {
+    mr: SegmentMr,
+    _memory: Arc<dyn Segment>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("key", &self.mr.key)
+            .finish()
+    }
+}
+
+impl Registration {
+    /// What a peer needs to reach the memory (the window descriptor of this backend).
+    pub fn descriptor(&self) -> Vec<u8> {
+        self.mr.descriptor()
+    }
+}
+
+impl SegmentMr {
+    fn descriptor(&self) -> Vec<u8> {
+        let mut d = self.addr.to_le_bytes().to_vec();
+        d.extend_from_slice(&self.key.to_le_bytes());
+        d
+    }
+}
+
+impl Drop for SegmentMr {
+    fn drop(&mut self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `self.mr` came from this transport's mr_reg and is closed once, here;
+        // the owners of the memory it covers drop after it (LocalSegment keeps its
+        // buffers in later fields, Registration its segment).
+        unsafe { inner.ep.mr_close(self.mr) };
+    }
+}
+
+// SAFETY: the registration handle is only used under the transport's mutex.
+unsafe impl Send for SegmentMr {}
+// SAFETY: as above.
+unsafe impl Sync for SegmentMr {}
+
 /// A registered window segment: closed (under the transport's lock) when dropped.
 struct SegmentMr {
     mr: *mut sys::fid_mr,
@@ -805,12 +941,8 @@ struct SegmentMr {
 
 impl Drop for LocalSegment {
     fn drop(&mut self) {
-        if let Some(m) = self.mr.take() {
-            let mut inner = m.inner.lock().unwrap_or_else(|e| e.into_inner());
-            // SAFETY: `m.mr` came from this transport's mr_reg and is closed once, here,
-            // before the memory it covers is freed (the owners drop after this body).
-            unsafe { inner.ep.mr_close(m.mr) };
-        }
+        // The region is closed first (SegmentMr's Drop), before the memory it covers.
+        drop(self.mr.take());
     }
 }
 
@@ -853,14 +985,10 @@ impl Segment for LocalSegment {
         self.write(offset, &buf);
     }
     fn descriptor(&self) -> Vec<u8> {
-        match &self.mr {
-            Some(m) => {
-                let mut d = m.addr.to_le_bytes().to_vec();
-                d.extend_from_slice(&m.key.to_le_bytes());
-                d
-            }
-            None => Vec::new(),
-        }
+        self.mr
+            .as_ref()
+            .map(SegmentMr::descriptor)
+            .unwrap_or_default()
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let me = Arc::into_inner(self)?;

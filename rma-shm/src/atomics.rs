@@ -111,6 +111,45 @@ pub fn compare_and_swap(
     })
 }
 
+macro_rules! update_width {
+    ($atomic:ty, $uint:ty, $ptr:expr, $f:expr) => {{
+        // SAFETY: as in `width!`: in range and aligned (checked by the caller).
+        let a = unsafe { <$atomic>::from_ptr($ptr.cast()) };
+        let mut cur = a.load(SeqCst);
+        loop {
+            let mut next = cur.to_ne_bytes();
+            $f(&mut next);
+            match a.compare_exchange_weak(cur, <$uint>::from_ne_bytes(next), SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+    }};
+}
+
+/// Read-modify-write of one element of 1, 2, 4 or 8 bytes with `f`, as a compare-exchange
+/// loop, so that it is atomic with respect to peers' CPU atomics on the same element
+/// (`f` may run more than once). `false` if the element is misaligned or of another size
+/// (the caller falls back to a plain copy).
+pub fn update_element(
+    region: &Region,
+    offset: usize,
+    len: usize,
+    f: &mut dyn FnMut(&mut [u8]),
+) -> bool {
+    let p = region.at(offset, len);
+    if !matches!(len, 1 | 2 | 4 | 8) || !(p as usize).is_multiple_of(len) {
+        return false;
+    }
+    match len {
+        1 => update_width!(AtomicU8, u8, p, f),
+        2 => update_width!(AtomicU16, u16, p, f),
+        4 => update_width!(AtomicU32, u32, p, f),
+        _ => update_width!(AtomicU64, u64, p, f),
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -96,9 +96,16 @@ impl Segment for LocalSegment {
         self.region.write(offset, src);
     }
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        // Only the active-message path of this process updates like this, serialized by
-        // the window's lock in the engine; native atomics never target the same windows
-        // (a window uses one path per (op, type)).
+        // Active-message accumulates arrive here one element at a time (the engine's
+        // target side). On mapped memory, ranks of this node may be applying CPU atomics
+        // to the same element at the same moment (in a hybrid world the network's ranks
+        // reach this window through active messages while the node's ranks use native
+        // atomics): a compare-exchange loop keeps the element atomic against both.
+        if self.mapping.is_some() && atomics::update_element(&self.region, offset, len, f) {
+            return;
+        }
+        // User memory (reached by peers through active messages only, serialized by the
+        // engine's window lock) or a misaligned element.
         let mut buf = vec![0; len];
         self.region.read(offset, &mut buf);
         f(&mut buf);

@@ -23,6 +23,12 @@ pub struct Launch {
     pub grace: Duration,
     /// Kill the whole job after this long.
     pub timeout: Option<Duration>,
+    /// Simulated hosts: network namespaces of these names, made beforehand (for example
+    /// by `ci/netns/up.sh`). Ranks are spread over them in blocks, and each runs in its
+    /// namespace and in a UTS namespace of its own whose host name is the namespace's
+    /// name, so that the ranks of one "host" share a node identity and a network stack
+    /// that only a veth link joins to the others. Empty: every rank here, as is.
+    pub hosts: Vec<String>,
 }
 
 impl Launch {
@@ -35,6 +41,7 @@ impl Launch {
             env: Vec::new(),
             grace: Duration::from_secs(15),
             timeout: None,
+            hosts: Vec::new(),
         }
     }
 }
@@ -114,7 +121,19 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
     let server = RunServer::start(&dir, l.ranks)?;
     let mut children = Vec::with_capacity(l.ranks);
     for rank in 0..l.ranks {
-        let mut cmd = Command::new(&l.program);
+        let mut cmd = if l.hosts.is_empty() {
+            Command::new(&l.program)
+        } else {
+            // ip netns exec and unshare exec in place, and so does the shell: the child's
+            // pid is the rank's own (liveness checks and cleanup by pid stay right).
+            let host = &l.hosts[rank * l.hosts.len() / l.ranks];
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", host, "unshare", "--uts", "--", "sh", "-c"])
+                .arg(r#"hostname "$0" && exec "$@""#)
+                .arg(host)
+                .arg(&l.program);
+            c
+        };
         // Our ranks answer to us: hide any outer launcher (an rma-run started inside an
         // mpirun or srun step must not have its children join that job).
         for (k, _) in std::env::vars_os() {

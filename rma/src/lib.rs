@@ -25,19 +25,53 @@
 //! from [`Config`] in code or `RMA_*` environment variables ([`Config::from_env`]).
 
 pub mod bootstrap;
+#[cfg(feature = "ofi")]
+pub mod hybrid;
 pub mod launcher;
 
 use std::sync::Arc;
 
 pub use rma_core::*;
 
+/// Which backend reaches a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Shared memory: the target is on this node.
+    SharedMemory,
+    /// The network (libfabric, or verbs with `RMA_BACKEND=verbs`).
+    Network,
+}
+
+/// What this process sent toward one target, and how (a hybrid world's per-target path
+/// counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Traffic {
+    /// The backend that reaches the target.
+    pub route: Route,
+    /// Native operations (puts, gets, atomics) issued through it.
+    pub native_ops: u64,
+    /// Active messages sent through it.
+    pub messages: u64,
+}
+
+/// The backend behind a World, kept for what the engine does not expose.
+enum Backend {
+    SharedMemory(Arc<rma_shm::ShmTransport>),
+    #[cfg(feature = "ofi")]
+    Network(Arc<rma_ofi::OfiTransport>),
+    #[cfg(feature = "ofi")]
+    Hybrid(Arc<hybrid::HybridTransport>),
+    /// libibverbs toward every rank (it says goodbye to its peers when dropped).
+    #[cfg(feature = "verbs")]
+    Verbs,
+}
+
 /// The processes of a job as this process sees them: its bootstrap and the engine over
 /// the transports. Dereferences to [`Engine`].
 pub struct World {
     engine: Engine,
     bootstrap: Arc<dyn Bootstrap>,
-    /// The shared-memory transport, when it is the backend (to mark our departure).
-    shm: Option<Arc<rma_shm::ShmTransport>>,
+    backend: Backend,
 }
 
 impl std::fmt::Debug for World {
@@ -55,58 +89,114 @@ impl World {
         Self::init_with(Config::from_env())
     }
 
-    /// Initializes with the given configuration. `RMA_BACKEND` picks the backend: `shm`
-    /// (the default: every rank on this node), `ofi` (libfabric, with the `ofi` cargo
-    /// feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`) or `verbs` (libibverbs,
-    /// with the `verbs` cargo feature; device from `RMA_VERBS_DEVICE`).
+    /// Initializes with the given configuration.
+    ///
+    /// The backend follows locality: when every rank is on this node, shared memory;
+    /// when the job spans nodes (by the bootstrap's node identity), shared memory among
+    /// each node's ranks and libfabric between nodes in the same windows (the `ofi`
+    /// cargo feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`). `RMA_BACKEND`
+    /// forces one: `shm`, `ofi` (libfabric toward every rank), `hybrid` or `verbs`
+    /// (libibverbs toward every rank, with the `verbs` cargo feature; device from
+    /// `RMA_VERBS_DEVICE`).
     pub fn init_with(config: Config) -> Result<World> {
         let bootstrap = bootstrap::detect()?;
-        let (transport, shm): (Arc<dyn Transport>, Option<Arc<rma_shm::ShmTransport>>) =
-            match std::env::var("RMA_BACKEND").as_deref() {
-                Ok("shm") | Err(_) => {
-                    let t = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
-                    (t.clone(), Some(t))
-                }
-                #[cfg(feature = "ofi")]
-                Ok("ofi") => (
-                    Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?),
-                    None,
-                ),
-                #[cfg(not(feature = "ofi"))]
-                Ok("ofi") => {
-                    return Err(TransportError::Failed(
-                        "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with \
-                         the `ofi` feature)"
-                            .into(),
-                    )
-                    .into())
-                }
-                #[cfg(feature = "verbs")]
-                Ok("verbs") => (
-                    Arc::new(rma_verbs::VerbsTransport::new(bootstrap.clone())?),
-                    None,
-                ),
-                #[cfg(not(feature = "verbs"))]
-                Ok("verbs") => {
-                    return Err(TransportError::Failed(
-                        "RMA_BACKEND=verbs: this build has no verbs backend (build rma with \
-                         the `verbs` feature)"
-                            .into(),
-                    )
-                    .into())
-                }
-                Ok(other) => {
-                    return Err(TransportError::Failed(format!(
-                        "RMA_BACKEND={other}: not a backend rma knows (shm, ofi, verbs)"
-                    ))
-                    .into())
-                }
-            };
+        let forced = std::env::var("RMA_BACKEND").ok().filter(|b| !b.is_empty());
+        let nodes = match forced.as_deref() {
+            // One collective tells every rank the same thing about locality.
+            None | Some("hybrid") => {
+                Some(bootstrap.allgather("world-node", bootstrap.node_id().as_bytes())?)
+            }
+            _ => None,
+        };
+        let one_node = nodes.as_ref().is_some_and(|n| n.iter().all(|x| *x == n[0]));
+        let choice = match forced.as_deref() {
+            None if one_node => "shm",
+            None => "hybrid",
+            Some(b) => b,
+        };
+        let (transport, backend): (Arc<dyn Transport>, Backend) = match choice {
+            "shm" => {
+                let t = Arc::new(rma_shm::ShmTransport::new(bootstrap.clone())?);
+                (t.clone(), Backend::SharedMemory(t))
+            }
+            #[cfg(feature = "ofi")]
+            "ofi" => {
+                let t = Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?);
+                (t.clone(), Backend::Network(t))
+            }
+            #[cfg(feature = "ofi")]
+            "hybrid" => {
+                let nodes = nodes.unwrap_or_default();
+                let t = Arc::new(hybrid::HybridTransport::new(bootstrap.clone(), &nodes)?);
+                (t.clone(), Backend::Hybrid(t))
+            }
+            #[cfg(not(feature = "ofi"))]
+            "ofi" | "hybrid" => {
+                let why = if forced.is_some() {
+                    format!("RMA_BACKEND={choice}")
+                } else {
+                    "the ranks span several nodes".to_string()
+                };
+                return Err(TransportError::Failed(format!(
+                    "{why}: this build has no network backend (build rma with the `ofi` \
+                     feature)"
+                ))
+                .into());
+            }
+            #[cfg(feature = "verbs")]
+            "verbs" => {
+                let t = Arc::new(rma_verbs::VerbsTransport::new(bootstrap.clone())?);
+                (t, Backend::Verbs)
+            }
+            #[cfg(not(feature = "verbs"))]
+            "verbs" => {
+                return Err(TransportError::Failed(
+                    "RMA_BACKEND=verbs: this build has no verbs backend (build rma with the \
+                     `verbs` feature)"
+                        .into(),
+                )
+                .into())
+            }
+            other => {
+                return Err(TransportError::Failed(format!(
+                    "RMA_BACKEND={other}: not a backend rma knows (shm, ofi, hybrid, verbs)"
+                ))
+                .into())
+            }
+        };
         Ok(World {
             engine: Engine::new(transport, config),
             bootstrap,
-            shm,
+            backend,
         })
+    }
+
+    /// Which backend reaches `target`.
+    pub fn route(&self, target: Rank) -> Route {
+        // One backend for every target unless the world is hybrid.
+        let _ = target;
+        match &self.backend {
+            Backend::SharedMemory(_) => Route::SharedMemory,
+            #[cfg(feature = "ofi")]
+            Backend::Network(_) => Route::Network,
+            #[cfg(feature = "ofi")]
+            Backend::Hybrid(h) => h.route(target),
+            #[cfg(feature = "verbs")]
+            Backend::Verbs => Route::Network,
+        }
+    }
+
+    /// What this process sent toward `target` so far and through which backend, in a
+    /// hybrid world (`None` with a single backend: the engine's [`Stats`] say it all).
+    pub fn traffic(&self, target: Rank) -> Option<Traffic> {
+        match &self.backend {
+            #[cfg(feature = "ofi")]
+            Backend::Hybrid(h) => h.traffic(target),
+            _ => {
+                let _ = target;
+                None
+            }
+        }
     }
 
     /// The engine (also reachable through `Deref`).
@@ -124,8 +214,15 @@ impl Drop for World {
     /// Leaving normally: peers still finishing their part must not take our exit for a
     /// failure.
     fn drop(&mut self) {
-        if let Some(shm) = &self.shm {
-            shm.depart();
+        match &self.backend {
+            Backend::SharedMemory(shm) => shm.depart(),
+            #[cfg(feature = "ofi")]
+            Backend::Hybrid(h) => h.depart(),
+            #[cfg(feature = "ofi")]
+            Backend::Network(ofi) => ofi.depart(),
+            // Its goodbye and linger are in VerbsTransport's Drop.
+            #[cfg(feature = "verbs")]
+            Backend::Verbs => {}
         }
     }
 }

@@ -1,10 +1,12 @@
-//! `rma-run -n N [--timeout SECS] [--] program [args...]`: starts N local processes of
-//! an rma program and serves their bootstrap (the embedded default launcher).
+//! `rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] [--] program [args...]`: starts N
+//! local processes of an rma program and serves their bootstrap (the embedded default
+//! launcher). `--hosts` spreads the ranks over simulated hosts: network namespaces made
+//! beforehand (`ci/netns/up.sh`), each rank with its own host name.
 
 use std::time::Duration;
 
 fn usage() -> ! {
-    eprintln!("usage: rma-run -n N [--timeout SECS] [--] program [args...]");
+    eprintln!("usage: rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] [--] program [args...]");
     std::process::exit(2)
 }
 
@@ -12,6 +14,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut ranks = None;
     let mut timeout = None;
+    let mut hosts = Vec::new();
     let mut rest = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -21,6 +24,12 @@ fn main() {
                     .next()
                     .and_then(|v| v.parse::<u64>().ok())
                     .map(Duration::from_secs)
+            }
+            "--hosts" => {
+                hosts = args
+                    .next()
+                    .map(|v| v.split(',').map(str::to_string).collect())
+                    .unwrap_or_default()
             }
             "--" => {
                 rest.extend(args.by_ref());
@@ -43,6 +52,7 @@ fn main() {
     let program = rest.remove(0);
     let mut launch = rma::launcher::Launch::new(ranks, program, rest);
     launch.timeout = timeout;
+    launch.hosts = hosts;
     match rma::launcher::launch(&launch) {
         Ok(out) => {
             if out.timed_out {

@@ -81,14 +81,25 @@ pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The node identity: `RMA_NODE_ID` if set (simulated hosts), else the host name.
+/// The node identity: `RMA_NODE_ID` if set, else the host name (a UTS namespace's own
+/// for simulated hosts), qualified by Slurm's node id in a task `srun` started: Slurm's
+/// nodes are nodes to rma even where several share one host (`slurmd -N`). The host name
+/// stays part of it because launchers that forward the whole environment to other hosts
+/// (Hydra over ssh inside an allocation) would otherwise carry one node id everywhere.
 pub fn node_id() -> String {
     if let Ok(id) = std::env::var("RMA_NODE_ID") {
         return id;
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
+        .unwrap_or_else(|_| "localhost".into());
+    match (
+        std::env::var("SLURM_STEP_ID"),
+        std::env::var("SLURM_NODEID"),
+    ) {
+        (Ok(_), Ok(node)) => format!("{host}/slurm-node-{node}"),
+        _ => host,
+    }
 }
 
 /// Detects the launcher: `RMA_BOOTSTRAP` if set, then `PMI_FD` (PMI-1), then rma-run's

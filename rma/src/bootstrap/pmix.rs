@@ -95,6 +95,7 @@ impl Pmix {
         let size = Self::get_u32(&wildcard, sys::PMIX_JOB_SIZE)? as usize;
         // Node identity from the launcher (two Slurm nodes on one host are two nodes).
         let node = match Self::get_u32(&me, sys::PMIX_NODEID) {
+            Ok(_) if std::env::var_os("RMA_NODE_ID").is_some() => super::node_id(),
             Ok(id) => format!("pmix-node-{id}"),
             Err(_) => super::node_id(),
         };

@@ -1,0 +1,150 @@
+//! `--reference` over libfabric (`-b ofi[:PROVIDER]`): the benchmark's operation done
+//! with bare libfabric calls between the same two ranks in the same run
+//! ([`rma_ofi::bare::BarePair`], its own endpoint on the same provider), so that the
+//! library's figure is a ratio against what the provider does by itself.
+//!
+//! | benchmark | reference |
+//! | --- | --- |
+//! | put latency, bandwidth | `fi_writemsg` with `FI_DELIVERY_COMPLETE` (the completion a flush needs), waited for; bandwidth: the window's writes back to back, then all completions |
+//! | get latency, bandwidth | `fi_read`, waited for |
+//! | fetch_and_op, compare_and_swap, get_accumulate | `fi_fetch_atomic` sum of one u64, waited for |
+//! | accumulate | `fi_writemsg` with delivery complete of the message (what a native accumulate costs at least) |
+//!
+//! Rank 0 issues; rank 1 drives its completion queue until rank 0 is done (manual
+//! progress providers need the target's polling). No lock is taken in the reference: it
+//! is the fastest bare pattern that completes the operation at the target, for every
+//! synchronization mode.
+
+use std::time::{Duration, Instant};
+
+use rma_core::{Assert, Engine, Result, TransportError};
+use rma_ofi::bare::BarePair;
+
+use crate::osu::{Benchmark, Operation, SyncMode};
+
+/// The bare libfabric pattern between the two ranks.
+#[derive(Debug)]
+pub struct OfiReference {
+    pair: BarePair,
+    me: u32,
+}
+
+/// Swaps a blob with the other rank (collective) through a small window and a fence.
+fn swap(engine: &Engine, mine: &[u8]) -> Result<Vec<u8>> {
+    const MAX: usize = 256;
+    if mine.len() + 2 > MAX {
+        return Err(TransportError::Failed("bare pattern: address too long".into()).into());
+    }
+    let peer = 1 - engine.rank();
+    let w = engine.allocate::<u8>(MAX)?;
+    let mut framed = (mine.len() as u16).to_le_bytes().to_vec();
+    framed.extend_from_slice(mine);
+    w.fence(Assert::NOPRECEDE)?;
+    w.put(&framed, peer, 0)?;
+    w.fence(Assert::NOSUCCEED)?;
+    let got = w.local_to_vec();
+    w.free()?;
+    let len = u16::from_le_bytes([got[0], got[1]]) as usize;
+    got.get(2..2 + len)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| TransportError::Failed("bare pattern: bad peer address".into()).into())
+}
+
+impl OfiReference {
+    /// Opens the bare endpoints of both ranks with `cap` bytes each (collective).
+    pub fn join(engine: &Engine, cap: usize) -> Result<OfiReference> {
+        let provider = rma_ofi::provider_from_env();
+        let pair = BarePair::connect(provider.as_deref(), cap, |mine| {
+            swap(engine, mine).map_err(|e| TransportError::Failed(e.to_string()))
+        })?;
+        engine.barrier()?;
+        Ok(OfiReference {
+            pair,
+            me: engine.rank(),
+        })
+    }
+
+    /// Runs `op` `skip + iterations` times on rank 0 (timing the last `iterations`) while
+    /// rank 1 serves; rank 0 gets the time per iteration in microseconds, rank 1 zero.
+    fn timed(
+        &mut self,
+        iterations: usize,
+        skip: usize,
+        mut op: impl FnMut(&mut BarePair) -> std::result::Result<(), TransportError>,
+    ) -> Result<Duration> {
+        if self.me != 0 {
+            self.pair.serve()?;
+            return Ok(Duration::ZERO);
+        }
+        let mut start = Instant::now();
+        for i in 0..skip + iterations {
+            if i == skip {
+                start = Instant::now();
+            }
+            op(&mut self.pair)?;
+        }
+        let d = start.elapsed();
+        self.pair.done()?;
+        Ok(d)
+    }
+
+    /// The reference latency, microseconds (collective; rank 1 gets 0).
+    pub fn latency(
+        &mut self,
+        bench: &Benchmark,
+        size: usize,
+        iterations: usize,
+        skip: usize,
+    ) -> Result<f64> {
+        let d = match bench.operation {
+            Operation::Put | Operation::Accumulate => {
+                self.timed(iterations, skip, |p| p.write(size))?
+            }
+            Operation::Get => self.timed(iterations, skip, |p| p.read(size))?,
+            Operation::FetchAndOp | Operation::CompareAndSwap | Operation::GetAccumulate => {
+                self.timed(iterations, skip, |p| p.fetch_add())?
+            }
+        };
+        Ok(d.as_secs_f64() * 1e6 / iterations as f64)
+    }
+
+    /// The reference bandwidth, MB/s: `window` operations back to back per iteration
+    /// (collective; rank 1 gets 0).
+    pub fn bandwidth(
+        &mut self,
+        bench: &Benchmark,
+        size: usize,
+        window: usize,
+        iterations: usize,
+        skip: usize,
+    ) -> Result<f64> {
+        let d = match bench.operation {
+            Operation::Get => self.timed(iterations, skip, |p| p.read_many(size, window))?,
+            _ => self.timed(iterations, skip, |p| p.write_many(size, window))?,
+        };
+        if d.is_zero() {
+            return Ok(0.0);
+        }
+        Ok(size as f64 / 1e6 * (iterations * window) as f64 / d.as_secs_f64())
+    }
+
+    /// The preamble lines saying what the reference column measures.
+    pub fn notes(&self, bench: &Benchmark, sync: SyncMode) -> Vec<String> {
+        let how = match bench.operation {
+            Operation::Put | Operation::Accumulate => {
+                "fi_writemsg with FI_DELIVERY_COMPLETE, completion awaited"
+            }
+            Operation::Get => "fi_read, completion awaited",
+            _ => "fi_fetch_atomic (u64 sum), completion awaited",
+        };
+        let _ = sync;
+        vec![
+            format!(
+                "# Reference: bare libfabric on {} between the same ranks: {how}; no lock, \
+                 no library (the fastest pattern that completes at the target)",
+                self.pair.provider()
+            ),
+            "# Ratio: ours / reference".to_string(),
+        ]
+    }
+}

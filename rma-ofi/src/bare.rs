@@ -1,0 +1,324 @@
+//! The bare pattern: one libfabric operation with remote completion between two
+//! processes, nothing around it. The benchmarks' reference mode over this backend
+//! (`osu_* -b ofi --reference`) times it in the same run as the library, so that the
+//! library's cost is a ratio against what the provider itself can do.
+//!
+//! Rank 0 issues (`write`, `read`, `fetch_add`, `compare_swap`, each waiting for its
+//! completion); rank 1 only drives its completion queue ([`BarePair::serve`]) until rank
+//! 0 says it is done: manual-progress providers move data only while the target polls.
+//! Writes and atomics ask for `FI_DELIVERY_COMPLETE`, so the completion means the data
+//! is at the target, the guarantee a flush gives.
+
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+use rma_core::TransportError;
+
+use crate::fabric::{fi_error, is_again, Endpoint, OpContext};
+use crate::sys;
+
+/// The registered buffer each side exposes, in u64 for aligned atomics.
+struct Registered {
+    /// Owned until the region is closed; the peer writes it through the fabric.
+    _buf: Box<[u64]>,
+    mr: *mut sys::fid_mr,
+}
+
+/// One endpoint of a two-process bare pattern (see the module docs).
+pub struct BarePair {
+    // Field order: the region closes (Drop) before the endpoint and the buffers go.
+    reg: Option<Registered>,
+    ep: Endpoint,
+    peer: sys::fi_addr_t,
+    remote_addr: u64,
+    remote_key: u64,
+    cap: usize,
+    src: Vec<u8>,
+    result: Vec<u8>,
+    ctx: Box<OpContext>,
+    recv: Box<[u8; 64]>,
+    recv_ctx: Box<OpContext>,
+    entries: Vec<sys::fi_cq_data_entry>,
+}
+
+impl std::fmt::Debug for BarePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BarePair")
+            .field("provider", &self.ep.offer.provider)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+const OP: u64 = 1;
+const RECV: u64 = 2;
+/// A peer that does not answer for this long has failed.
+const STALL: Duration = Duration::from_secs(30);
+
+impl BarePair {
+    /// Opens an endpoint on `provider` (`None`: libfabric's choice, honouring
+    /// `FI_PROVIDER`), registers `cap` bytes, and swaps (name, address, key) with the
+    /// other process through `swap` (which sends ours and returns theirs).
+    pub fn connect(
+        provider: Option<&str>,
+        cap: usize,
+        swap: impl FnOnce(&[u8]) -> Result<Vec<u8>, TransportError>,
+    ) -> Result<BarePair, TransportError> {
+        let mut ep = Endpoint::open(provider, true, 2)?;
+        let cap = cap.max(8);
+        let buf = vec![0u64; cap.div_ceil(8)].into_boxed_slice();
+        // SAFETY: `buf` is owned by the Registered kept in the pair, whose region is
+        // closed in Drop before the buffer is freed.
+        let (mr, key) = unsafe { ep.mr_reg(buf.as_ptr().cast(), cap, 1)? };
+        let virt = ep.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0;
+        let addr = if virt { buf.as_ptr() as u64 } else { 0 };
+        let name = ep.name()?;
+        let mut mine = addr.to_le_bytes().to_vec();
+        mine.extend_from_slice(&key.to_le_bytes());
+        mine.extend_from_slice(&name);
+        let mut pair = BarePair {
+            reg: Some(Registered { _buf: buf, mr }),
+            peer: 0,
+            remote_addr: 0,
+            remote_key: 0,
+            cap,
+            src: vec![b'a'; cap],
+            result: vec![0; cap],
+            ctx: Box::new(OpContext {
+                id: OP,
+                ..Default::default()
+            }),
+            recv: Box::new([0; 64]),
+            recv_ctx: Box::new(OpContext {
+                id: RECV,
+                ..Default::default()
+            }),
+            entries: vec![sys::fi_cq_data_entry::default(); 16],
+            ep,
+        };
+        pair.post_recv()?;
+        let theirs = swap(&mine)?;
+        if theirs.len() <= 16 {
+            return Err(TransportError::Failed(
+                "bare pattern: short peer address".into(),
+            ));
+        }
+        pair.remote_addr = u64::from_le_bytes(theirs[0..8].try_into().expect("8 bytes"));
+        pair.remote_key = u64::from_le_bytes(theirs[8..16].try_into().expect("8 bytes"));
+        pair.peer = pair.ep.insert(&[theirs[16..].to_vec()])?[0];
+        Ok(pair)
+    }
+
+    /// The provider in use.
+    pub fn provider(&self) -> &str {
+        &self.ep.offer.provider
+    }
+
+    fn post_recv(&mut self) -> Result<(), TransportError> {
+        let ctx: *mut c_void = (&mut *self.recv_ctx as *mut OpContext).cast();
+        // SAFETY: the receive buffer and its context are boxed in the pair and not touched
+        // until the receive's completion is read (or the endpoint closes).
+        let rc = unsafe { self.ep.post_recv(self.recv.as_mut_ptr(), 64, ctx) };
+        if rc != 0 {
+            return Err(fi_error("fi_recv", rc as i64));
+        }
+        Ok(())
+    }
+
+    /// Reads the completion queue once: how many completions with `id` came.
+    fn reap(&mut self, id: u64) -> Result<usize, TransportError> {
+        match self.ep.cq_read(&mut self.entries) {
+            Ok(n) => Ok(self.entries[..n]
+                .iter()
+                .filter(|e| {
+                    !e.op_context.is_null()
+                        // SAFETY: every op of the pair carries one of its boxed contexts,
+                        // alive as long as the pair.
+                        && unsafe { (*e.op_context.cast::<OpContext>()).id } == id
+                })
+                .count()),
+            Err(_) => {
+                let msg = self
+                    .ep
+                    .cq_readerr()
+                    .map_or_else(|| "unknown".to_string(), |(_, m)| m);
+                Err(TransportError::Failed(format!("bare pattern: {msg}")))
+            }
+        }
+    }
+
+    /// Drives the completion queue until `count` completions with `id` came.
+    fn wait(&mut self, id: u64, mut count: usize) -> Result<(), TransportError> {
+        let start = Instant::now();
+        while count > 0 {
+            count = count.saturating_sub(self.reap(id)?);
+            if start.elapsed() > STALL {
+                return Err(TransportError::Failed("bare pattern: peer stalled".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts `count` operations with `post` (retrying on -FI_EAGAIN while reaping), then
+    /// waits for all their completions.
+    fn issue(
+        &mut self,
+        what: &str,
+        count: usize,
+        mut post: impl FnMut(&mut BarePair) -> isize,
+    ) -> Result<(), TransportError> {
+        let mut done = 0;
+        for _ in 0..count {
+            loop {
+                let rc = post(self);
+                if rc == 0 {
+                    break;
+                }
+                if !is_again(rc) {
+                    return Err(fi_error(what, rc as i64));
+                }
+                done += self.reap(OP)?;
+            }
+        }
+        self.wait(OP, count.saturating_sub(done))
+    }
+
+    fn check(&self, len: usize) -> Result<(), TransportError> {
+        if len > self.cap {
+            return Err(TransportError::Failed(format!(
+                "bare pattern: {len} bytes exceed the {} registered",
+                self.cap
+            )));
+        }
+        Ok(())
+    }
+
+    /// `len` bytes written into the peer's buffer, delivered (FI_DELIVERY_COMPLETE, and
+    /// FI_INJECT when small, as the library's puts).
+    pub fn write(&mut self, len: usize) -> Result<(), TransportError> {
+        self.write_many(len, 1)
+    }
+
+    /// `count` writes of `len` bytes issued back to back, then all their completions.
+    pub fn write_many(&mut self, len: usize, count: usize) -> Result<(), TransportError> {
+        self.check(len)?;
+        let inject = len <= self.ep.offer.inject_size;
+        self.issue("fi_writemsg", count, |p| {
+            let iov = sys::iovec {
+                iov_base: p.src.as_mut_ptr().cast(),
+                iov_len: len,
+            };
+            let rma = sys::fi_rma_iov {
+                addr: p.remote_addr,
+                len,
+                key: p.remote_key,
+            };
+            let msg = sys::fi_msg_rma {
+                msg_iov: &iov,
+                desc: std::ptr::null_mut(),
+                iov_count: 1,
+                addr: p.peer,
+                rma_iov: &rma,
+                rma_iov_count: 1,
+                context: (&mut *p.ctx as *mut OpContext).cast(),
+                data: 0,
+            };
+            let mut flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
+            if inject {
+                flags |= sys::FI_INJECT as u64;
+            }
+            // SAFETY: iov, rma and msg live for the call; the source buffer and context
+            // are the pair's and untouched until the completion `issue` waits for; the
+            // range lies in the peer's registered `cap` bytes (checked).
+            unsafe { sys::rma_fi_writemsg(p.ep.raw().0, &msg, flags) }
+        })
+    }
+
+    /// `len` bytes read from the peer's buffer.
+    pub fn read(&mut self, len: usize) -> Result<(), TransportError> {
+        self.read_many(len, 1)
+    }
+
+    /// `count` reads of `len` bytes issued back to back, then all their completions.
+    pub fn read_many(&mut self, len: usize, count: usize) -> Result<(), TransportError> {
+        self.check(len)?;
+        self.issue("fi_read", count, |p| {
+            let ctx = (&mut *p.ctx as *mut OpContext).cast();
+            // SAFETY: the result buffer and context are the pair's and untouched until the
+            // completion `issue` waits for; range checked.
+            unsafe {
+                sys::rma_fi_read(
+                    p.ep.raw().0,
+                    p.result.as_mut_ptr().cast(),
+                    len,
+                    std::ptr::null_mut(),
+                    p.peer,
+                    p.remote_addr,
+                    p.remote_key,
+                    ctx,
+                )
+            }
+        })
+    }
+
+    /// A fetching atomic sum of one u64 at the peer's offset 0 (what fetch_and_op does).
+    pub fn fetch_add(&mut self) -> Result<(), TransportError> {
+        self.src[..8].copy_from_slice(&1u64.to_le_bytes());
+        self.issue("fi_fetch_atomic", 1, |p| {
+            let ctx = (&mut *p.ctx as *mut OpContext).cast();
+            // SAFETY: operand, result and context are the pair's, untouched until the
+            // completion; one u64 at offset 0 of the peer's registered buffer.
+            unsafe {
+                sys::rma_fi_fetch_atomic(
+                    p.ep.raw().0,
+                    p.src.as_ptr().cast(),
+                    1,
+                    std::ptr::null_mut(),
+                    p.result.as_mut_ptr().cast(),
+                    std::ptr::null_mut(),
+                    p.peer,
+                    p.remote_addr,
+                    p.remote_key,
+                    sys::fi_datatype_FI_UINT64,
+                    sys::fi_op_FI_SUM,
+                    ctx,
+                )
+            }
+        })
+    }
+
+    /// Rank 1's part: drives the completion queue (the provider's progress for the
+    /// peer's operations on our buffer) until the peer's [`done`](Self::done).
+    pub fn serve(&mut self) -> Result<(), TransportError> {
+        self.wait(RECV, 1)?;
+        self.post_recv()
+    }
+
+    /// Rank 0's part: tells the peer this round is over.
+    pub fn done(&mut self) -> Result<(), TransportError> {
+        let start = Instant::now();
+        loop {
+            let rc = self.ep.inject(&[1], self.peer);
+            if rc == 0 {
+                return Ok(());
+            }
+            if !is_again(rc) || start.elapsed() > STALL {
+                return Err(fi_error("fi_inject", rc as i64));
+            }
+            let _ = self.ep.cq_read(&mut self.entries);
+        }
+    }
+}
+
+impl Drop for BarePair {
+    fn drop(&mut self) {
+        if let Some(r) = self.reg.take() {
+            // SAFETY: the region came from this endpoint's mr_reg and is closed once,
+            // here, before its buffer (dropped with `r` right after).
+            unsafe { self.ep.mr_close(r.mr) };
+        }
+    }
+}
+
+// SAFETY: the raw handles are used only through `&mut self`.
+unsafe impl Send for BarePair {}

@@ -1,0 +1,543 @@
+//! Hybrid worlds: shared memory among the ranks of one node, libfabric between nodes, in
+//! the same windows.
+//!
+//! Locality comes from the bootstrap's node identity (`Bootstrap::node_id`: PMIx's node
+//! id, Slurm's node id, the host name of a UTS namespace), never from the rank layout.
+//! [`HybridTransport`] is a [`Transport`] that holds a [`ShmTransport`] over this node's
+//! ranks (renumbered 0..n by a [`NodeBootstrap`]) and an [`OfiTransport`] over the whole
+//! job, and sends every call for a target to the one that reaches it.
+//!
+//! Window memory is the shared-memory segment (the node's ranks load and store it),
+//! registered with libfabric as well (the other nodes' ranks write and read it with
+//! RDMA); its descriptor carries both backends' parts. Two things must meet in one place
+//! whichever way a rank comes:
+//! - **Atomics**: the node's ranks apply CPU atomics to the window; the other nodes'
+//!   accumulates therefore go as active messages (network atomics are left out of the
+//!   network capabilities), applied by the target element by element with
+//!   compare-exchange loops on the same words.
+//! - **Passive-target locks**: the node's ranks take the target's lock word in shared
+//!   memory themselves (no target progress needed); the other nodes' ranks ask the
+//!   target's lock queue by message, and the target takes the same word for them
+//!   (rma-core's target side does this whenever its own lock is native).
+//!
+//! The fence barrier is the engine's message barrier (a shared-memory barrier word covers
+//! only one node). A rank that dies is seen by its node's ranks (pids), which tell every
+//! other rank through the network ([`OfiTransport::announce_failure`]).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use rma_core::transport::{Event, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
+use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
+use rma_ofi::{OfiTransport, Registration};
+use rma_shm::ShmTransport;
+
+use crate::{Route, Traffic};
+
+/// Not on this node, in [`HybridTransport`]'s rank table.
+const OFF_NODE: u32 = u32::MAX;
+
+/// The bootstrap of one node's ranks, inside the job's bootstrap: ranks renumbered by
+/// their order in the job, keys and the job id qualified by the node, so that the node
+/// transports of different nodes (which may share one host's `/dev/shm` and the job's
+/// key-value space) never meet.
+///
+/// Its barrier is the job's barrier: every rank of the job runs its node transport's
+/// collectives in the same order (the hybrid transport calls them in lockstep), which
+/// keeps the count of barriers equal everywhere.
+pub struct NodeBootstrap {
+    job: Arc<dyn Bootstrap>,
+    /// This node's ranks, in job order.
+    ranks: Vec<Rank>,
+    index: Rank,
+    job_id: String,
+    prefix: String,
+}
+
+impl std::fmt::Debug for NodeBootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeBootstrap")
+            .field("job_id", &self.job_id)
+            .field("ranks", &self.ranks)
+            .finish()
+    }
+}
+
+impl NodeBootstrap {
+    /// The node's view, from every rank's node id in job order (`nodes[r]`).
+    pub fn new(job: Arc<dyn Bootstrap>, nodes: &[Vec<u8>]) -> NodeBootstrap {
+        let me = &nodes[job.rank() as usize];
+        let ranks: Vec<Rank> = (0..nodes.len() as Rank)
+            .filter(|r| &nodes[*r as usize] == me)
+            .collect();
+        let index = ranks
+            .iter()
+            .position(|r| *r == job.rank())
+            .expect("a rank is on its own node") as Rank;
+        // The node's number: order of first appearance in the job (host names may hold
+        // characters a segment name cannot).
+        let mut seen: Vec<&Vec<u8>> = Vec::new();
+        for n in nodes {
+            if !seen.contains(&n) {
+                seen.push(n);
+            }
+        }
+        let number = seen.iter().position(|n| *n == me).expect("own node") as u32;
+        NodeBootstrap {
+            job_id: format!("{}-n{number}", job.job_id()),
+            prefix: format!("n{number}-"),
+            job,
+            ranks,
+            index,
+        }
+    }
+}
+
+impl Bootstrap for NodeBootstrap {
+    fn rank(&self) -> Rank {
+        self.index
+    }
+    fn size(&self) -> usize {
+        self.ranks.len()
+    }
+    fn job_id(&self) -> &str {
+        &self.job_id
+    }
+    fn node_id(&self) -> &str {
+        self.job.node_id()
+    }
+    fn put(&self, key: &str, value: &[u8]) -> Result<(), TransportError> {
+        self.job.put(&format!("{}{key}", self.prefix), value)
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, TransportError> {
+        self.job.get(&format!("{}{key}", self.prefix))
+    }
+    fn barrier(&self) -> Result<(), TransportError> {
+        self.job.barrier()
+    }
+    /// The job's allgather, keeping this node's entries: launchers key values by the
+    /// putting process (PMIx), so the node's renumbered ranks cannot name each other's
+    /// keys; and every rank of the job is in the same collective anyway.
+    fn allgather(&self, tag: &str, value: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
+        // One tag for every node (each rank puts its own key under it).
+        let mut all = self.job.allgather(&format!("node-{tag}"), value)?;
+        Ok(self
+            .ranks
+            .iter()
+            .map(|r| std::mem::take(&mut all[*r as usize]))
+            .collect())
+    }
+}
+
+/// Per target: native operations and active messages this process sent through the
+/// backend that reaches it.
+#[derive(Debug, Default)]
+struct TargetTraffic {
+    native_ops: AtomicU64,
+    messages: AtomicU64,
+}
+
+/// A window segment of a hybrid world: shared memory, registered with the network.
+struct HybridSegment {
+    /// The node's segment (owner of the memory).
+    node: Arc<dyn Segment>,
+    /// The network's registration of the same memory, if the provider does RMA.
+    net: Option<Registration>,
+}
+
+impl Segment for HybridSegment {
+    fn len(&self) -> usize {
+        self.node.len()
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.node.read(offset, dst)
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        self.node.write(offset, src)
+    }
+    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        self.node.update(offset, len, f)
+    }
+    fn descriptor(&self) -> Vec<u8> {
+        let node = self.node.descriptor();
+        let mut d = (node.len() as u32).to_le_bytes().to_vec();
+        d.extend_from_slice(&node);
+        if let Some(net) = &self.net {
+            d.extend_from_slice(&net.descriptor());
+        }
+        d
+    }
+    fn shared_base(&self) -> Option<usize> {
+        self.node.shared_base()
+    }
+    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
+        // Hybrid windows over user memory live in allocated memory (copies_user_memory).
+        None
+    }
+}
+
+/// Splits a hybrid descriptor into its node and network parts, without trusting it.
+fn split_descriptor(d: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_le_bytes(d.get(..4)?.try_into().ok()?) as usize;
+    let node = d.get(4..4usize.checked_add(len)?)?;
+    Some((node, &d[4 + len..]))
+}
+
+/// Shared memory for the ranks of this node, libfabric for the others (see the module
+/// docs).
+pub struct HybridTransport {
+    job: Arc<dyn Bootstrap>,
+    rank: Rank,
+    size: usize,
+    node: ShmTransport,
+    net: OfiTransport,
+    /// Per job rank: its index among this node's ranks, or [`OFF_NODE`].
+    node_index: Vec<u32>,
+    /// This node's ranks in job order (node index to job rank).
+    node_ranks: Vec<Rank>,
+    nodes: usize,
+    traffic: Vec<TargetTraffic>,
+    collective: AtomicU32,
+}
+
+impl std::fmt::Debug for HybridTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HybridTransport")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("node_ranks", &self.node_ranks)
+            .field("nodes", &self.nodes)
+            .finish()
+    }
+}
+
+impl HybridTransport {
+    /// Joins the node's shared memory and the job's fabric. `nodes` holds every rank's
+    /// node id, in job order (one allgather the caller made).
+    pub fn new(
+        job: Arc<dyn Bootstrap>,
+        nodes: &[Vec<u8>],
+    ) -> Result<HybridTransport, TransportError> {
+        let node_boot = Arc::new(NodeBootstrap::new(job.clone(), nodes));
+        let node_ranks = node_boot.ranks.clone();
+        let mut node_index = vec![OFF_NODE; job.size()];
+        for (i, r) in node_ranks.iter().enumerate() {
+            node_index[*r as usize] = i as u32;
+        }
+        let mut distinct: Vec<&Vec<u8>> = nodes.iter().collect();
+        distinct.sort();
+        distinct.dedup();
+        let node = ShmTransport::new(node_boot)?;
+        let net = OfiTransport::new(job.clone())?;
+        tracing::info!(
+            rank = job.rank(),
+            node_ranks = ?node_ranks,
+            nodes = distinct.len(),
+            provider = net.provider(),
+            "hybrid world: shared memory on this node, libfabric between nodes"
+        );
+        Ok(HybridTransport {
+            rank: job.rank(),
+            size: job.size(),
+            traffic: (0..job.size()).map(|_| TargetTraffic::default()).collect(),
+            nodes: distinct.len(),
+            job,
+            node,
+            net,
+            node_index,
+            node_ranks,
+            collective: AtomicU32::new(0),
+        })
+    }
+
+    /// This node's index of `target`, if it is on this node.
+    fn on_node(&self, target: Rank) -> Option<Rank> {
+        match self.node_index.get(target as usize) {
+            Some(&i) if i != OFF_NODE => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Which backend reaches `target`.
+    pub fn route(&self, target: Rank) -> Route {
+        if self.on_node(target).is_some() {
+            Route::SharedMemory
+        } else {
+            Route::Network
+        }
+    }
+
+    /// What this process sent toward `target` so far, and through which backend.
+    pub fn traffic(&self, target: Rank) -> Option<Traffic> {
+        let t = self.traffic.get(target as usize)?;
+        Some(Traffic {
+            route: self.route(target),
+            native_ops: t.native_ops.load(Relaxed),
+            messages: t.messages.load(Relaxed),
+        })
+    }
+
+    /// Number of distinct nodes in the job.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// The libfabric provider between nodes.
+    pub fn provider(&self) -> &str {
+        self.net.provider()
+    }
+
+    /// Leaves normally: marks the departure for the node's ranks
+    /// ([`ShmTransport::depart`]) and says goodbye to the others
+    /// ([`OfiTransport::depart`]).
+    pub fn depart(&self) {
+        self.node.depart();
+        self.net.depart();
+    }
+
+    fn count_op(&self, target: Rank) {
+        if let Some(t) = self.traffic.get(target as usize) {
+            t.native_ops.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Job rank of a node transport's rank.
+    fn job_rank(&self, node_rank: Rank) -> Rank {
+        self.node_ranks
+            .get(node_rank as usize)
+            .copied()
+            .unwrap_or(node_rank)
+    }
+}
+
+impl Transport for HybridTransport {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn capabilities(&self, target: Rank) -> Capabilities {
+        match self.on_node(target) {
+            Some(i) => self.node.capabilities(i),
+            None => without_atomics(self.net.capabilities(target)),
+        }
+    }
+    fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
+        match self.on_node(target) {
+            Some(i) => self.node.window_capabilities(win, i),
+            None => without_atomics(self.net.window_capabilities(win, target)),
+        }
+    }
+
+    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+        if shared && self.nodes > 1 {
+            // Every rank sees the same node count: all fail here, before any collective.
+            return Err(TransportError::Unsupported(
+                "allocate_shared needs every rank of the window on one node",
+            ));
+        }
+        let node = self.node.allocate(len, shared)?;
+        let net = self.net.register_segment(&node)?;
+        Ok(Arc::new(HybridSegment { node, net }))
+    }
+    fn copies_user_memory(&self) -> bool {
+        // The node's ranks reach allocated memory by load/store; user memory only by
+        // cross-memory attach. The registration covers either.
+        true
+    }
+    fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
+        // Regions of dynamic windows: reached by active messages from everyone.
+        self.node.expose(memory)
+    }
+    fn window_ready(
+        &self,
+        win: u32,
+        local: Option<&Arc<dyn Segment>>,
+        remote: &[RemoteSegment],
+    ) -> Result<(), TransportError> {
+        let node_local = match local {
+            Some(seg) => {
+                let any: &dyn std::any::Any = seg.as_ref();
+                Some(match any.downcast_ref::<HybridSegment>() {
+                    Some(h) => h.node.clone(),
+                    None => seg.clone(),
+                })
+            }
+            None => None,
+        };
+        let (mut node_part, mut net_part) = (Vec::new(), Vec::with_capacity(remote.len()));
+        for (r, seg) in remote.iter().enumerate() {
+            let (node_key, net_key) = if local.is_none() {
+                (&seg.key[..], &[][..])
+            } else {
+                split_descriptor(&seg.key).ok_or_else(|| {
+                    TransportError::Failed(format!("bad hybrid window descriptor from rank {r}"))
+                })?
+            };
+            if self.on_node(r as Rank).is_some() {
+                node_part.push(RemoteSegment {
+                    key: node_key.to_vec(),
+                    ..seg.clone()
+                });
+            }
+            net_part.push(RemoteSegment {
+                key: net_key.to_vec(),
+                ..seg.clone()
+            });
+        }
+        self.node
+            .window_ready(win, node_local.as_ref(), &node_part)?;
+        self.net.window_ready(win, node_local.as_ref(), &net_part)
+    }
+    fn window_freed(&self, win: u32) {
+        self.node.window_freed(win);
+        self.net.window_freed(win);
+    }
+
+    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
+        let n = self.collective.fetch_add(1, Relaxed);
+        self.job.allgather(&format!("hy-ag{n}"), mine)
+    }
+    fn barrier(&self) -> Result<(), TransportError> {
+        self.job.barrier()
+    }
+
+    fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
+        match self.on_node(target) {
+            Some(i) => self.node.send(i, packet)?,
+            None => self.net.send(target, packet)?,
+        }
+        if let Some(t) = self.traffic.get(target as usize) {
+            t.messages.fetch_add(1, Relaxed);
+        }
+        Ok(())
+    }
+    fn put(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let issued = match self.on_node(target) {
+            Some(i) => self.node.put(win, i, offset, data, token)?,
+            None => self.net.put(win, target, offset, data, token)?,
+        };
+        self.count_op(target);
+        Ok(issued)
+    }
+    fn get(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let issued = match self.on_node(target) {
+            Some(i) => self.node.get(win, i, offset, len, token)?,
+            None => self.net.get(win, target, offset, len, token)?,
+        };
+        self.count_op(target);
+        Ok(issued)
+    }
+    fn get_into(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let done = match self.on_node(target) {
+            Some(i) => self.node.get_into(win, i, offset, dst)?,
+            None => self.net.get_into(win, target, offset, dst)?,
+        };
+        if done {
+            self.count_op(target);
+        }
+        Ok(done)
+    }
+    fn atomic(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        // Only the node's ranks are offered native atomics (see the module docs).
+        let i = self.on_node(target).ok_or(TransportError::Unsupported(
+            "network atomics in a hybrid world",
+        ))?;
+        let issued = self.node.atomic(win, i, offset, atomic, token)?;
+        self.count_op(target);
+        Ok(issued)
+    }
+
+    fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        let i = self
+            .on_node(target)
+            .ok_or(TransportError::Unsupported("native locks across nodes"))?;
+        self.node.try_lock(win, i, exclusive)
+    }
+    fn unlock(&self, win: u32, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        let i = self
+            .on_node(target)
+            .ok_or(TransportError::Unsupported("native locks across nodes"))?;
+        self.node.unlock(win, i, exclusive)
+    }
+
+    fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
+        let start = events.len();
+        self.node.poll(events)?;
+        // The node transport numbers its ranks 0..n: back to job ranks.
+        for e in &mut events[start..] {
+            match e {
+                Event::Received { from, .. } => *from = self.job_rank(*from),
+                Event::PeerFailed { rank } => {
+                    *rank = self.job_rank(*rank);
+                    // The other nodes cannot see this node's processes: tell them.
+                    self.net.announce_failure(*rank);
+                }
+                Event::Completed { .. } | Event::Failed { .. } => {}
+            }
+        }
+        self.net.poll(events)?;
+        Ok(events.len() - start)
+    }
+
+    fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
+        self.node.shared_base(win, self.on_node(rank)?)
+    }
+    fn memory_sync(&self) {
+        self.node.memory_sync()
+    }
+}
+
+/// Network capabilities with atomics left to active messages.
+fn without_atomics(c: Capabilities) -> Capabilities {
+    Capabilities {
+        atomics: 0,
+        compare_and_swap: 0,
+        ..c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_split_without_trusting_the_length() {
+        let mut d = 3u32.to_le_bytes().to_vec();
+        d.extend_from_slice(b"abcxyz");
+        assert_eq!(split_descriptor(&d), Some((&b"abc"[..], &b"xyz"[..])));
+        let mut bad = 100u32.to_le_bytes().to_vec();
+        bad.extend_from_slice(b"abc");
+        assert_eq!(split_descriptor(&bad), None);
+        assert_eq!(split_descriptor(&[1, 2]), None);
+        assert_eq!(split_descriptor(&u32::MAX.to_le_bytes()), None);
+    }
+}
