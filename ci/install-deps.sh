@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests need, from Debian's archive: MPICH (Hydra's mpiexec, for the
 # PMI-1 and PMI-2 bootstraps), Slurm with munge (srun --mpi=pmi2 and --mpi=pmix), OpenPMIx
-# and Open MPI (the PMIx bootstrap, mpirun), libfabric (the ofi backend), and clang,
+# and Open MPI (the PMIx bootstrap, mpirun), libfabric (the ofi backend), rdma-core's
+# libibverbs and librdmacm (the verbs backend), and clang,
 # libclang + pkg-config (bindgen builds the PMIx and libfabric bindings; the workspace is
 # tested with --all-features), iproute2 (simulated hosts). Idempotent: does nothing when everything is there.
 set -euo pipefail
@@ -15,6 +16,10 @@ command -v munged >/dev/null || need+=(munge)
 pkg-config --exists pmix 2>/dev/null || need+=(libpmix-dev pkg-config)
 mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
 [ -f /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
+# rma-verbs (feature verbs; rdma-sys binds rdma-core's headers and links libibverbs and
+# librdmacm). ci/verbs.sh installs what its VM needs itself.
+pkg-config --exists libibverbs 2>/dev/null || need+=(libibverbs-dev)
+pkg-config --exists librdmacm 2>/dev/null || need+=(librdmacm-dev)
 command -v clang >/dev/null || need+=(clang)
 # ip (netns, veth, bridge) and unshare for the simulated hosts of the hybrid tests.
 [ -x /usr/sbin/ip ] || [ -x /bin/ip ] || need+=(iproute2)

@@ -6,7 +6,8 @@
 # simulated transport, the conformance suite across real processes (rma-run, MPICH's
 # mpiexec with PMI-1 and PMI-2, srun --mpi=pmi2 and --mpi=pmix, Open MPI's mpirun), the
 # benchmark smoke tests, doc
-# examples. Each multi-process test has its own deadline.
+# examples, then the verbs backend inside a soft-RoCE VM (ci/verbs.sh). Each
+# multi-process test has its own deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install-deps.sh
@@ -26,3 +27,6 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 cargo test --workspace --all-features
+# The verbs backend: the host kernel has no RDMA, so its tests run inside a qemu VM with
+# soft-RoCE (rdma_rxe): conformance on 2-4 ranks, a killed peer, latency beside perftest.
+bash ci/verbs.sh

@@ -126,6 +126,9 @@ pub enum Backend {
     /// Two processes over rma's libfabric transport (`-b ofi[:PROVIDER]`; needs the
     /// `ofi` feature of this crate).
     Ofi,
+    /// Two processes over rma's InfiniBand verbs transport (`-b verbs`; needs the `verbs`
+    /// feature of this crate and an RDMA device, e.g. rdma_rxe in ci/rxe-vm).
+    Verbs,
     /// Two threads over the simulated transport, every operation an active message.
     SimAm,
     /// Two threads over the simulated transport with native put, get and some atomics.
@@ -134,13 +137,20 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend.
-    pub const ALL: [Backend; 4] = [Backend::Shm, Backend::Ofi, Backend::SimAm, Backend::SimRdma];
+    pub const ALL: [Backend; 5] = [
+        Backend::Shm,
+        Backend::Ofi,
+        Backend::Verbs,
+        Backend::SimAm,
+        Backend::SimRdma,
+    ];
 
     /// The name `-b` takes.
     pub const fn name(self) -> &'static str {
         match self {
             Backend::Shm => "shm",
             Backend::Ofi => "ofi",
+            Backend::Verbs => "verbs",
             Backend::SimAm => "sim-am",
             Backend::SimRdma => "sim-rdma",
         }
@@ -149,7 +159,7 @@ impl Backend {
     /// The simulated network's capability profile (`None` for real transports).
     pub const fn profile(self) -> Option<Profile> {
         match self {
-            Backend::Shm | Backend::Ofi => None,
+            Backend::Shm | Backend::Ofi | Backend::Verbs => None,
             Backend::SimAm => Some(Profile::ActiveMessages),
             Backend::SimRdma => Some(Profile::Rdma),
         }

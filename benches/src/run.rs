@@ -79,7 +79,7 @@ fn run(bench: &'static Benchmark) -> Result<ExitCode, String> {
         Command::Run(o) => o,
     };
     match opts.backend {
-        Backend::Shm | Backend::Ofi => run_shm(bench, opts, args),
+        Backend::Shm | Backend::Ofi | Backend::Verbs => run_shm(bench, opts, args),
         Backend::SimAm | Backend::SimRdma => run_sim(bench, opts),
     }
 }
@@ -102,6 +102,9 @@ fn run_shm(
         if let Some(p) = &opts.provider {
             std::env::set_var("FI_PROVIDER", p);
         }
+    }
+    if opts.backend == Backend::Verbs {
+        std::env::set_var("RMA_BACKEND", "verbs");
     }
     if should_self_launch(&opts) {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
@@ -224,6 +227,8 @@ fn active_message_limit(bench: &Benchmark, opts: &Options, config: &Config) -> O
             Backend::Shm => false,
             // What runs natively depends on the provider: assume messages.
             Backend::Ofi => !matches!(op, Operation::Put | Operation::Get),
+            // Put, get, u64 sum and compare-and-swap are native; the rest are messages.
+            Backend::Verbs => !matches!(op, Operation::Put | Operation::Get),
         };
     if !by_message {
         return None;
@@ -232,6 +237,8 @@ fn active_message_limit(bench: &Benchmark, opts: &Options, config: &Config) -> O
         Backend::Shm => SHM_MAX_MESSAGE,
         // rma-ofi's default active-message size (RMA_OFI_MAX_MESSAGE).
         Backend::Ofi => 64 * 1024,
+        // rma-verbs's default active-message size (RMA_VERBS_MAX_MESSAGE).
+        Backend::Verbs => 64 * 1024,
         Backend::SimAm | Backend::SimRdma => 1 << 20,
     };
     Some(max_message - AM_HEADER_ALLOWANCE)

@@ -38,7 +38,7 @@ pub use rma_core::*;
 pub enum Route {
     /// Shared memory: the target is on this node.
     SharedMemory,
-    /// The network (libfabric).
+    /// The network (libfabric, or verbs with `RMA_BACKEND=verbs`).
     Network,
 }
 
@@ -61,6 +61,9 @@ enum Backend {
     Network(Arc<rma_ofi::OfiTransport>),
     #[cfg(feature = "ofi")]
     Hybrid(Arc<hybrid::HybridTransport>),
+    /// libibverbs toward every rank (it says goodbye to its peers when dropped).
+    #[cfg(feature = "verbs")]
+    Verbs,
 }
 
 /// The processes of a job as this process sees them: its bootstrap and the engine over
@@ -92,7 +95,9 @@ impl World {
     /// when the job spans nodes (by the bootstrap's node identity), shared memory among
     /// each node's ranks and libfabric between nodes in the same windows (the `ofi`
     /// cargo feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`). `RMA_BACKEND`
-    /// forces one: `shm`, `ofi` (libfabric toward every rank) or `hybrid`.
+    /// forces one: `shm`, `ofi` (libfabric toward every rank), `hybrid` or `verbs`
+    /// (libibverbs toward every rank, with the `verbs` cargo feature; device from
+    /// `RMA_VERBS_DEVICE`).
     pub fn init_with(config: Config) -> Result<World> {
         let bootstrap = bootstrap::detect()?;
         let forced = std::env::var("RMA_BACKEND").ok().filter(|b| !b.is_empty());
@@ -138,9 +143,23 @@ impl World {
                 ))
                 .into());
             }
+            #[cfg(feature = "verbs")]
+            "verbs" => {
+                let t = Arc::new(rma_verbs::VerbsTransport::new(bootstrap.clone())?);
+                (t, Backend::Verbs)
+            }
+            #[cfg(not(feature = "verbs"))]
+            "verbs" => {
+                return Err(TransportError::Failed(
+                    "RMA_BACKEND=verbs: this build has no verbs backend (build rma with the \
+                     `verbs` feature)"
+                        .into(),
+                )
+                .into())
+            }
             other => {
                 return Err(TransportError::Failed(format!(
-                    "RMA_BACKEND={other}: not a backend rma knows (shm, ofi, hybrid)"
+                    "RMA_BACKEND={other}: not a backend rma knows (shm, ofi, hybrid, verbs)"
                 ))
                 .into())
             }
@@ -162,6 +181,8 @@ impl World {
             Backend::Network(_) => Route::Network,
             #[cfg(feature = "ofi")]
             Backend::Hybrid(h) => h.route(target),
+            #[cfg(feature = "verbs")]
+            Backend::Verbs => Route::Network,
         }
     }
 
@@ -199,6 +220,9 @@ impl Drop for World {
             Backend::Hybrid(h) => h.depart(),
             #[cfg(feature = "ofi")]
             Backend::Network(ofi) => ofi.depart(),
+            // Its goodbye and linger are in VerbsTransport's Drop.
+            #[cfg(feature = "verbs")]
+            Backend::Verbs => {}
         }
     }
 }

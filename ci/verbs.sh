@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The verbs backend's tests: builds the conformance suite, rma-run and the OSU latency
+# binaries with the `verbs` feature (release), boots one qemu VM with soft-RoCE
+# (ci/rxe-vm/run.sh: rdma_rxe on a veth) and runs inside it
+#   - rma-verbs's device tests (tests/device.rs), then the conformance cases over
+#     RMA_BACKEND=verbs on 2, 3 and 4 ranks (the host kernel has no RDMA: verbs code runs
+#     only there),
+#   - a killed peer, noticed within 10 s through the QP's retries alone
+#     (RMA_VERBS_PID_CHECK=0) and with the pid check,
+#   - osu_put_latency / osu_get_latency -b verbs at 8 bytes next to raw verbs from Rust
+#     (benches' verbs_raw_latency) and perftest's ib_write_lat / ib_read_lat in the same
+#     boot, and prints the ratios.
+# Exits non-zero if a conformance case fails; the latency ratios are reported, not gated
+# (the VM is emulated, its timings swing with the host's load).
+#
+# Environment: RXE_VM_TIMEOUT (host-side bound of the VM, default 900 s),
+# RMA_VERBS_BENCH_ITERS (default 2000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+ls /boot/vmlinuz-* >/dev/null 2>&1 || need+=(linux-image-amd64)
+[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx insmod || need+=(busybox-static)
+[ -x /bin/ip ] || need+=(iproute2)
+command -v rdma >/dev/null || need+=(iproute2)
+ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so >/dev/null 2>&1 || need+=(ibverbs-providers)
+command -v ibv_devinfo >/dev/null || need+=(ibverbs-utils)
+command -v ib_write_lat >/dev/null || need+=(perftest)
+pkg-config --exists libibverbs 2>/dev/null || need+=(libibverbs-dev)
+pkg-config --exists librdmacm 2>/dev/null || need+=(librdmacm-dev)
+command -v cpio >/dev/null || need+=(cpio)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v clang >/dev/null || need+=(clang)
+ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "verbs: install as root: apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+cargo build --release --quiet -p rma-conformance --features verbs --bin rma-conformance
+cargo build --release --quiet -p rma --features verbs --bin rma-run
+cargo build --release --quiet -p rma-benches --features verbs --bin osu_put_latency --bin osu_get_latency \
+  --bin verbs_raw_latency
+target=${CARGO_TARGET_DIR:-target}/release
+# rma-verbs's device tests (skipped on the host, which has no RDMA device).
+device_test=$(cargo test --release -p rma-verbs --test device --no-run 2>&1 |
+  grep -o '[^ (]*/release/deps/device-[0-9a-f]*' | tail -1)
+[ -x "$device_test" ] || { echo "verbs: cannot find the device test binary" >&2; exit 1; }
+
+iters=${RMA_VERBS_BENCH_ITERS:-2000}
+env='RMA_BACKEND=verbs RMA_TIMEOUT_MS=30000'
+run() { # ranks, args...: one conformance case
+  local n=$1
+  shift
+  echo "$env rma-run -n $n --timeout 100 rma-conformance $*"
+}
+cmds=("RMA_VERBS_REQUIRE_DEVICE=1 $(basename "$device_test") --test-threads=1")
+for kind in allocate create dynamic; do
+  for n in 2 4; do cmds+=("$(run $n ops $kind)"); done
+done
+cmds+=("$(run 2 progress)" "$(run 3 progress)")
+cmds+=("$(run 2 bad_input)" "$(run 3 bad_input)")
+cmds+=("$(run 3 fence_then_lock)" "$(run 2 no_segments_left)")
+cmds+=("$(run 4 stress_fetch_and_op)" "$(run 4 stress_overlap)")
+# Emulated (TCG): a round trip costs tens of microseconds of rxe plus the engine, so the
+# many-epoch cases run a tenth (stress_lock_counter: 1,000 locks per rank) or a
+# twentieth (litmus: 5,000 epochs) of their repetitions.
+cmds+=("RMA_CONFORMANCE_DIVISOR=10 $(run 4 stress_lock_counter)")
+for mode in fence pscw lock_all; do
+  cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus $mode)")
+done
+# Passive target: rma-verbs takes locks natively (atomics on a lock word), so a target
+# that computes without calling the library does not hold its origins up. Over the
+# engine's lock messages instead (RMA_VERBS_NATIVE_LOCKS=0) the target needs its
+# progress thread, as on ofi.
+cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus lock)")
+cmds+=("$(run 2 passive_target)")
+# (2,000 epochs and a 90 s call timeout: each lock is a message round trip through the
+# target's progress thread, which sleeps between polls; with the host loaded, 5,000 took
+# 25-35 s and 2,000 once passed the 30 s barrier timeout of rank 1, done first.)
+cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 RMA_CONFORMANCE_DIVISOR=50 $(run 2 litmus lock | sed 's/RMA_TIMEOUT_MS=30000/RMA_TIMEOUT_MS=90000/; s/--timeout 100/--timeout 140/')")
+cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
+# A killed peer: the survivors exit with 3 ("a peer is dead, as expected") within 10 s
+# of the kill; first through QP errors alone (keepalive writes, retries), then with the
+# pid check too.
+for pid_check in 0 1; do
+  cmds+=("s=\$(date +%s); RMA_VERBS_PID_CHECK=$pid_check $(run 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"dead_peer (pid check $pid_check): rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
+done
+# The benchmark: ours, raw verbs and perftest's in the same boot, in $rounds rounds
+# (the medians are reported: single runs swing by 2x with the host's load).
+ncase=${#cmds[@]}
+rounds=${RMA_VERBS_BENCH_ROUNDS:-3}
+for _ in $(seq "$rounds"); do
+  cmds+=("rma-run -n 2 verbs_raw_latency $iters")
+  cmds+=("RAW_TARGET_SPINS=1 rma-run -n 2 verbs_raw_latency $iters")
+  cmds+=("osu_put_latency -b verbs -m 8:8 -i $iters -x 200")
+  cmds+=("osu_get_latency -b verbs -m 8:8 -i $iters -x 200")
+  cmds+=("ib_write_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_write_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+  cmds+=("ib_read_lat -d rxe0 -x 1 -s 8 -n $iters >/tmp/srv 2>&1 & sleep 1; ib_read_lat -d rxe0 -x 1 -s 8 -n $iters 10.99.0.1; r=\$?; wait; exit \$r")
+done
+
+out=$(mktemp /tmp/rma-verbs-ci.XXXXXX)
+trap 'rm -f "$out"' EXIT
+set +e
+bash ci/rxe-vm/run.sh -t 150 -T "${RXE_VM_TIMEOUT:-900}" \
+  -b "$target/rma-conformance" -b "$target/rma-run" -b "$device_test" \
+  -b "$target/osu_put_latency" -b "$target/osu_get_latency" -b "$target/verbs_raw_latency" \
+  -- "${cmds[@]}" | tee "$out"
+vm=${PIPESTATUS[0]}
+set -e
+
+# Per command: its rc from the @@RC i=rc@@ lines.
+rc_of() { grep -o "^@@RC $1=[0-9]*@@" "$out" | tr -dc '0-9' | cut -c$((${#1} + 1))-; }
+failed=0
+for i in $(seq 1 "$ncase"); do
+  rc=$(rc_of "$i")
+  if [ "$rc" != 0 ]; then
+    echo "verbs: FAILED (rc ${rc:-none}): ${cmds[$((i - 1))]}" >&2
+    failed=1
+  fi
+done
+for i in $(seq $((ncase + 1)) ${#cmds[@]}); do
+  [ "$(rc_of "$i")" = 0 ] || echo "verbs: benchmark command $i did not finish: ${cmds[$((i - 1))]}" >&2
+done
+
+# Ratios. Raw verbs from Rust (verbs_raw_latency: WRITE or READ + CQ poll, the target
+# idle, then spinning as the engine's target does) is the pattern of OSU's put + flush
+# and get + flush. perftest beside it: ib_write_lat reports half a ping-pong round trip
+# (so twice its figure), ib_read_lat one READ round trip; t_typical is its median.
+section() { awk -v i="$1" '$0 ~ "^@@CMD "i" " {on=1; next} /^@@RC / {on=0} on' "$out"; }
+osu() { section "$1" | awk '$1 == "8" {print $2}' | tail -1; }
+raw() { section "$1" | awk -v k="$2" '$1 == k {print $3}' | tail -1; }
+perf() { section "$1" | awk -v col="$2" '$1 == "8" && NF >= 6 {print $col}' | tail -1; }
+# median FUNCTION ARGS: the median over the rounds of what FUNCTION finds in command
+# (ncase + 6 * round + offset).
+median() {
+  local f=$1 off=$2 r
+  shift 2
+  for r in $(seq 0 $((rounds - 1))); do "$f" $((ncase + 6 * r + off)) "$@"; done |
+    sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'
+}
+raw_w=$(median raw 1 raw_write)
+raw_r=$(median raw 1 raw_read)
+spin_w=$(median raw 2 raw_write)
+spin_r=$(median raw 2 raw_read)
+put=$(median osu 3)
+get=$(median osu 4)
+w_typ=$(median perf 5 5)
+w_avg=$(median perf 5 6)
+r_typ=$(median perf 6 5)
+r_avg=$(median perf 6 6)
+if [ -n "$put" ] && [ -n "$get" ] && [ -n "$raw_w" ] && [ -n "$raw_r" ] && [ -n "$w_avg" ] && [ -n "$r_avg" ]; then
+  awk -v rounds="$rounds" -v put="$put" -v get="$get" -v rw="$raw_w" -v rr="$raw_r" -v sw="${spin_w:-0}" -v sr="${spin_r:-0}" \
+    -v wt="$w_typ" -v wa="$w_avg" -v rt="$r_typ" -v ra="$r_avg" 'BEGIN {
+    printf "verbs latency at 8 bytes, us, medians of %d rounds (one VM boot, emulated: compare within the boot only)\n", rounds
+    printf "  put+flush  osu_put_latency -b verbs %8.2f | raw WRITE+poll %8.2f (ratio %.2f) | same, target spinning %8.2f (ratio %.2f) | 2 x ib_write_lat avg %8.2f (ratio %.2f) typical %7.2f (ratio %.2f)\n", put, rw, put/rw, sw, (sw > 0 ? put/sw : 0), 2*wa, put/(2*wa), 2*wt, put/(2*wt)
+    printf "  get+flush  osu_get_latency -b verbs %8.2f | raw READ+poll  %8.2f (ratio %.2f) | same, target spinning %8.2f (ratio %.2f) | ib_read_lat avg %8.2f (ratio %.2f) typical %7.2f (ratio %.2f)\n", get, rr, get/rr, sr, (sr > 0 ? get/sr : 0), ra, get/ra, rt, get/rt
+    printf "  goal: ratio <= 1.10 against raw verbs\n"
+  }'
+else
+  echo "verbs: benchmark figures missing (put=$put get=$get raw=$raw_w/$raw_r write=$w_avg read=$r_avg)" >&2
+fi
+
+if [ "$failed" != 0 ]; then
+  exit 1
+fi
+if [ "$vm" != 0 ] && [ -z "$(rc_of "$ncase")" ]; then
+  echo "verbs: the VM did not run every case (rc $vm)" >&2
+  exit 1
+fi
+echo "verbs: all $ncase conformance commands passed inside the rxe VM"
