@@ -203,6 +203,7 @@ pub struct VerbsTransport {
     /// Time between keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none).
     keepalive: std::time::Duration,
     last_keepalive: Mutex<std::time::Instant>,
+    departed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for VerbsTransport {
@@ -413,6 +414,7 @@ impl VerbsTransport {
             reported_dead: Mutex::new(vec![false; size]),
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
+            departed: std::sync::atomic::AtomicBool::new(false),
             yield_every: env_usize("RMA_VERBS_YIELD_EVERY", 8) as u64,
             block_after,
             idle: AtomicU64::new(0),
@@ -975,11 +977,24 @@ impl Inner {
 }
 
 impl Drop for VerbsTransport {
+    fn drop(&mut self) {
+        self.depart();
+    }
+}
+
+impl VerbsTransport {
     /// Says goodbye to every peer and lingers until every peer has said goodbye (or is
     /// gone, or `RMA_VERBS_LINGER_MS`, default 10 s, passed): our goodbye's completion
     /// means everything sent before it arrived, and a peer may still send to us until its
-    /// own goodbye.
-    fn drop(&mut self) {
+    /// own goodbye. Called when the World is dropped (a progress thread may hold the
+    /// transport longer) and by Drop; only the first call does anything.
+    pub fn depart(&self) {
+        if self
+            .departed
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
         let linger =
             std::time::Duration::from_millis(env_usize("RMA_VERBS_LINGER_MS", 10_000) as u64);
         let start = std::time::Instant::now();

@@ -61,9 +61,9 @@ enum Backend {
     Network(Arc<rma_ofi::OfiTransport>),
     #[cfg(feature = "ofi")]
     Hybrid(Arc<hybrid::HybridTransport>),
-    /// libibverbs toward every rank (it says goodbye to its peers when dropped).
+    /// libibverbs toward every rank.
     #[cfg(feature = "verbs")]
-    Verbs,
+    Verbs(Arc<rma_verbs::VerbsTransport>),
 }
 
 /// The processes of a job as this process sees them: its bootstrap and the engine over
@@ -146,7 +146,7 @@ impl World {
             #[cfg(feature = "verbs")]
             "verbs" => {
                 let t = Arc::new(rma_verbs::VerbsTransport::new(bootstrap.clone())?);
-                (t, Backend::Verbs)
+                (t.clone(), Backend::Verbs(t))
             }
             #[cfg(not(feature = "verbs"))]
             "verbs" => {
@@ -182,7 +182,7 @@ impl World {
             #[cfg(feature = "ofi")]
             Backend::Hybrid(h) => h.route(target),
             #[cfg(feature = "verbs")]
-            Backend::Verbs => Route::Network,
+            Backend::Verbs(_) => Route::Network,
         }
     }
 
@@ -220,9 +220,8 @@ impl Drop for World {
             Backend::Hybrid(h) => h.depart(),
             #[cfg(feature = "ofi")]
             Backend::Network(ofi) => ofi.depart(),
-            // Its goodbye and linger are in VerbsTransport's Drop.
             #[cfg(feature = "verbs")]
-            Backend::Verbs => {}
+            Backend::Verbs(verbs) => verbs.depart(),
         }
     }
 }
