@@ -394,6 +394,8 @@ fn a_killed_rank_ends_the_slurm_step() {
     }
     let start = Instant::now();
     let mut cmd = std::process::Command::new("srun");
+    // Each task prints its step's PMI-2 job id first ("<job>.<step>"), which names its
+    // segments in /dev/shm ("rma-<job><step>-..."), so that nothing left can be told.
     cmd.args([
         "--mpi=pmi2",
         "-K1",
@@ -401,8 +403,10 @@ fn a_killed_rank_ends_the_slurm_step() {
         "1",
         "-n",
         "3",
+        "sh",
+        "-c",
+        r#"echo "step=$PMI_JOBID"; exec "$0" dead_peer"#,
         env!("CARGO_BIN_EXE_rma-conformance"),
-        "dead_peer",
     ]);
     let out = run_with_deadline(cmd, Duration::from_secs(60));
     assert!(!out.status.success(), "the step reports the killed rank");
@@ -410,6 +414,18 @@ fn a_killed_rank_ends_the_slurm_step() {
         start.elapsed() < Duration::from_secs(30),
         "the step ended by itself"
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let step = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("step="))
+        .map(|j| {
+            j.chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .collect::<String>()
+        })
+        .filter(|j| !j.is_empty())
+        .unwrap_or_else(|| panic!("no step id printed: {stdout}"));
+    assert_no_segments(&step);
 }
 
 /// The conformance subset under a PMIx launcher.
