@@ -2,8 +2,10 @@
 //! HPC job, with MPI-3/MPI-4.1 semantics.
 //!
 //! A user depends on this crate alone. [`World::init`] finds out who started the
-//! process (`rma-run`, or nothing: a World of one), joins the transports (shared memory
-//! for the ranks of this node), and gives the [`Engine`] that creates windows:
+//! process (`rma-run`, MPICH's Hydra, Slurm's `srun`, Open MPI's `mpirun`, or nothing: a
+//! World of one), joins the transports by locality (shared memory for the ranks of this
+//! node; with the `ofi` feature, libfabric toward the ranks of other nodes, in the same
+//! windows: see `hybrid`), and gives the [`Engine`] that creates windows:
 //!
 //! ```
 //! use rma::{Assert, World};
@@ -21,8 +23,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Start N processes on this node with `rma-run -n N program args`. Configuration comes
-//! from [`Config`] in code or `RMA_*` environment variables ([`Config::from_env`]).
+//! Start N processes on this node with `rma-run -n N program args` (`--hosts` spreads
+//! them over simulated hosts). Configuration comes from [`Config`] in code or `RMA_*`
+//! environment variables ([`Config::from_env`]); [`World::route`] and
+//! [`World::traffic`] say which backend reaches a target and what went through it.
 
 pub mod bootstrap;
 #[cfg(feature = "ofi")]
