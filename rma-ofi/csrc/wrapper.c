@@ -22,6 +22,8 @@ uint64_t rma_fi_mr_key(struct fid_mr *mr) { return fi_mr_key(mr); }
 void *rma_fi_mr_desc(struct fid_mr *mr) { return fi_mr_desc(mr); }
 int rma_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags) { return fi_ep_bind(ep, bfid, flags); }
 int rma_fi_enable(struct fid_ep *ep) { return fi_enable(ep); }
+int rma_fi_setopt_min_multi_recv(struct fid_ep *ep, size_t min)
+{ return fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min); }
 int rma_fi_getname(struct fid_ep *ep, void *addr, size_t *addrlen) { return fi_getname(&ep->fid, addr, addrlen); }
 int rma_fi_av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
                      uint64_t flags, void *context)

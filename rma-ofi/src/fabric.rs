@@ -60,6 +60,8 @@ pub struct Offer {
     pub msg_order: u64,
     /// Manual data progress (the target must poll for data to move).
     pub manual_progress: bool,
+    /// Receive buffers take several messages (`FI_MULTI_RECV`, minimum free space set).
+    pub multi_recv: bool,
 }
 
 /// One endpoint with its fabric, domain, AV and CQ. Closed in reverse order on drop.
@@ -145,6 +147,15 @@ fn getinfo(provider: Option<&str>, caps: u64) -> Result<*mut sys::fi_info, Trans
     out
 }
 
+/// Whether `info` (non-null, from fi_getinfo) is libfabric's shm provider.
+///
+/// # Safety
+/// `info` must be a valid fi_info with its fabric attributes.
+unsafe fn is_shm(info: *mut sys::fi_info) -> bool {
+    // SAFETY: caller's contract.
+    unsafe { cstr_or_empty((*(*info).fabric_attr).prov_name) == "shm" }
+}
+
 impl Endpoint {
     /// Opens an RDM endpoint with FI_MSG | FI_RMA (| FI_ATOMIC if `atomics` and the
     /// provider has it) on `provider` (libfabric's name, e.g. "tcp;ofi_rxm"; `None`:
@@ -154,18 +165,47 @@ impl Endpoint {
         atomics: bool,
         av_count: usize,
     ) -> Result<Endpoint, TransportError> {
+        Self::open_with(provider, atomics, av_count, 0)
+    }
+
+    /// [`open`](Self::open), also asking for `FI_MULTI_RECV` when `min_multi_recv` is
+    /// not 0: then a receive buffer posted with
+    /// [`post_multi_recv`](Self::post_multi_recv) takes messages until less than
+    /// `min_multi_recv` bytes are left in it ([`Offer::multi_recv`] says whether the
+    /// provider agreed).
+    pub fn open_with(
+        provider: Option<&str>,
+        atomics: bool,
+        av_count: usize,
+        min_multi_recv: usize,
+    ) -> Result<Endpoint, TransportError> {
         let base = (sys::FI_MSG | sys::FI_RMA) as u64;
-        let info = if atomics {
-            match getinfo(provider, base | sys::FI_ATOMIC as u64) {
-                Ok(i) => i,
-                Err(e) => {
-                    tracing::info!("no provider with FI_ATOMIC ({e}): retrying without");
-                    getinfo(provider, base)?
-                }
-            }
+        let multi = if min_multi_recv > 0 {
+            sys::FI_MULTI_RECV as u64
         } else {
-            getinfo(provider, base)?
+            0
         };
+        let atomic = if atomics { sys::FI_ATOMIC as u64 } else { 0 };
+        // Most wanted first; a provider without one of the extras still serves.
+        let mut tries = vec![base | atomic | multi, base | atomic, base | multi, base];
+        tries.dedup();
+        let mut info = Err(TransportError::Failed("fi_getinfo: nothing tried".into()));
+        let mut asked = 0;
+        for caps in tries {
+            asked = caps;
+            info = getinfo(provider, caps);
+            match &info {
+                // libfabric 1.17's shm provider crashes (SIGSEGV inside the library) on
+                // the first messages once FI_MULTI_RECV is asked for: not there.
+                // SAFETY: a non-null info from fi_getinfo, freed once here.
+                Ok(i) if caps & multi != 0 && unsafe { is_shm(*i) } => unsafe {
+                    sys::fi_freeinfo(*i)
+                },
+                Ok(_) => break,
+                Err(e) => tracing::info!(caps, "no provider with these capabilities ({e})"),
+            }
+        }
+        let info = info?;
         let mut me = Endpoint {
             info,
             fabric: ptr::null_mut(),
@@ -182,6 +222,7 @@ impl Endpoint {
                 max_msg_size: 0,
                 msg_order: 0,
                 manual_progress: false,
+                multi_recv: false,
             },
         };
         // SAFETY: `info` is the non-null head of fi_getinfo's list, owned by `me` (freed
@@ -202,6 +243,7 @@ impl Endpoint {
                 max_msg_size: (*i.ep_attr).max_msg_size,
                 msg_order: ta.msg_order,
                 manual_progress: da.data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
+                multi_recv: false,
             };
             check(
                 "fi_fabric",
@@ -246,6 +288,11 @@ impl Endpoint {
                     (sys::FI_TRANSMIT | sys::FI_RECV) as u64,
                 ),
             )?;
+            if asked & multi != 0 && i.caps & multi != 0 {
+                // Before fi_enable; a provider that refuses the option gets one message
+                // per buffer.
+                me.offer.multi_recv = sys::rma_fi_setopt_min_multi_recv(me.ep, min_multi_recv) == 0;
+            }
             check("fi_enable", sys::rma_fi_enable(me.ep))?;
         }
         Ok(me)
@@ -304,6 +351,30 @@ impl Endpoint {
                 ctx,
             )
         }
+    }
+
+    /// Posts a multi-message receive buffer (`FI_MULTI_RECV`): messages land one after
+    /// the other in `buf..buf+len`, each completion pointing at its own; the completion
+    /// flagged `FI_MULTI_RECV` says the buffer is released.
+    ///
+    /// # Safety
+    /// As [`post_recv`](Self::post_recv), until the releasing completion is read.
+    pub unsafe fn post_multi_recv(&mut self, buf: *mut u8, len: usize, ctx: *mut c_void) -> isize {
+        let iov = sys::iovec {
+            iov_base: buf.cast(),
+            iov_len: len,
+        };
+        let msg = sys::fi_msg {
+            msg_iov: &iov,
+            desc: ptr::null_mut(),
+            iov_count: 1,
+            addr: sys::FI_ADDR_UNSPEC,
+            context: ctx,
+            data: 0,
+        };
+        // SAFETY: `iov` and `msg` live for the call; buffer and context per the caller's
+        // contract.
+        unsafe { sys::rma_fi_recvmsg(self.ep, &msg, sys::FI_MULTI_RECV as u64) }
     }
 
     /// Sends `buf` to `dest` with `ctx`.

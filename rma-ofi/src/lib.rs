@@ -39,16 +39,23 @@
 //!   gone (`RMA_OFI_LINGER_MS`, default 10 s): injected messages have no completion, and
 //!   on manual-progress providers peers' native ops on our memory move only while we poll.
 //!
+//! - **Receive buffers** take several messages each where the provider offers
+//!   `FI_MULTI_RECV` (4 buffers of 8 largest messages, minimum free space one largest
+//!   message; `RMA_OFI_MULTI_RECV=0` turns it off); otherwise one message per buffer
+//!   (64 of them). libfabric 1.17's shm provider crashes on multi-message buffers: not
+//!   used there.
+//!
 //! Not done: providers that require `FI_MR_LOCAL` (send and result buffers are not
-//! registered, so fi_getinfo does not return them); `FI_MULTI_RECV` (one posted buffer
-//! per message); asking for RAW/WAR/WAW ordering (the engine waits for completions).
+//! registered, so fi_getinfo does not return them); asking for RAW/WAR/WAW ordering (the
+//! engine waits for completions).
 //! libfabric 1.17's shm provider returned wrong fetched values (0) in lock epochs of
 //! `ops allocate`, and a target died of SIGSEGV inside libfabric under `stress_overlap`
 //! (32-element u64 sums): its native atomics are off unless `RMA_OFI_SHM_ATOMICS=1`
 //! (cause not found: provider bug or a misuse of ours that tcp and sockets tolerate).
 //!
 //! Environment: `RMA_OFI_PROVIDER`, `RMA_OFI_MAX_MESSAGE` (bytes of one active message,
-//! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64), `RMA_OFI_DISABLE_RMA=1`,
+//! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64, or 4 multi-message ones),
+//! `RMA_OFI_MULTI_RECV=0`, `RMA_OFI_DISABLE_RMA=1`,
 //! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
 //! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
 
@@ -150,6 +157,8 @@ struct Inner {
     op_free: Vec<usize>,
     /// Peers whose goodbye arrived (they are closing: nothing more comes from them).
     bye: Vec<bool>,
+    /// Receive buffers take several messages (`FI_MULTI_RECV`).
+    multi_recv: bool,
 }
 
 // SAFETY: the raw buffers and contexts inside are owned by Inner (boxed, stable
@@ -214,10 +223,17 @@ impl OfiTransport {
     pub fn new(boot: Arc<dyn Bootstrap>) -> Result<OfiTransport, TransportError> {
         let (rank, size) = (boot.rank(), boot.size());
         let provider = provider_from_env();
-        let mut ep = Endpoint::open(provider.as_deref(), true, size)?;
+        let wanted = env_usize("RMA_OFI_MAX_MESSAGE", 64 * 1024);
+        // Multi-message receive buffers where offered: room for any active message at
+        // the end of a buffer before the provider moves to the next.
+        let min_multi_recv = if env_usize("RMA_OFI_MULTI_RECV", 1) == 1 {
+            wanted + HEADER
+        } else {
+            0
+        };
+        let mut ep = Endpoint::open_with(provider.as_deref(), true, size, min_multi_recv)?;
         tracing::info!(rank, offer = ?ep.offer, "libfabric endpoint");
-        let max_message = env_usize("RMA_OFI_MAX_MESSAGE", 64 * 1024)
-            .min(ep.offer.max_msg_size.saturating_sub(HEADER));
+        let max_message = wanted.min(ep.offer.max_msg_size.saturating_sub(HEADER));
         let names = boot.allgather("ofi-name", &ep.name()?)?;
         let addrs = ep.insert(&names)?;
         let nodes = boot.allgather("ofi-node", boot.node_id().as_bytes())?;
@@ -225,7 +241,20 @@ impl OfiTransport {
         let pids = boot.allgather("ofi-pid", &std::process::id().to_le_bytes())?;
         let pids = one_node.then(|| decode_u32s(&pids, "pid")).transpose()?;
 
-        let nrecv = env_usize("RMA_OFI_RECV_BUFFERS", 64).max(2);
+        // One message per buffer: 64 buffers of the largest message. Multi-message
+        // buffers: 4 of 8 largest messages each (small control messages pack thousands).
+        let multi_recv = ep.offer.multi_recv;
+        let (nrecv, recv_len) = if multi_recv {
+            (
+                env_usize("RMA_OFI_RECV_BUFFERS", 4).max(2),
+                8 * (max_message + HEADER),
+            )
+        } else {
+            (
+                env_usize("RMA_OFI_RECV_BUFFERS", 64).max(2),
+                max_message + HEADER,
+            )
+        };
         let mut inner = Inner {
             ep,
             addrs,
@@ -242,10 +271,11 @@ impl OfiTransport {
             ops: Vec::new(),
             op_free: Vec::new(),
             bye: vec![false; size],
+            multi_recv,
         };
         for i in 0..nrecv {
             inner.recv.push(RecvBuf {
-                buf: vec![0u8; max_message + HEADER].into_boxed_slice(),
+                buf: vec![0u8; recv_len].into_boxed_slice(),
                 ctx: Box::new(OpContext {
                     id: KIND_RECV | i as u64,
                     ..Default::default()
@@ -539,8 +569,15 @@ impl Inner {
         let ctx: *mut c_void = (&mut *r.ctx as *mut OpContext).cast();
         // SAFETY: the buffer and the boxed context belong to `self.recv[i]`, which outlives
         // the endpoint (`ep` is Inner's first field, so it is closed before the buffers are
-        // freed) and is not touched until this receive's completion is read.
-        let rc = unsafe { self.ep.post_recv(buf, len, ctx) };
+        // freed) and is not written by us until this receive's (releasing) completion is
+        // read.
+        let rc = unsafe {
+            if self.multi_recv {
+                self.ep.post_multi_recv(buf, len, ctx)
+            } else {
+                self.ep.post_recv(buf, len, ctx)
+            }
+        };
         if rc == 0 {
             Ok(())
         } else if is_again(rc) {
@@ -588,7 +625,7 @@ impl Inner {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
                     for e in &entries[..n] {
-                        if let Err(err) = self.complete(e.op_context, e.len) {
+                        if let Err(err) = self.complete(e.op_context, e.len, e.buf, e.flags) {
                             self.entries = entries;
                             return Err(err);
                         }
@@ -615,7 +652,23 @@ impl Inner {
         unsafe { (*ctx.cast::<OpContext>()).id }
     }
 
-    fn complete(&mut self, ctx: *mut c_void, len: usize) -> Result<(), TransportError> {
+    /// Receive buffer `idx` is done with (one-message buffers always; multi-message
+    /// buffers when the provider released them): post it again.
+    fn release_recv(&mut self, idx: usize, released: bool) -> Result<(), TransportError> {
+        if released {
+            self.post_recv(idx)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn complete(
+        &mut self,
+        ctx: *mut c_void,
+        len: usize,
+        at: *mut c_void,
+        flags: u64,
+    ) -> Result<(), TransportError> {
         if ctx.is_null() {
             return Ok(());
         }
@@ -623,32 +676,46 @@ impl Inner {
         let idx = (id & !KIND_MASK) as usize;
         match id & KIND_MASK {
             KIND_RECV => {
+                // Where the message is: the buffer's start, or (multi-message buffers)
+                // where the completion says, checked to lie inside the buffer.
+                let (start, released) = if self.multi_recv {
+                    let released = flags & sys::FI_MULTI_RECV as u64 != 0;
+                    if len == 0 {
+                        // The buffer is released without a message.
+                        return self.release_recv(idx, released);
+                    }
+                    let base = self.recv[idx].buf.as_ptr() as usize;
+                    ((at as usize).wrapping_sub(base), released)
+                } else {
+                    (0, true)
+                };
                 let b = &self.recv[idx].buf;
-                if len < HEADER || len > b.len() {
+                if len < HEADER || start.checked_add(len).is_none_or(|end| end > b.len()) {
                     return Err(TransportError::Failed(format!(
-                        "active message of {len} bytes received"
+                        "active message of {len} bytes received at {start}"
                     )));
                 }
-                let from = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
-                let seq = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+                let m = &b[start..start + len];
+                let from = u32::from_le_bytes(m[0..4].try_into().expect("4 bytes"));
+                let seq = u32::from_le_bytes(m[4..8].try_into().expect("4 bytes"));
                 let sender = (from & !(BYE | NOTICE)) as usize;
                 if from & NOTICE != 0 {
                     if (seq as usize) < self.dead.len() {
                         self.peer_failed(seq, &format!("rank {sender} saw it die"));
                     }
-                    return self.post_recv(idx);
+                    return self.release_recv(idx, released);
                 }
                 if from & BYE != 0 && sender < self.bye.len() {
                     self.bye[sender] = true;
-                    return self.post_recv(idx);
+                    return self.release_recv(idx, released);
                 }
-                let data = b[HEADER..len].to_vec();
+                let data = m[HEADER..].to_vec();
                 if from as usize >= self.expect_seq.len() {
                     return Err(TransportError::Failed(format!(
                         "active message from unknown rank {from}"
                     )));
                 }
-                self.post_recv(idx)?;
+                self.release_recv(idx, released)?;
                 self.deliver(from, seq, data);
             }
             KIND_SEND => self.send_free.push(idx),
