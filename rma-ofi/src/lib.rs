@@ -796,15 +796,25 @@ impl Inner {
         idx
     }
 
-    /// Tells `target` that `failed` died, with a completion-less inject (best effort: a
-    /// notice that cannot go now is dropped; the node's other ranks send theirs too).
+    /// Tells `target` that `failed` died, with an inject, retried while the provider says
+    /// -FI_EAGAIN (a connection still being made: driving the CQ makes it) for up to a
+    /// second; a notice that still cannot go is dropped (the node's other ranks send
+    /// theirs too).
     fn notify(&mut self, me: Rank, target: Rank, failed: Rank) {
         let mut buf = [0u8; HEADER];
         buf[0..4].copy_from_slice(&(me | NOTICE).to_le_bytes());
         buf[4..8].copy_from_slice(&failed.to_le_bytes());
         let dest = self.addrs[target as usize];
-        if HEADER <= self.ep.offer.inject_size {
-            let _ = self.ep.inject(&buf, dest);
+        if HEADER > self.ep.offer.inject_size {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while is_again(self.ep.inject(&buf, dest))
+            && start.elapsed() < std::time::Duration::from_secs(1)
+        {
+            if self.drive().is_err() {
+                return;
+            }
         }
     }
 
