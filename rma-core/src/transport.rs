@@ -211,6 +211,53 @@ pub struct RemoteSegment {
     pub key: Vec<u8>,
 }
 
+/// Per window, what a network backend keeps about each rank's part (registered address,
+/// key, length): filled by [`Transport::window_ready`], emptied by
+/// [`Transport::window_freed`], read on every native operation. Window ids are small and
+/// dense (the engine numbers them in order), so this is a vector indexed by id.
+#[derive(Debug)]
+pub struct PeerTables<M> {
+    windows: std::sync::RwLock<Vec<Option<Vec<Option<M>>>>>,
+}
+
+impl<M: Copy> Default for PeerTables<M> {
+    fn default() -> Self {
+        PeerTables {
+            windows: std::sync::RwLock::new(Vec::new()),
+        }
+    }
+}
+
+impl<M: Copy> PeerTables<M> {
+    /// Window `win`'s entries, one per rank (`None`: that rank is reached by active
+    /// messages).
+    pub fn insert(&self, win: u32, peers: Vec<Option<M>>) {
+        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
+        if ws.len() <= win as usize {
+            ws.resize_with(win as usize + 1, || None);
+        }
+        ws[win as usize] = Some(peers);
+    }
+
+    /// Forgets window `win` (again is fine).
+    pub fn remove(&self, win: u32) {
+        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = ws.get_mut(win as usize) {
+            *w = None;
+        }
+    }
+
+    /// `rank`'s entry in window `win`, if the window is known and the rank has one.
+    pub fn get(&self, win: u32, rank: Rank) -> Option<M> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        ws.get(win as usize)?
+            .as_ref()?
+            .get(rank as usize)
+            .copied()
+            .flatten()
+    }
+}
+
 /// A backend: moves bytes, reports completions, and offers the bootstrap collectives a
 /// window needs.
 ///

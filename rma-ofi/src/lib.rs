@@ -68,10 +68,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use std::sync::RwLock;
-
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, Transport, UserMemory,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -134,9 +132,6 @@ struct RemoteMem {
     len: u64,
 }
 
-/// Per window: each rank's registered memory (None: active messages toward it).
-type PeerTable = Arc<Vec<Option<RemoteMem>>>;
-
 /// Everything behind the transport's one mutex (the domain is FI_THREAD_DOMAIN).
 struct Inner {
     ep: Endpoint,
@@ -174,7 +169,8 @@ pub struct OfiTransport {
     caps: Capabilities,
     /// Capabilities toward a window target whose memory is registered.
     native: Capabilities,
-    windows: RwLock<Vec<Option<PeerTable>>>,
+    /// Per window, each rank's registered memory (None: active messages toward it).
+    windows: PeerTables<RemoteMem>,
     next_key: AtomicU64,
     virt_addr: bool,
     max_atomic: usize,
@@ -327,7 +323,7 @@ impl OfiTransport {
                 ..Capabilities::ACTIVE_MESSAGES_ONLY
             },
             native,
-            windows: RwLock::new(Vec::new()),
+            windows: PeerTables::default(),
             next_key: AtomicU64::new(1),
             virt_addr,
             max_atomic,
@@ -376,11 +372,9 @@ impl OfiTransport {
         offset: u64,
         len: usize,
     ) -> Result<RemoteMem, TransportError> {
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        let m = ws
-            .get(win as usize)
-            .and_then(|w| w.as_ref())
-            .and_then(|w| w.get(target as usize).copied().flatten())
+        let m = self
+            .windows
+            .get(win, target)
             .ok_or(TransportError::Unsupported("window memory not registered"))?;
         if offset.checked_add(len as u64).is_none_or(|e| e > m.len) {
             return Err(TransportError::Failed(
@@ -1115,10 +1109,9 @@ impl Transport for OfiTransport {
     }
 
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        match ws.get(win as usize) {
-            Some(Some(w)) if w.get(target as usize).is_some_and(|m| m.is_some()) => self.native,
-            _ => self.caps,
+        match self.windows.get(win, target) {
+            Some(_) => self.native,
+            None => self.caps,
         }
     }
 
@@ -1143,23 +1136,12 @@ impl Transport for OfiTransport {
                 })
                 .collect()
         };
-        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
-        if ws.len() <= win as usize {
-            ws.resize_with(win as usize + 1, || None);
-        }
-        ws[win as usize] = Some(Arc::new(peers));
+        self.windows.insert(win, peers);
         Ok(())
     }
 
     fn window_freed(&self, win: u32) {
-        if let Some(w) = self
-            .windows
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(win as usize)
-        {
-            *w = None;
-        }
+        self.windows.remove(win);
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {

@@ -75,10 +75,10 @@ pub mod ib;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, Transport, UserMemory,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -160,8 +160,6 @@ struct RemoteMem {
 /// Lock word: this bit is an exclusive holder, the rest counts shared holders.
 const EXCLUSIVE: u64 = 1 << 63;
 
-type PeerTable = Arc<Vec<Option<RemoteMem>>>;
-
 /// Everything behind the transport's one mutex.
 struct Inner {
     // Field order: QPs (in peers) are destroyed before the buffers and CQ they use.
@@ -189,7 +187,8 @@ pub struct VerbsTransport {
     /// Passive-target locks as atomics on a lock word per window and rank
     /// (`RMA_VERBS_NATIVE_LOCKS`, default on where the device does atomics).
     native_locks: bool,
-    windows: RwLock<Vec<Option<PeerTable>>>,
+    /// Per window, each rank's registered memory (None: active messages toward it).
+    windows: PeerTables<RemoteMem>,
     max_message: usize,
     pids: Option<Vec<u32>>,
     reported_dead: Mutex<Vec<bool>>,
@@ -408,7 +407,7 @@ impl VerbsTransport {
             },
             native,
             native_locks: atomics && env_usize("RMA_VERBS_NATIVE_LOCKS", 1) != 0,
-            windows: RwLock::new(Vec::new()),
+            windows: PeerTables::default(),
             max_message,
             pids,
             reported_dead: Mutex::new(vec![false; size]),
@@ -443,11 +442,9 @@ impl VerbsTransport {
         offset: u64,
         len: usize,
     ) -> Result<RemoteMem, TransportError> {
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        let m = ws
-            .get(win as usize)
-            .and_then(|w| w.as_ref())
-            .and_then(|w| w.get(target as usize).copied().flatten())
+        let m = self
+            .windows
+            .get(win, target)
             .ok_or(TransportError::Unsupported("window memory not registered"))?;
         if offset.checked_add(len as u64).is_none_or(|e| e > m.len) {
             return Err(TransportError::Failed(format!(
@@ -554,10 +551,8 @@ impl VerbsTransport {
 
     /// The lock word of `target` in window `win`.
     fn lock_word(&self, win: u32, target: Rank) -> Result<(u64, u32), TransportError> {
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        ws.get(win as usize)
-            .and_then(|w| w.as_ref())
-            .and_then(|w| w.get(target as usize).copied().flatten())
+        self.windows
+            .get(win, target)
             .and_then(|m| m.lock)
             .ok_or(TransportError::Unsupported("no native lock word"))
     }
@@ -1190,16 +1185,12 @@ impl Transport for VerbsTransport {
     }
 
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        match ws.get(win as usize) {
-            Some(Some(w)) => match w.get(target as usize).copied().flatten() {
-                Some(m) => Capabilities {
-                    native_locks: m.lock.is_some(),
-                    ..self.native
-                },
-                None => self.caps,
+        match self.windows.get(win, target) {
+            Some(m) => Capabilities {
+                native_locks: m.lock.is_some(),
+                ..self.native
             },
-            _ => self.caps,
+            None => self.caps,
         }
     }
 
@@ -1237,23 +1228,12 @@ impl Transport for VerbsTransport {
                 })
                 .collect()
         };
-        let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
-        if ws.len() <= win as usize {
-            ws.resize_with(win as usize + 1, || None);
-        }
-        ws[win as usize] = Some(Arc::new(peers));
+        self.windows.insert(win, peers);
         Ok(())
     }
 
     fn window_freed(&self, win: u32) {
-        if let Some(w) = self
-            .windows
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(win as usize)
-        {
-            *w = None;
-        }
+        self.windows.remove(win);
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
