@@ -395,7 +395,7 @@ impl OfiTransport {
     ) -> Result<Issued, TransportError> {
         let mut inner = self.lock();
         if inner.dead[target as usize] {
-            return Err(TransportError::Failed(format!("rank {target} is gone")));
+            return Err(TransportError::PeerUnreachable(target));
         }
         let dest = inner.addrs[target as usize];
         for attempt in 0..2 {
@@ -1171,7 +1171,7 @@ impl Transport for OfiTransport {
             return Ok(());
         }
         if inner.dead[target as usize] {
-            return Err(TransportError::Failed(format!("rank {target} is gone")));
+            return Err(TransportError::PeerUnreachable(target));
         }
         if inner.try_send(self.rank, target, packet)? {
             return Ok(());
