@@ -189,23 +189,67 @@ impl Endpoint {
         // Most wanted first; a provider without one of the extras still serves.
         let mut tries = vec![base | atomic | multi, base | atomic, base | multi, base];
         tries.dedup();
-        let mut info = Err(TransportError::Failed("fi_getinfo: nothing tried".into()));
-        let mut asked = 0;
+        let mut last = TransportError::Failed("fi_getinfo: nothing tried".into());
         for caps in tries {
-            asked = caps;
-            info = getinfo(provider, caps);
-            match &info {
-                // libfabric 1.17's shm provider crashes (SIGSEGV inside the library) on
-                // the first messages once FI_MULTI_RECV is asked for: not there.
-                // SAFETY: a non-null info from fi_getinfo, freed once here.
-                Ok(i) if caps & multi != 0 && unsafe { is_shm(*i) } => unsafe {
-                    sys::fi_freeinfo(*i)
-                },
-                Ok(_) => break,
-                Err(e) => tracing::info!(caps, "no provider with these capabilities ({e})"),
+            let list = match getinfo(provider, caps) {
+                Ok(list) => list,
+                Err(e) => {
+                    tracing::info!(caps, "no provider with these capabilities ({e})");
+                    last = e;
+                    continue;
+                }
+            };
+            // fi_getinfo lists one entry per usable interface (tcp: each address of
+            // each up link). An entry can fail to open where another works: an IPv6
+            // address still in duplicate address detection refuses bind() with
+            // EADDRNOTAVAIL for a second or two after its link came up. So each entry
+            // is tried in libfabric's order until one opens.
+            let mut node = list;
+            while !node.is_null() {
+                // SAFETY: `node` is an entry of the list fi_getinfo returned, alive until
+                // the fi_freeinfo below; `next` is null or the next entry.
+                let (skip, next) = unsafe {
+                    // libfabric 1.17's shm provider crashes (SIGSEGV inside the library)
+                    // on the first messages once FI_MULTI_RECV is asked for: not there.
+                    (caps & multi != 0 && is_shm(node), (*node).next)
+                };
+                if !skip {
+                    // SAFETY: fi_dupinfo copies one entry (not the list: its `next` is
+                    // null) into an fi_info the endpoint owns and frees on drop.
+                    let one = unsafe { sys::fi_dupinfo(node) };
+                    if one.is_null() {
+                        last = TransportError::Failed("fi_dupinfo: out of memory".into());
+                    } else {
+                        match Self::open_info(one, caps, multi, av_count, min_multi_recv) {
+                            Ok(me) => {
+                                // SAFETY: the list is ours and no longer used.
+                                unsafe { sys::fi_freeinfo(list) };
+                                return Ok(me);
+                            }
+                            Err(e) => {
+                                tracing::info!(caps, "an fi_getinfo entry did not open ({e})");
+                                last = e;
+                            }
+                        }
+                    }
+                }
+                node = next;
             }
+            // SAFETY: the list is ours and no longer used.
+            unsafe { sys::fi_freeinfo(list) };
         }
-        let info = info?;
+        Err(last)
+    }
+
+    /// Opens fabric, domain, AV, CQ and endpoint of `info` (one entry, owned from here
+    /// on: freed with the endpoint, or at once if opening fails).
+    fn open_info(
+        info: *mut sys::fi_info,
+        asked: u64,
+        multi: u64,
+        av_count: usize,
+        min_multi_recv: usize,
+    ) -> Result<Endpoint, TransportError> {
         let mut me = Endpoint {
             info,
             fabric: ptr::null_mut(),
@@ -225,7 +269,7 @@ impl Endpoint {
                 multi_recv: false,
             },
         };
-        // SAFETY: `info` is the non-null head of fi_getinfo's list, owned by `me` (freed
+        // SAFETY: `info` is a non-null entry copied by fi_dupinfo, owned by `me` (freed
         // on drop); its attribute pointers are valid for its life. Each open writes the
         // handle into `me`, whose Drop closes the non-null ones in reverse order, so an
         // early return closes what was opened.
