@@ -33,3 +33,86 @@ pub trait Bootstrap: Send + Sync {
             .collect()
     }
 }
+
+/// What a transport tells every rank about this process when it is created, in one
+/// collective ([`exchange_hellos`]): its pid (for liveness checks among ranks of one
+/// node), its node identity and its transport address (empty for shared memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The process id.
+    pub pid: u32,
+    /// [`Bootstrap::node_id`] of the process.
+    pub node: Vec<u8>,
+    /// The transport's address bytes (an endpoint name, queue pair numbers, ...).
+    pub address: Vec<u8>,
+}
+
+impl Hello {
+    /// `pid u32 | node length u16 | node | address`, little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(6 + self.node.len() + self.address.len());
+        v.extend_from_slice(&self.pid.to_le_bytes());
+        v.extend_from_slice(&(self.node.len() as u16).to_le_bytes());
+        v.extend_from_slice(&self.node);
+        v.extend_from_slice(&self.address);
+        v
+    }
+
+    /// Splits a peer's hello without trusting its lengths.
+    pub fn decode(v: &[u8]) -> Result<Hello, TransportError> {
+        let bad = || TransportError::Failed("bad hello from the bootstrap".into());
+        let pid = v.get(..4).ok_or_else(bad)?;
+        let node_len = v.get(4..6).ok_or_else(bad)?;
+        let node_end = 6 + u16::from_le_bytes([node_len[0], node_len[1]]) as usize;
+        Ok(Hello {
+            pid: u32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]]),
+            node: v.get(6..node_end).ok_or_else(bad)?.to_vec(),
+            address: v.get(node_end..).ok_or_else(bad)?.to_vec(),
+        })
+    }
+}
+
+/// Every rank's [`Hello`] in rank order, from one allgather under `tag`: this
+/// process's pid and node with `address`.
+pub fn exchange_hellos(
+    boot: &dyn Bootstrap,
+    tag: &str,
+    address: &[u8],
+) -> Result<Vec<Hello>, TransportError> {
+    let node = boot.node_id().as_bytes();
+    if node.len() > u16::MAX as usize {
+        return Err(TransportError::Failed("node id longer than 64 KiB".into()));
+    }
+    let mine = Hello {
+        pid: std::process::id(),
+        node: node.to_vec(),
+        address: address.to_vec(),
+    };
+    boot.allgather(tag, &mine.encode())?
+        .iter()
+        .map(|h| Hello::decode(h))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hello_round_trips_and_a_truncated_or_lying_one_is_an_error() {
+        let hello = Hello {
+            pid: 4242,
+            node: b"host/slurm-node-1".to_vec(),
+            address: b"\x02\x00\x1f\x90endpoint".to_vec(),
+        };
+        let bytes = hello.encode();
+        assert_eq!(Hello::decode(&bytes).unwrap(), hello);
+        // Cut inside the pid, the length or the node: an error, never a panic.
+        for len in 0..6 + hello.node.len() {
+            assert!(Hello::decode(&bytes[..len]).is_err(), "length {len}");
+        }
+        let mut lying = bytes.clone();
+        lying[4..6].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert!(Hello::decode(&lying).is_err());
+    }
+}

@@ -58,7 +58,7 @@ pub mod wire;
 #[cfg(feature = "sim")]
 pub mod sim;
 
-pub use bootstrap::Bootstrap;
+pub use bootstrap::{exchange_hellos, Bootstrap, Hello};
 pub use config::Config;
 pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
 pub use engine::Engine;

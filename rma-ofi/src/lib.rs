@@ -206,13 +206,6 @@ pub fn provider_from_env() -> Option<String> {
     }
 }
 
-fn decode_u32s(v: &[Vec<u8>], what: &str) -> Result<Vec<u32>, TransportError> {
-    v.iter()
-        .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
-        .collect::<Result<_, _>>()
-        .map_err(|_| TransportError::Failed(format!("bad {what} from bootstrap")))
-}
-
 impl OfiTransport {
     /// Opens this process's endpoint, exchanges endpoint names with every rank through
     /// the bootstrap and inserts them, and posts the receive buffers.
@@ -230,12 +223,12 @@ impl OfiTransport {
         let mut ep = Endpoint::open_with(provider.as_deref(), true, size, min_multi_recv)?;
         tracing::info!(rank, offer = ?ep.offer, "libfabric endpoint");
         let max_message = wanted.min(ep.offer.max_msg_size.saturating_sub(HEADER));
-        let names = boot.allgather("ofi-name", &ep.name()?)?;
+        // One collective: every rank's pid, node and endpoint name.
+        let hellos = rma_core::exchange_hellos(&*boot, "ofi-hello", &ep.name()?)?;
+        let names: Vec<Vec<u8>> = hellos.iter().map(|h| h.address.clone()).collect();
         let addrs = ep.insert(&names)?;
-        let nodes = boot.allgather("ofi-node", boot.node_id().as_bytes())?;
-        let one_node = nodes.iter().all(|n| n == boot.node_id().as_bytes());
-        let pids = boot.allgather("ofi-pid", &std::process::id().to_le_bytes())?;
-        let pids = one_node.then(|| decode_u32s(&pids, "pid")).transpose()?;
+        let one_node = hellos.iter().all(|h| h.node == boot.node_id().as_bytes());
+        let pids = one_node.then(|| hellos.iter().map(|h| h.pid).collect::<Vec<u32>>());
 
         // One message per buffer: 64 buffers of the largest message. Multi-message
         // buffers: 4 of 8 largest messages each (small control messages pack thousands).

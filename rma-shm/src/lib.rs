@@ -212,12 +212,6 @@ impl ShmTransport {
     pub fn new(boot: Arc<dyn Bootstrap>) -> Result<ShmTransport, TransportError> {
         let (rank, size) = (boot.rank(), boot.size());
         let job = boot.job_id().to_string();
-        let nodes = boot.allgather("shm-node", boot.node_id().as_bytes())?;
-        if nodes.iter().any(|n| n != boot.node_id().as_bytes()) {
-            return Err(TransportError::Unsupported(
-                "shared memory needs every rank on one node",
-            ));
-        }
         sys::allow_cross_memory_attach();
         let name = inbox_name(&job, rank);
         let own = Arc::new(
@@ -226,12 +220,16 @@ impl ShmTransport {
         );
         // Whatever fails from here on, the name must not outlive this call.
         let joined = (|| {
-            let pids = boot.allgather("shm-pid", &sys::pid().to_le_bytes())?;
-            let pids: Vec<u32> = pids
-                .iter()
-                .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
-                .collect::<Result<_, _>>()
-                .map_err(|_| TransportError::Failed("bad pid from bootstrap".into()))?;
+            // One collective says who is where (every rank's pid and node) and that every
+            // inbox exists: the inbox is created before it, and unlinked again below if
+            // the ranks turn out not to share a node.
+            let hellos = rma_core::exchange_hellos(&*boot, "shm-hello", &[])?;
+            if hellos.iter().any(|h| h.node != boot.node_id().as_bytes()) {
+                return Err(TransportError::Unsupported(
+                    "shared memory needs every rank on one node",
+                ));
+            }
+            let pids: Vec<u32> = hellos.iter().map(|h| h.pid).collect();
             let mut inboxes = Vec::with_capacity(size);
             for r in 0..size as Rank {
                 if r == rank {

@@ -215,13 +215,6 @@ impl std::fmt::Debug for VerbsTransport {
     }
 }
 
-fn decode_u32s(v: &[Vec<u8>], what: &str) -> Result<Vec<u32>, TransportError> {
-    v.iter()
-        .map(|p| p.as_slice().try_into().map(u32::from_le_bytes))
-        .collect::<Result<_, _>>()
-        .map_err(|_| TransportError::Failed(format!("bad {what} from bootstrap")))
-}
-
 fn psn_for(rank: usize, peer: usize) -> u32 {
     let x = (std::process::id() as u64)
         .wrapping_mul(0x9e37_79b9)
@@ -276,13 +269,12 @@ impl VerbsTransport {
             }
             .encode(&mut blob);
         }
-        let all = boot.allgather("verbs-qp", &blob)?;
-        let nodes = boot.allgather("verbs-node", boot.node_id().as_bytes())?;
-        let one_node = nodes.iter().all(|n| n == boot.node_id().as_bytes());
-        let pids = boot.allgather("verbs-pid", &std::process::id().to_le_bytes())?;
+        // One collective: every rank's pid, node and queue pair endpoints.
+        let hellos = rma_core::exchange_hellos(&*boot, "verbs-hello", &blob)?;
+        let one_node = hellos.iter().all(|h| h.node == boot.node_id().as_bytes());
         // RMA_VERBS_PID_CHECK=0: peers' deaths only through QP errors (to test those).
         let pid_check = one_node && env_usize("RMA_VERBS_PID_CHECK", 1) != 0;
-        let pids = pid_check.then(|| decode_u32s(&pids, "pid")).transpose()?;
+        let pids = pid_check.then(|| hellos.iter().map(|h| h.pid).collect::<Vec<u32>>());
 
         let mut peers = Vec::with_capacity(size);
         for (j, q) in fresh.into_iter().enumerate() {
@@ -312,9 +304,9 @@ impl VerbsTransport {
                 let qp = init.ready_to_receive(&lb_ep, params)?.ready_to_send(ours)?;
                 (qp, Some(lb))
             } else {
-                let theirs = all
+                let theirs = hellos
                     .get(j)
-                    .and_then(|b| b.get(rank as usize * Endpoint::LEN..))
+                    .and_then(|h| h.address.get(rank as usize * Endpoint::LEN..))
                     .and_then(Endpoint::decode)
                     .ok_or_else(|| {
                         TransportError::Failed(format!("bad QP endpoint from rank {j}"))
