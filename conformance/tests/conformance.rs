@@ -673,13 +673,17 @@ mod hybrid {
     }
 
     fn on_two_hosts(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+        on_hosts(&["rma-h1", "rma-h2"], ranks, args, env)
+    }
+
+    fn on_hosts(hosts: &[&str], ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Outcome {
         let mut l = Launch::new(
             ranks,
             env!("CARGO_BIN_EXE_rma-conformance"),
             args.iter().map(|s| s.to_string()).collect(),
         );
         l.timeout = Some(Duration::from_secs(200));
-        l.hosts = vec!["rma-h1".into(), "rma-h2".into()];
+        l.hosts = hosts.iter().map(|h| h.to_string()).collect();
         // The stress cases keep some ranks in a barrier while the others work, over tcp
         // on two loaded cores.
         l.env.push(("RMA_TIMEOUT_MS".into(), "90000".into()));
@@ -704,6 +708,10 @@ mod hybrid {
         ok_on_two_hosts(4, &["paths"], &[]);
         // Three ranks: two on one host, one alone on the other.
         ok_on_two_hosts(3, &["paths"], &[]);
+        // Hosts by name only (`uts:`), on one network stack, as inside the rxe VM.
+        let out = on_hosts(&["uts:rma-u1", "uts:rma-u2"], 4, &["paths"], &[]);
+        assert!(out.success(), "paths on 4 ranks, 2 uts hosts: {out:?}");
+        assert_no_segments(&out.job);
     }
 
     #[test]

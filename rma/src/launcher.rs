@@ -27,7 +27,8 @@ pub struct Launch {
     /// by `ci/netns/up.sh`). Ranks are spread over them in blocks, and each runs in its
     /// namespace and in a UTS namespace of its own whose host name is the namespace's
     /// name, so that the ranks of one "host" share a node identity and a network stack
-    /// that only a veth link joins to the others. Empty: every rank here, as is.
+    /// that only a veth link joins to the others. A name `uts:NAME` is a host name only
+    /// (a UTS namespace on this machine's network stack). Empty: every rank here, as is.
     pub hosts: Vec<String>,
 }
 
@@ -127,11 +128,25 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
             // ip netns exec and unshare exec in place, and so does the shell: the child's
             // pid is the rank's own (liveness checks and cleanup by pid stay right).
             let host = &l.hosts[rank * l.hosts.len() / l.ranks];
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", host, "unshare", "--uts", "--", "sh", "-c"])
-                .arg(r#"hostname "$0" && exec "$@""#)
-                .arg(host)
-                .arg(&l.program);
+            let mut c = match host.strip_prefix("uts:") {
+                // A host name only, on this network stack (soft-RoCE before Linux 7.1
+                // serves init_net only, so its simulated hosts cannot have their own).
+                Some(name) => {
+                    let mut c = Command::new("unshare");
+                    c.args(["--uts", "--", "sh", "-c"])
+                        .arg(r#"hostname "$0" && exec "$@""#);
+                    c.arg(name);
+                    c
+                }
+                None => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", host, "unshare", "--uts", "--", "sh", "-c"])
+                        .arg(r#"hostname "$0" && exec "$@""#)
+                        .arg(host);
+                    c
+                }
+            };
+            c.arg(&l.program);
             c
         };
         // Our ranks answer to us: hide any outer launcher (an rma-run started inside an

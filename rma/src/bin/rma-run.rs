@@ -1,7 +1,8 @@
 //! `rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] [--] program [args...]`: starts N
 //! local processes of an rma program and serves their bootstrap (the embedded default
 //! launcher). `--hosts` spreads the ranks over simulated hosts: network namespaces made
-//! beforehand (`ci/netns/up.sh`), each rank with its own host name.
+//! beforehand (`ci/netns/up.sh`), each rank with its own host name; `uts:NAME` gives a
+//! host name only, on this machine's network.
 
 use std::time::Duration;
 
