@@ -1106,6 +1106,32 @@ impl Segment for LocalSegment {
     }
 }
 
+/// Another backend's window memory registered with this device
+/// ([`VerbsTransport::register_segment`]); deregistered on drop, before the memory goes.
+pub struct SegmentRegistration {
+    mr: Mr,
+    base: u64,
+    _memory: Arc<dyn Segment>,
+}
+
+impl std::fmt::Debug for SegmentRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentRegistration")
+            .field("rkey", &self.mr.rkey())
+            .finish()
+    }
+}
+
+impl SegmentRegistration {
+    /// What a peer needs to reach the memory: its address and rkey (the window
+    /// descriptor of this backend, without a lock word).
+    pub fn descriptor(&self) -> Vec<u8> {
+        let mut d = self.base.to_le_bytes().to_vec();
+        d.extend_from_slice(&self.mr.rkey().to_le_bytes());
+        d
+    }
+}
+
 impl VerbsTransport {
     /// Registers window memory for native access, if anything is native.
     ///
@@ -1121,6 +1147,29 @@ impl VerbsTransport {
         // SAFETY: caller's contract.
         Ok(Some(unsafe {
             Mr::register(&pd, base, len, Access::window(atomics))?
+        }))
+    }
+
+    /// Registers window memory that another backend owns (the shared-memory segment of
+    /// a hybrid world, reached by the node's ranks through load/store) so that ranks of
+    /// other nodes reach it with RDMA too. `None` when the segment is not plain mapped
+    /// memory or nothing is native. Its descriptor has no lock word: locks across nodes
+    /// are the engine's messages, granted by the target with the node's own lock word.
+    pub fn register_segment(
+        &self,
+        segment: &Arc<dyn Segment>,
+    ) -> Result<Option<SegmentRegistration>, TransportError> {
+        let Some(base) = segment.shared_base() else {
+            return Ok(None);
+        };
+        // SAFETY: `base..base+len()` is the segment's memory (Segment contract), kept
+        // mapped by the clone of `segment` the registration holds, which it releases only
+        // after deregistering (field order of SegmentRegistration).
+        let mr = unsafe { self.register(base as *mut u8, segment.len())? };
+        Ok(mr.map(|mr| SegmentRegistration {
+            mr,
+            base: base as u64,
+            _memory: segment.clone(),
         }))
     }
 

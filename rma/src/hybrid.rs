@@ -1,14 +1,15 @@
-//! Hybrid worlds: shared memory among the ranks of one node, libfabric between nodes, in
-//! the same windows.
+//! Hybrid worlds: shared memory among the ranks of one node, a network backend (libfabric
+//! or InfiniBand verbs, see [`Network`]) between nodes, in the same windows.
 //!
 //! Locality comes from the bootstrap's node identity (`Bootstrap::node_id`: PMIx's node
 //! id, Slurm's node id, the host name of a UTS namespace), never from the rank layout.
 //! [`HybridTransport`] is a [`Transport`] that holds a [`ShmTransport`] over this node's
-//! ranks (renumbered 0..n by a [`NodeBootstrap`]) and an [`OfiTransport`] over the whole
-//! job, and sends every call for a target to the one that reaches it.
+//! ranks (renumbered 0..n by a [`NodeBootstrap`]) and a [`Network`] backend over the whole
+//! job, and sends every call for a target to the one that reaches it. The network is
+//! libfabric's unless `RMA_NETWORK=verbs` (or the build has only the `verbs` feature).
 //!
 //! Window memory is the shared-memory segment (the node's ranks load and store it),
-//! registered with libfabric as well (the other nodes' ranks write and read it with
+//! registered with the network as well (the other nodes' ranks write and read it with
 //! RDMA); its descriptor carries both backends' parts. Two things must meet in one place
 //! whichever way a rank comes:
 //! - **Atomics**: the node's ranks apply CPU atomics to the window; the other nodes'
@@ -22,20 +23,119 @@
 //!
 //! The fence barrier is the engine's message barrier (a shared-memory barrier word covers
 //! only one node). A rank that dies is seen by its node's ranks (pids), which tell every
-//! other rank through the network ([`OfiTransport::announce_failure`]).
+//! other rank through the network ([`Network::announce_failure`]).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use rma_core::transport::{Event, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
 use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
-use rma_ofi::{OfiTransport, Registration};
 use rma_shm::ShmTransport;
 
 use crate::{Route, Traffic};
 
 /// Not on this node, in [`HybridTransport`]'s rank table.
 const OFF_NODE: u32 = u32::MAX;
+
+/// What a hybrid world needs from the backend between nodes, beyond [`Transport`].
+pub trait Network: Transport {
+    /// Registers memory that the node's shared-memory segment owns, so that other nodes'
+    /// ranks reach it natively; `None` when nothing is native (then active messages).
+    fn register_node_segment(
+        &self,
+        segment: &Arc<dyn Segment>,
+    ) -> Result<Option<NetworkRegistration>, TransportError>;
+    /// Makes `failed` (a rank of this node, seen dead by its pid) known to the other
+    /// nodes' ranks, which cannot watch its process.
+    fn announce_failure(&self, failed: Rank);
+    /// Leaves normally (goodbyes, then lingers for the peers still working).
+    fn depart(&self);
+    /// Names the network for logs and benchmarks ("libfabric tcp;ofi_rxm", "verbs rxe0").
+    fn describe(&self) -> String;
+}
+
+/// A node segment's registration with the network: what peers need to reach it, and
+/// whatever keeps it registered (dropped with the window segment).
+pub struct NetworkRegistration {
+    /// The network's part of the window descriptor.
+    pub descriptor: Vec<u8>,
+    /// Keeps the registration (and the memory it covers) alive.
+    pub held: Box<dyn std::any::Any + Send + Sync>,
+}
+
+#[cfg(feature = "ofi")]
+impl Network for rma_ofi::OfiTransport {
+    fn register_node_segment(
+        &self,
+        segment: &Arc<dyn Segment>,
+    ) -> Result<Option<NetworkRegistration>, TransportError> {
+        Ok(self
+            .register_segment(segment)?
+            .map(|r| NetworkRegistration {
+                descriptor: r.descriptor(),
+                held: Box::new(r),
+            }))
+    }
+    fn announce_failure(&self, failed: Rank) {
+        rma_ofi::OfiTransport::announce_failure(self, failed)
+    }
+    fn depart(&self) {
+        rma_ofi::OfiTransport::depart(self)
+    }
+    fn describe(&self) -> String {
+        format!("libfabric {}", self.provider())
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl Network for rma_verbs::VerbsTransport {
+    fn register_node_segment(
+        &self,
+        segment: &Arc<dyn Segment>,
+    ) -> Result<Option<NetworkRegistration>, TransportError> {
+        Ok(self
+            .register_segment(segment)?
+            .map(|r| NetworkRegistration {
+                descriptor: r.descriptor(),
+                held: Box::new(r),
+            }))
+    }
+    fn announce_failure(&self, _failed: Rank) {
+        // Nothing to send: every rank holds a reliable connection to the dead process,
+        // and the kernel reset it with the process; the next keepalive write on it fails
+        // (see rma-verbs: within keepalive + 3.8 s).
+    }
+    fn depart(&self) {
+        rma_verbs::VerbsTransport::depart(self)
+    }
+    fn describe(&self) -> String {
+        format!("verbs {}", self.device())
+    }
+}
+
+/// The network backend of a hybrid world: `RMA_NETWORK=ofi|verbs`, by default libfabric
+/// when built with it.
+fn network_from_env(job: Arc<dyn Bootstrap>) -> Result<Box<dyn Network>, TransportError> {
+    let wanted = std::env::var("RMA_NETWORK").ok().filter(|v| !v.is_empty());
+    let default = if cfg!(feature = "ofi") {
+        "ofi"
+    } else {
+        "verbs"
+    };
+    match wanted.as_deref().unwrap_or(default) {
+        #[cfg(feature = "ofi")]
+        "ofi" => Ok(Box::new(rma_ofi::OfiTransport::new(job)?)),
+        #[cfg(feature = "verbs")]
+        "verbs" => Ok(Box::new(rma_verbs::VerbsTransport::new(job)?)),
+        other => {
+            let _ = job;
+            Err(TransportError::Failed(format!(
+                "RMA_NETWORK={other}: not a network backend of this build (ofi with the \
+                 `ofi` feature, verbs with `verbs`)"
+            )))
+        }
+    }
+}
 
 /// The bootstrap of one node's ranks, inside the job's bootstrap: ranks renumbered by
 /// their order in the job, keys and the job id qualified by the node, so that the node
@@ -141,8 +241,8 @@ struct TargetTraffic {
 struct HybridSegment {
     /// The node's segment (owner of the memory).
     node: Arc<dyn Segment>,
-    /// The network's registration of the same memory, if the provider does RMA.
-    net: Option<Registration>,
+    /// The network's registration of the same memory, if it does anything natively.
+    net: Option<NetworkRegistration>,
 }
 
 impl Segment for HybridSegment {
@@ -163,7 +263,7 @@ impl Segment for HybridSegment {
         let mut d = (node.len() as u32).to_le_bytes().to_vec();
         d.extend_from_slice(&node);
         if let Some(net) = &self.net {
-            d.extend_from_slice(&net.descriptor());
+            d.extend_from_slice(&net.descriptor);
         }
         d
     }
@@ -183,14 +283,14 @@ fn split_descriptor(d: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((node, &d[4 + len..]))
 }
 
-/// Shared memory for the ranks of this node, libfabric for the others (see the module
-/// docs).
+/// Shared memory for the ranks of this node, a [`Network`] for the others (see the
+/// module docs).
 pub struct HybridTransport {
     job: Arc<dyn Bootstrap>,
     rank: Rank,
     size: usize,
     node: ShmTransport,
-    net: OfiTransport,
+    net: Box<dyn Network>,
     /// Per job rank: its index among this node's ranks, or [`OFF_NODE`].
     node_index: Vec<u32>,
     /// This node's ranks in job order (node index to job rank).
@@ -228,13 +328,13 @@ impl HybridTransport {
         distinct.sort();
         distinct.dedup();
         let node = ShmTransport::new(node_boot)?;
-        let net = OfiTransport::new(job.clone())?;
+        let net = network_from_env(job.clone())?;
         tracing::info!(
             rank = job.rank(),
             node_ranks = ?node_ranks,
             nodes = distinct.len(),
-            provider = net.provider(),
-            "hybrid world: shared memory on this node, libfabric between nodes"
+            network = net.describe(),
+            "hybrid world: shared memory on this node, the network between nodes"
         );
         Ok(HybridTransport {
             rank: job.rank(),
@@ -282,14 +382,14 @@ impl HybridTransport {
         self.nodes
     }
 
-    /// The libfabric provider between nodes.
-    pub fn provider(&self) -> &str {
-        self.net.provider()
+    /// The network between nodes ([`Network::describe`]).
+    pub fn network(&self) -> String {
+        self.net.describe()
     }
 
     /// Leaves normally: marks the departure for the node's ranks
     /// ([`ShmTransport::depart`]) and says goodbye to the others
-    /// ([`OfiTransport::depart`]).
+    /// ([`Network::depart`]).
     pub fn depart(&self) {
         self.node.depart();
         self.net.depart();
@@ -320,13 +420,13 @@ impl Transport for HybridTransport {
     fn capabilities(&self, target: Rank) -> Capabilities {
         match self.on_node(target) {
             Some(i) => self.node.capabilities(i),
-            None => without_atomics(self.net.capabilities(target)),
+            None => across_nodes(self.net.capabilities(target)),
         }
     }
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
         match self.on_node(target) {
             Some(i) => self.node.window_capabilities(win, i),
-            None => without_atomics(self.net.window_capabilities(win, target)),
+            None => across_nodes(self.net.window_capabilities(win, target)),
         }
     }
 
@@ -338,7 +438,7 @@ impl Transport for HybridTransport {
             ));
         }
         let node = self.node.allocate(len, shared)?;
-        let net = self.net.register_segment(&node)?;
+        let net = self.net.register_node_segment(&node)?;
         Ok(Arc::new(HybridSegment { node, net }))
     }
     fn copies_user_memory(&self) -> bool {
@@ -516,11 +616,13 @@ impl Transport for HybridTransport {
     }
 }
 
-/// Network capabilities with atomics left to active messages.
-fn without_atomics(c: Capabilities) -> Capabilities {
+/// Network capabilities toward another node: atomics and locks go as active messages, so
+/// that they meet the node's CPU atomics and shared-memory lock words at the target.
+fn across_nodes(c: Capabilities) -> Capabilities {
     Capabilities {
         atomics: 0,
         compare_and_swap: 0,
+        native_locks: false,
         ..c
     }
 }

@@ -29,7 +29,7 @@
 //! [`World::traffic`] say which backend reaches a target and what went through it.
 
 pub mod bootstrap;
-#[cfg(feature = "ofi")]
+#[cfg(any(feature = "ofi", feature = "verbs"))]
 pub mod hybrid;
 pub mod launcher;
 
@@ -63,7 +63,7 @@ enum Backend {
     SharedMemory(Arc<rma_shm::ShmTransport>),
     #[cfg(feature = "ofi")]
     Network(Arc<rma_ofi::OfiTransport>),
-    #[cfg(feature = "ofi")]
+    #[cfg(any(feature = "ofi", feature = "verbs"))]
     Hybrid(Arc<hybrid::HybridTransport>),
     /// libibverbs toward every rank.
     #[cfg(feature = "verbs")]
@@ -97,8 +97,9 @@ impl World {
     ///
     /// The backend follows locality: when every rank is on this node, shared memory;
     /// when the job spans nodes (by the bootstrap's node identity), shared memory among
-    /// each node's ranks and libfabric between nodes in the same windows (the `ofi`
-    /// cargo feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`). `RMA_BACKEND`
+    /// each node's ranks and the network between nodes in the same windows: libfabric
+    /// (the `ofi` cargo feature; provider from `RMA_OFI_PROVIDER` or `FI_PROVIDER`), or
+    /// verbs with `RMA_NETWORK=verbs` (the `verbs` feature). `RMA_BACKEND`
     /// forces one: `shm`, `ofi` (libfabric toward every rank), `hybrid` or `verbs`
     /// (libibverbs toward every rank, with the `verbs` cargo feature; device from
     /// `RMA_VERBS_DEVICE`).
@@ -128,24 +129,33 @@ impl World {
                 let t = Arc::new(rma_ofi::OfiTransport::new(bootstrap.clone())?);
                 (t.clone(), Backend::Network(t))
             }
-            #[cfg(feature = "ofi")]
+            #[cfg(any(feature = "ofi", feature = "verbs"))]
             "hybrid" => {
                 let nodes = nodes.unwrap_or_default();
                 let t = Arc::new(hybrid::HybridTransport::new(bootstrap.clone(), &nodes)?);
                 (t.clone(), Backend::Hybrid(t))
             }
-            #[cfg(not(feature = "ofi"))]
-            "ofi" | "hybrid" => {
+            #[cfg(not(any(feature = "ofi", feature = "verbs")))]
+            "hybrid" => {
                 let why = if forced.is_some() {
-                    format!("RMA_BACKEND={choice}")
+                    "RMA_BACKEND=hybrid"
                 } else {
-                    "the ranks span several nodes".to_string()
+                    "the ranks span several nodes"
                 };
                 return Err(TransportError::Failed(format!(
-                    "{why}: this build has no network backend (build rma with the `ofi` \
-                     feature)"
+                    "{why}: this build has no network backend (build rma with the `ofi` or \
+                     `verbs` feature)"
                 ))
                 .into());
+            }
+            #[cfg(not(feature = "ofi"))]
+            "ofi" => {
+                return Err(TransportError::Failed(
+                    "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with the \
+                     `ofi` feature)"
+                        .into(),
+                )
+                .into())
             }
             #[cfg(feature = "verbs")]
             "verbs" => {
@@ -183,7 +193,7 @@ impl World {
             Backend::SharedMemory(_) => Route::SharedMemory,
             #[cfg(feature = "ofi")]
             Backend::Network(_) => Route::Network,
-            #[cfg(feature = "ofi")]
+            #[cfg(any(feature = "ofi", feature = "verbs"))]
             Backend::Hybrid(h) => h.route(target),
             #[cfg(feature = "verbs")]
             Backend::Verbs(_) => Route::Network,
@@ -194,7 +204,7 @@ impl World {
     /// hybrid world (`None` with a single backend: the engine's [`Stats`] say it all).
     pub fn traffic(&self, target: Rank) -> Option<Traffic> {
         match &self.backend {
-            #[cfg(feature = "ofi")]
+            #[cfg(any(feature = "ofi", feature = "verbs"))]
             Backend::Hybrid(h) => h.traffic(target),
             _ => {
                 let _ = target;
@@ -220,7 +230,7 @@ impl Drop for World {
     fn drop(&mut self) {
         match &self.backend {
             Backend::SharedMemory(shm) => shm.depart(),
-            #[cfg(feature = "ofi")]
+            #[cfg(any(feature = "ofi", feature = "verbs"))]
             Backend::Hybrid(h) => h.depart(),
             #[cfg(feature = "ofi")]
             Backend::Network(ofi) => ofi.depart(),
