@@ -7,6 +7,8 @@
 #     only there),
 #   - a killed peer, noticed within 10 s through the QP's retries alone
 #     (RMA_VERBS_PID_CHECK=0) and with the pid check,
+#   - hybrid worlds over two simulated hosts (shared memory inside each, verbs between),
+#     with the path of every op checked from the per-target counters,
 #   - osu_put_latency / osu_get_latency -b verbs at 8 bytes next to raw verbs from Rust
 #     (benches' verbs_raw_latency) and perftest's ib_write_lat / ib_read_lat in the same
 #     boot, and prints the ratios.
@@ -91,6 +93,22 @@ cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
 for pid_check in 0 1; do
   cmds+=("s=\$(date +%s); RMA_VERBS_PID_CHECK=$pid_check $(run 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"dead_peer (pid check $pid_check): rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
 done
+# Hybrid worlds: two simulated hosts (UTS namespaces, each with its own host name, so
+# its own node id) on the VM's one network stack: shared memory inside a host, verbs
+# between them. Not network namespaces: rxe before Linux 7.1 serves init_net only (its
+# UDP socket and routes live there), so a device in another namespace cannot talk.
+hybrid() { # ranks, args...: one conformance case over two simulated hosts
+  local n=$1
+  shift
+  echo "RMA_NETWORK=verbs RMA_TIMEOUT_MS=30000 rma-run -n $n --timeout 100 --hosts uts:h1,uts:h2 rma-conformance $*"
+}
+cmds+=("$(hybrid 4 paths)" "$(hybrid 3 paths)")
+for kind in allocate create dynamic; do cmds+=("$(hybrid 4 ops $kind)"); done
+cmds+=("$(hybrid 4 passive_target)" "$(hybrid 4 stress_overlap)")
+cmds+=("RMA_CONFORMANCE_DIVISOR=10 $(hybrid 4 stress_lock_counter)")
+cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(hybrid 4 litmus lock)")
+# Rank 1 dies on host h1: rank 0 sees its pid go, rank 2 on h2 its connection fail.
+cmds+=("s=\$(date +%s); $(hybrid 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"hybrid dead_peer: rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
 # The benchmark: ours, raw verbs and perftest's in the same boot, in $rounds rounds
 # (the medians are reported: single runs swing by 2x with the host's load).
 ncase=${#cmds[@]}
