@@ -4,8 +4,9 @@
 //! A user depends on this crate alone. [`World::init`] finds out who started the
 //! process (`rma-run`, MPICH's Hydra, Slurm's `srun`, Open MPI's `mpirun`, or nothing: a
 //! World of one), joins the transports by locality (shared memory for the ranks of this
-//! node; with the `ofi` feature, libfabric toward the ranks of other nodes, in the same
-//! windows: see `hybrid`), and gives the [`Engine`] that creates windows:
+//! node; with the `ofi` or `verbs` feature, libfabric or InfiniBand verbs toward the
+//! ranks of other nodes, in the same windows: see `hybrid`), and gives the [`Engine`]
+//! that creates windows:
 //!
 //! ```
 //! use rma::{Assert, World};
