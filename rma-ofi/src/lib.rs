@@ -617,6 +617,12 @@ impl Inner {
                             return Err(err);
                         }
                     }
+                    // A short batch emptied the queue: return what came now rather than
+                    // read it once more (on tcp each read is a poll(2) of the sockets, and
+                    // the answer an arrival asks for waits on it).
+                    if n < entries.len() {
+                        break Ok(());
+                    }
                 }
                 Err(rc) if rc == -(sys::FI_EAVAIL as isize) => {
                     let Some((ctx, msg)) = self.ep.cq_readerr() else {
