@@ -275,7 +275,7 @@ impl AnyReference {
         match self {
             AnyReference::SharedMemory(r) => r.latency(bench, sync, size, iterations, skip),
             #[cfg(feature = "ofi")]
-            AnyReference::Libfabric(r) => r.latency(bench, size, iterations, skip),
+            AnyReference::Libfabric(r) => r.latency(bench, sync, size, iterations, skip),
         }
     }
 

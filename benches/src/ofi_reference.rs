@@ -6,6 +6,7 @@
 //! | benchmark | reference |
 //! | --- | --- |
 //! | put latency, bandwidth | `fi_writemsg` with `FI_DELIVERY_COMPLETE` (the completion a flush needs), waited for; bandwidth: the window's writes back to back, then all completions |
+//! | put and accumulate latency with a lock per op (`-s lock`), up to 63 bytes | a message carrying the data and the target's answer (`fi_inject` each way): one round trip, what the single-op lock, put and unlock costs at least |
 //! | get latency, bandwidth | `fi_read`, waited for |
 //! | fetch_and_op, compare_and_swap, get_accumulate | `fi_fetch_atomic` sum of one u64, waited for |
 //! | accumulate | `fi_writemsg` with delivery complete of the message (what a native accumulate costs at least) |
@@ -92,11 +93,15 @@ impl OfiReference {
     pub fn latency(
         &mut self,
         bench: &Benchmark,
+        sync: SyncMode,
         size: usize,
         iterations: usize,
         skip: usize,
     ) -> Result<f64> {
         let d = match bench.operation {
+            Operation::Put | Operation::Accumulate if answered(sync, size) => {
+                self.timed(iterations, skip, |p| p.ping(size))?
+            }
             Operation::Put | Operation::Accumulate => {
                 self.timed(iterations, skip, |p| p.write(size))?
             }
@@ -131,13 +136,16 @@ impl OfiReference {
     /// The preamble lines saying what the reference column measures.
     pub fn notes(&self, bench: &Benchmark, sync: SyncMode) -> Vec<String> {
         let how = match bench.operation {
+            Operation::Put | Operation::Accumulate if sync == SyncMode::Lock => {
+                "a message carrying the data and the target's answer (fi_inject each way) up \
+                 to 63 bytes, fi_writemsg with FI_DELIVERY_COMPLETE above"
+            }
             Operation::Put | Operation::Accumulate => {
                 "fi_writemsg with FI_DELIVERY_COMPLETE, completion awaited"
             }
             Operation::Get => "fi_read, completion awaited",
             _ => "fi_fetch_atomic (u64 sum), completion awaited",
         };
-        let _ = sync;
         vec![
             format!(
                 "# Reference: bare libfabric on {} between the same ranks: {how}; no lock, \
@@ -147,4 +155,12 @@ impl OfiReference {
             "# Ratio: ours / reference".to_string(),
         ]
     }
+}
+
+/// Whether the reference of a put or accumulate is a message and its answer: with a lock
+/// per op the target must take part (grant, apply, release) and answer, so one round
+/// trip carrying the data is the least any protocol can do; small enough for one
+/// injected message.
+fn answered(sync: SyncMode, size: usize) -> bool {
+    sync == SyncMode::Lock && size <= rma_ofi::bare::MAX_PING
 }

@@ -3,9 +3,10 @@
 //! (`osu_* -b ofi --reference`) times it in the same run as the library, so that the
 //! library's cost is a ratio against what the provider itself can do.
 //!
-//! Rank 0 issues (`write`, `read`, `fetch_add`, `compare_swap`, each waiting for its
-//! completion); rank 1 only drives its completion queue ([`BarePair::serve`]) until rank
-//! 0 says it is done: manual-progress providers move data only while the target polls.
+//! Rank 0 issues (`write`, `read`, `fetch_add`, each waiting for its completion, or
+//! `ping`, a message answered by rank 1); rank 1 only drives its completion queue
+//! ([`BarePair::serve`]) until rank 0 says it is done: manual-progress providers move
+//! data only while the target polls.
 //! Writes and atomics ask for `FI_DELIVERY_COMPLETE`, so the completion means the data
 //! is at the target, the guarantee a flush gives.
 
@@ -52,6 +53,12 @@ impl std::fmt::Debug for BarePair {
 
 const OP: u64 = 1;
 const RECV: u64 = 2;
+/// First byte of a message: the round is over / answer me / the answer.
+const DONE: u8 = 1;
+const PING: u8 = 2;
+const PONG: u8 = 3;
+/// Largest payload of a [`BarePair::ping`] (the receive buffer is 64 bytes).
+pub const MAX_PING: usize = 63;
 /// A peer that does not answer for this long has failed.
 const STALL: Duration = Duration::from_secs(30);
 
@@ -288,17 +295,47 @@ impl BarePair {
     }
 
     /// Rank 1's part: drives the completion queue (the provider's progress for the
-    /// peer's operations on our buffer) until the peer's [`done`](Self::done).
+    /// peer's operations on our buffer), answering [`ping`](Self::ping)s, until the
+    /// peer's [`done`](Self::done).
     pub fn serve(&mut self) -> Result<(), TransportError> {
-        self.wait(RECV, 1)?;
-        self.post_recv()
+        loop {
+            self.wait(RECV, 1)?;
+            let kind = self.recv[0];
+            self.post_recv()?;
+            match kind {
+                PING => self.send(&[PONG])?,
+                _ => return Ok(()),
+            }
+        }
     }
 
     /// Rank 0's part: tells the peer this round is over.
     pub fn done(&mut self) -> Result<(), TransportError> {
+        self.send(&[DONE])
+    }
+
+    /// A message of `len` payload bytes (at most [`MAX_PING`]) to the peer and its
+    /// one-byte answer: one message each way, what a request answered by the target
+    /// (the single-op lock, put and unlock of a passive-target epoch) costs at least.
+    pub fn ping(&mut self, len: usize) -> Result<(), TransportError> {
+        if len > MAX_PING {
+            return Err(TransportError::Failed(format!(
+                "bare pattern: a ping carries at most {MAX_PING} bytes"
+            )));
+        }
+        let mut msg = [b'a'; MAX_PING + 1];
+        msg[0] = PING;
+        self.send(&msg[..len + 1])?;
+        self.wait(RECV, 1)?;
+        self.post_recv()
+    }
+
+    /// Injects `data` (a few bytes) to the peer, retrying while the provider says
+    /// -FI_EAGAIN (reaping meanwhile), for up to [`STALL`].
+    fn send(&mut self, data: &[u8]) -> Result<(), TransportError> {
         let start = Instant::now();
         loop {
-            let rc = self.ep.inject(&[1], self.peer);
+            let rc = self.ep.inject(data, self.peer);
             if rc == 0 {
                 return Ok(());
             }
