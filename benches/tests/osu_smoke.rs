@@ -522,4 +522,20 @@ fn ofi_reference_is_bare_libfabric() {
             assert!(v[1] > 0.0, "{name} {size}: the reference ran:\n{text}");
         }
     }
+    // A lock per op: the reference is a message and its answer.
+    let text = run_bin(
+        bin("osu_put_latency"),
+        &["-b", "ofi:tcp", "--reference", "-s", "lock", "-m", "1:64"],
+    );
+    let t = parse_osu(&text);
+    assert!(
+        t.header
+            .iter()
+            .any(|h| h.contains("a message carrying the data and the target's answer")),
+        "{text}"
+    );
+    assert!(
+        t.rows.iter().all(|(_, v)| v.len() == 3 && v[1] > 0.0),
+        "{text}"
+    );
 }
