@@ -494,14 +494,18 @@ mod ofi {
 
     /// The cases every provider runs.
     fn suite(provider: &str) {
+        suite_with(provider, &[]);
+    }
+
+    fn suite_with(provider: &str, env: &[(&str, &str)]) {
         for ranks in [2, 4] {
-            ok_on(provider, ranks, &["ops", "allocate"], &[]);
-            ok_on(provider, ranks, &["ops", "create"], &[]);
+            ok_on(provider, ranks, &["ops", "allocate"], env);
+            ok_on(provider, ranks, &["ops", "create"], env);
         }
-        ok_on(provider, 2, &["progress"], &[]);
-        ok_on(provider, 3, &["progress"], &[]);
-        ok_on(provider, 2, &["bad_input"], &[]);
-        ok_on(provider, 3, &["bad_input"], &[]);
+        ok_on(provider, 2, &["progress"], env);
+        ok_on(provider, 3, &["progress"], env);
+        ok_on(provider, 2, &["bad_input"], env);
+        ok_on(provider, 3, &["bad_input"], env);
     }
 
     #[test]
@@ -509,6 +513,19 @@ mod ofi {
         suite("tcp;ofi_rxm");
         ok_on("tcp;ofi_rxm", 2, &["stress_fetch_and_op"], &[]);
         ok_on("tcp;ofi_rxm", 4, &["stress_fetch_and_op"], &[]);
+    }
+
+    /// Every buffer handed to the provider registered and its descriptor passed, as
+    /// providers asking for FI_MR_LOCAL need (forced here: none of these three asks).
+    #[test]
+    fn local_buffers_registered() {
+        let forced = [("RMA_OFI_MR_LOCAL", "1")];
+        suite_with("tcp;ofi_rxm", &forced);
+        for provider in ["sockets", "shm"] {
+            ok_on(provider, 2, &["ops", "allocate"], &forced);
+            ok_on(provider, 2, &["ops", "create"], &forced);
+        }
+        ok_on("tcp;ofi_rxm", 4, &["stress_fetch_and_op"], &forced);
     }
 
     #[test]

@@ -125,7 +125,10 @@ impl BarePair {
         let ctx: *mut c_void = (&mut *self.recv_ctx as *mut OpContext).cast();
         // SAFETY: the receive buffer and its context are boxed in the pair and not touched
         // until the receive's completion is read (or the endpoint closes).
-        let rc = unsafe { self.ep.post_recv(self.recv.as_mut_ptr(), 64, ctx) };
+        let rc = unsafe {
+            self.ep
+                .post_recv(self.recv.as_mut_ptr(), 64, std::ptr::null_mut(), ctx)
+        };
         if rc != 0 {
             return Err(fi_error("fi_recv", rc as i64));
         }

@@ -32,9 +32,9 @@ pub fn is_again(rc: isize) -> bool {
     rc == -(sys::FI_EAGAIN as isize)
 }
 
-/// The mr_mode bits this crate knows how to honour (FI_MR_LOCAL is not among them: the
-/// buffers of sends and native ops are not registered, so providers needing it are not
-/// picked).
+/// The mr_mode bits every user of [`Endpoint`] honours. FI_MR_LOCAL (local buffers
+/// registered, their descriptors passed) is added by those that pass [`LocalBuf`]
+/// descriptors: [`Endpoint::open_with`] with `local_mr`.
 const MR_MODE_SUPPORTED: u64 = (sys::FI_MR_VIRT_ADDR
     | sys::FI_MR_ALLOCATED
     | sys::FI_MR_PROV_KEY
@@ -74,6 +74,17 @@ pub struct Endpoint {
     ep: *mut sys::fid_ep,
     /// What the provider offers.
     pub offer: Offer,
+    /// Local buffers must be registered and their descriptors passed (FI_MR_LOCAL asked
+    /// for by the provider, or forced with [`force_local_mr`](Self::force_local_mr)).
+    local_mr: bool,
+    /// Regions of [`LocalBuf`]s (null: free slot), closed after the endpoint and before
+    /// the domain.
+    local_regions: Vec<*mut sys::fid_mr>,
+    /// Requested keys of local regions (providers without FI_MR_PROV_KEY take ours), far
+    /// from the windows' keys that count from 1.
+    next_local_key: u64,
+    /// Local regions registered so far (a buffer that grew is registered again).
+    local_registrations: u64,
 }
 
 // SAFETY: the handles are plain pointers to libfabric objects opened with
@@ -99,7 +110,11 @@ fn cstr_or_empty(p: *const std::ffi::c_char) -> String {
 }
 
 /// fi_getinfo for an RDM endpoint with `caps`, on `provider` if given.
-fn getinfo(provider: Option<&str>, caps: u64) -> Result<*mut sys::fi_info, TransportError> {
+fn getinfo(
+    provider: Option<&str>,
+    caps: u64,
+    local_mr: bool,
+) -> Result<*mut sys::fi_info, TransportError> {
     // SAFETY: fi_dupinfo(NULL) allocates a zeroed fi_info with its attribute structs.
     let hints = unsafe { sys::fi_dupinfo(ptr::null()) };
     if hints.is_null() {
@@ -113,7 +128,11 @@ fn getinfo(provider: Option<&str>, caps: u64) -> Result<*mut sys::fi_info, Trans
         h.caps = caps;
         h.mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
         (*h.ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
-        (*h.domain_attr).mr_mode = MR_MODE_SUPPORTED as i32;
+        (*h.domain_attr).mr_mode = if local_mr {
+            (MR_MODE_SUPPORTED | sys::FI_MR_LOCAL as u64) as i32
+        } else {
+            MR_MODE_SUPPORTED as i32
+        };
         (*h.domain_attr).threading = sys::fi_threading_FI_THREAD_DOMAIN;
         (*h.tx_attr).msg_order = sys::FI_ORDER_SAS as u64;
         (*h.rx_attr).msg_order = sys::FI_ORDER_SAS as u64;
@@ -165,19 +184,22 @@ impl Endpoint {
         atomics: bool,
         av_count: usize,
     ) -> Result<Endpoint, TransportError> {
-        Self::open_with(provider, atomics, av_count, 0)
+        Self::open_with(provider, atomics, av_count, 0, false)
     }
 
     /// [`open`](Self::open), also asking for `FI_MULTI_RECV` when `min_multi_recv` is
     /// not 0: then a receive buffer posted with
     /// [`post_multi_recv`](Self::post_multi_recv) takes messages until less than
     /// `min_multi_recv` bytes are left in it ([`Offer::multi_recv`] says whether the
-    /// provider agreed).
+    /// provider agreed). With `local_mr`, providers that need local buffers registered
+    /// (FI_MR_LOCAL) are taken too: the caller then passes a [`LocalBuf`]'s descriptor
+    /// with every buffer it hands the provider.
     pub fn open_with(
         provider: Option<&str>,
         atomics: bool,
         av_count: usize,
         min_multi_recv: usize,
+        local_mr: bool,
     ) -> Result<Endpoint, TransportError> {
         let base = (sys::FI_MSG | sys::FI_RMA) as u64;
         let multi = if min_multi_recv > 0 {
@@ -191,7 +213,7 @@ impl Endpoint {
         tries.dedup();
         let mut last = TransportError::Failed("fi_getinfo: nothing tried".into());
         for caps in tries {
-            let list = match getinfo(provider, caps) {
+            let list = match getinfo(provider, caps, local_mr) {
                 Ok(list) => list,
                 Err(e) => {
                     tracing::info!(caps, "no provider with these capabilities ({e})");
@@ -268,6 +290,10 @@ impl Endpoint {
                 manual_progress: false,
                 multi_recv: false,
             },
+            local_mr: false,
+            local_regions: Vec::new(),
+            next_local_key: 1 << 30,
+            local_registrations: 0,
         };
         // SAFETY: `info` is a non-null entry copied by fi_dupinfo, owned by `me` (freed
         // on drop); its attribute pointers are valid for its life. Each open writes the
@@ -289,6 +315,7 @@ impl Endpoint {
                 manual_progress: da.data_progress == sys::fi_progress_FI_PROGRESS_MANUAL,
                 multi_recv: false,
             };
+            me.local_mr = da.mr_mode as u64 & sys::FI_MR_LOCAL as u64 != 0;
             check(
                 "fi_fabric",
                 sys::rma_fi_fabric(i.fabric_attr, &mut me.fabric, ptr::null_mut()),
@@ -383,18 +410,15 @@ impl Endpoint {
     /// # Safety
     /// The buffer and `ctx` (at least a `fi_context2`) must stay valid and unused by
     /// anyone else until the receive's completion is read.
-    pub unsafe fn post_recv(&mut self, buf: *mut u8, len: usize, ctx: *mut c_void) -> isize {
+    pub unsafe fn post_recv(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+        desc: *mut c_void,
+        ctx: *mut c_void,
+    ) -> isize {
         // SAFETY: caller's contract.
-        unsafe {
-            sys::rma_fi_recv(
-                self.ep,
-                buf.cast(),
-                len,
-                ptr::null_mut(),
-                sys::FI_ADDR_UNSPEC,
-                ctx,
-            )
-        }
+        unsafe { sys::rma_fi_recv(self.ep, buf.cast(), len, desc, sys::FI_ADDR_UNSPEC, ctx) }
     }
 
     /// Posts a multi-message receive buffer (`FI_MULTI_RECV`): messages land one after
@@ -403,14 +427,21 @@ impl Endpoint {
     ///
     /// # Safety
     /// As [`post_recv`](Self::post_recv), until the releasing completion is read.
-    pub unsafe fn post_multi_recv(&mut self, buf: *mut u8, len: usize, ctx: *mut c_void) -> isize {
+    pub unsafe fn post_multi_recv(
+        &mut self,
+        buf: *mut u8,
+        len: usize,
+        desc: *mut c_void,
+        ctx: *mut c_void,
+    ) -> isize {
         let iov = sys::iovec {
             iov_base: buf.cast(),
             iov_len: len,
         };
+        let mut desc = desc;
         let msg = sys::fi_msg {
             msg_iov: &iov,
-            desc: ptr::null_mut(),
+            desc: &mut desc,
             iov_count: 1,
             addr: sys::FI_ADDR_UNSPEC,
             context: ctx,
@@ -429,11 +460,86 @@ impl Endpoint {
         &mut self,
         buf: *const u8,
         len: usize,
+        desc: *mut c_void,
         dest: sys::fi_addr_t,
         ctx: *mut c_void,
     ) -> isize {
         // SAFETY: caller's contract.
-        unsafe { sys::rma_fi_send(self.ep, buf.cast(), len, ptr::null_mut(), dest, ctx) }
+        unsafe { sys::rma_fi_send(self.ep, buf.cast(), len, desc, dest, ctx) }
+    }
+
+    /// Whether local buffers need registering ([`LocalBuf::desc`] does it then).
+    pub fn local_mr(&self) -> bool {
+        self.local_mr
+    }
+
+    /// Local regions registered so far, and how many are open now.
+    pub fn local_registrations(&self) -> (u64, usize) {
+        let open = self.local_regions.iter().filter(|m| !m.is_null()).count();
+        (self.local_registrations, open)
+    }
+
+    /// Registers local buffers even where the provider does not ask for it, to exercise
+    /// the FI_MR_LOCAL path on any provider (`RMA_OFI_MR_LOCAL=1`).
+    pub fn force_local_mr(&mut self) {
+        self.local_mr = true;
+    }
+
+    /// Registers `base..base+len` for local use (send, receive, read and write sources
+    /// and results); returns the slot of the region and its descriptor.
+    ///
+    /// # Safety
+    /// The memory stays allocated until [`close_local`](Self::close_local) of the slot
+    /// or the endpoint's drop.
+    unsafe fn register_local(
+        &mut self,
+        base: *const u8,
+        len: usize,
+    ) -> Result<(usize, *mut c_void), TransportError> {
+        let access = (sys::FI_SEND | sys::FI_RECV | sys::FI_READ | sys::FI_WRITE) as u64;
+        let key = self.next_local_key;
+        self.next_local_key += 1;
+        let mut mr = ptr::null_mut();
+        // SAFETY: domain open; memory valid per the caller's contract.
+        let rc = unsafe {
+            sys::rma_fi_mr_reg(
+                self.domain,
+                base.cast(),
+                len,
+                access,
+                0,
+                key,
+                0,
+                &mut mr,
+                ptr::null_mut(),
+            )
+        };
+        check("fi_mr_reg (local buffer)", rc)?;
+        self.local_registrations += 1;
+        let slot = match self.local_regions.iter().position(|m| m.is_null()) {
+            Some(i) => {
+                self.local_regions[i] = mr;
+                i
+            }
+            None => {
+                self.local_regions.push(mr);
+                self.local_regions.len() - 1
+            }
+        };
+        // SAFETY: `mr` is open.
+        Ok((slot, unsafe { sys::rma_fi_mr_desc(mr) }))
+    }
+
+    /// Closes the local region in `slot` (from [`register_local`](Self::register_local)).
+    fn close_local(&mut self, slot: usize) {
+        if let Some(mr) = self.local_regions.get_mut(slot) {
+            if !mr.is_null() {
+                // SAFETY: an open region of this domain, closed once (the slot is
+                // cleared).
+                unsafe { sys::rma_fi_close_mr(*mr) };
+                *mr = ptr::null_mut();
+            }
+        }
     }
 
     /// Injects `data` (at most `inject_size` bytes) to `dest`: buffer reusable at return,
@@ -594,6 +700,11 @@ impl Drop for Endpoint {
             if !self.ep.is_null() {
                 sys::rma_fi_close_ep(self.ep);
             }
+            for mr in self.local_regions.drain(..) {
+                if !mr.is_null() {
+                    sys::rma_fi_close_mr(mr);
+                }
+            }
             if !self.cq.is_null() {
                 sys::rma_fi_close_cq(self.cq);
             }
@@ -623,4 +734,55 @@ pub struct OpContext {
     pub fi: sys::fi_context2,
     /// Which operation: kind in the high bits, index in the low.
     pub id: u64,
+}
+
+/// A buffer of local bytes handed to the provider (a send, a receive, a native op's
+/// source, compare value or result). Where the provider asks for FI_MR_LOCAL it is
+/// registered with the endpoint's domain, again whenever it moved or grew, and
+/// [`desc`](Self::desc) gives the descriptor to pass with it; elsewhere the descriptor is
+/// null and nothing is registered.
+#[derive(Debug, Default)]
+pub struct LocalBuf {
+    /// The bytes (the region covers the whole capacity).
+    pub bytes: Vec<u8>,
+    /// (slot in the endpoint, descriptor, address, capacity) of the current region.
+    region: Option<(usize, usize, usize, usize)>,
+}
+
+impl LocalBuf {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> LocalBuf {
+        LocalBuf {
+            bytes: vec![0; len],
+            region: None,
+        }
+    }
+
+    /// The descriptor of the bytes as they are now (registering them if the provider
+    /// needs it and the current region does not cover them), for the next call that hands
+    /// them to the provider.
+    pub fn desc(&mut self, ep: &mut Endpoint) -> Result<*mut c_void, TransportError> {
+        if !ep.local_mr {
+            return Ok(ptr::null_mut());
+        }
+        if self.bytes.capacity() == 0 {
+            self.bytes.reserve(64);
+        }
+        let (addr, cap) = (self.bytes.as_ptr() as usize, self.bytes.capacity());
+        match self.region {
+            Some((_, desc, a, c)) if a == addr && c == cap => return Ok(desc as *mut c_void),
+            Some((slot, ..)) => {
+                ep.close_local(slot);
+                self.region = None;
+            }
+            None => {}
+        }
+        // SAFETY: the Vec's allocation (address and capacity as registered) lives until
+        // it moves or grows, which the next call notices (closing this region), or until
+        // the buffer is dropped; buffers live in the transport beside the endpoint, and
+        // the endpoint closes every local region before its domain.
+        let (slot, desc) = unsafe { ep.register_local(addr as *const u8, cap)? };
+        self.region = Some((slot, desc as usize, addr, cap));
+        Ok(desc)
+    }
 }

@@ -45,9 +45,14 @@
 //!   (64 of them). libfabric 1.17's shm provider crashes on multi-message buffers: not
 //!   used there.
 //!
-//! Not done: providers that require `FI_MR_LOCAL` (send and result buffers are not
-//! registered, so fi_getinfo does not return them); asking for RAW/WAR/WAW ordering (the
-//! engine waits for completions).
+//! - **Local buffers** (`FI_MR_LOCAL`): fi_getinfo is told we honour it, and where the
+//!   provider asks for it every buffer we hand it (receive buffers, send buffers, native
+//!   ops' operands and results, all pooled) is registered once and again only when it
+//!   grew out of its allocation ([`fabric::LocalBuf`]), its descriptor passed with each
+//!   call. `RMA_OFI_MR_LOCAL=1` does the same on providers that do not ask (how it is
+//!   tested here: tcp, sockets and shm do not).
+//!
+//! Not done: asking for RAW/WAR/WAW ordering (the engine waits for completions).
 //! libfabric 1.17's shm provider returned wrong fetched values (0) in lock epochs of
 //! `ops allocate`, and a target died of SIGSEGV inside libfabric under `stress_overlap`
 //! (32-element u64 sums): its native atomics are off unless `RMA_OFI_SHM_ATOMICS=1`
@@ -55,7 +60,7 @@
 //!
 //! Environment: `RMA_OFI_PROVIDER`, `RMA_OFI_MAX_MESSAGE` (bytes of one active message,
 //! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64, or 4 multi-message ones),
-//! `RMA_OFI_MULTI_RECV=0`, `RMA_OFI_DISABLE_RMA=1`,
+//! `RMA_OFI_MULTI_RECV=0`, `RMA_OFI_MR_LOCAL=1`, `RMA_OFI_DISABLE_RMA=1`,
 //! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
 //! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
 
@@ -73,7 +78,7 @@ use rma_core::transport::{
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
-use fabric::{fi_error, is_again, Endpoint, OpContext};
+use fabric::{fi_error, is_again, Endpoint, LocalBuf, OpContext};
 
 /// Bytes before the payload of every active message: sender rank, sequence number.
 const HEADER: usize = 8;
@@ -99,12 +104,13 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 struct RecvBuf {
-    buf: Box<[u8]>,
+    /// Fixed length: never grows, so it is registered (if at all) once.
+    buf: LocalBuf,
     ctx: Box<OpContext>,
 }
 
 struct SendBuf {
-    buf: Vec<u8>,
+    buf: LocalBuf,
     ctx: Box<OpContext>,
     dest: Rank,
 }
@@ -115,11 +121,11 @@ struct NativeOp {
     ctx: Box<OpContext>,
     token: u64,
     /// Source bytes (put, atomic operand).
-    buf: Vec<u8>,
+    buf: LocalBuf,
     /// Compare value (compare-and-swap).
-    cmp: Vec<u8>,
+    cmp: LocalBuf,
     /// Fetched bytes (get, fetching atomics).
-    result: Vec<u8>,
+    result: LocalBuf,
     fetch: bool,
 }
 
@@ -220,7 +226,10 @@ impl OfiTransport {
         } else {
             0
         };
-        let mut ep = Endpoint::open_with(provider.as_deref(), true, size, min_multi_recv)?;
+        let mut ep = Endpoint::open_with(provider.as_deref(), true, size, min_multi_recv, true)?;
+        if env_usize("RMA_OFI_MR_LOCAL", 0) == 1 {
+            ep.force_local_mr();
+        }
         tracing::info!(rank, offer = ?ep.offer, "libfabric endpoint");
         let max_message = wanted.min(ep.offer.max_msg_size.saturating_sub(HEADER));
         // One collective: every rank's pid, node and endpoint name.
@@ -264,7 +273,7 @@ impl OfiTransport {
         };
         for i in 0..nrecv {
             inner.recv.push(RecvBuf {
-                buf: vec![0u8; recv_len].into_boxed_slice(),
+                buf: LocalBuf::zeroed(recv_len),
                 ctx: Box::new(OpContext {
                     id: KIND_RECV | i as u64,
                     ..Default::default()
@@ -299,9 +308,14 @@ impl OfiTransport {
         tracing::info!(rank, ?native, "libfabric native capabilities");
         if env_usize("RMA_OFI_VERBOSE", 0) == 1 && rank == 0 {
             eprintln!(
-                "rma-ofi: {:?}; native: rdma_write {} rdma_read {} atomics {:#x} cas {:#x} \
-                 (max {max_atomic} elements)",
-                inner.ep.offer, native.rdma_write, native.rdma_read, atomics, compare_and_swap
+                "rma-ofi: {:?}; local buffers registered: {}; native: rdma_write {} rdma_read \
+                 {} atomics {:#x} cas {:#x} (max {max_atomic} elements)",
+                inner.ep.offer,
+                inner.ep.local_mr(),
+                native.rdma_write,
+                native.rdma_read,
+                atomics,
+                compare_and_swap
             );
         }
         // Everyone's receives are posted before anyone sends.
@@ -384,7 +398,7 @@ impl OfiTransport {
         target: Rank,
         token: u64,
         fetch: bool,
-        mut post: impl FnMut(&mut Inner, usize, sys::fi_addr_t) -> isize,
+        mut post: impl FnMut(&mut Inner, usize, sys::fi_addr_t) -> Result<isize, TransportError>,
     ) -> Result<Issued, TransportError> {
         let mut inner = self.lock();
         if inner.dead[target as usize] {
@@ -393,7 +407,13 @@ impl OfiTransport {
         let dest = inner.addrs[target as usize];
         for attempt in 0..2 {
             let idx = inner.alloc_op(token, fetch);
-            let rc = post(&mut inner, idx, dest);
+            let rc = match post(&mut inner, idx, dest) {
+                Ok(rc) => rc,
+                Err(e) => {
+                    inner.op_free.push(idx);
+                    return Err(e);
+                }
+            };
             if rc == 0 {
                 return Ok(Issued::Pending);
             }
@@ -552,7 +572,8 @@ fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
 impl Inner {
     fn post_recv(&mut self, i: usize) -> Result<(), TransportError> {
         let r = &mut self.recv[i];
-        let (buf, len) = (r.buf.as_mut_ptr(), r.buf.len());
+        let desc = r.buf.desc(&mut self.ep)?;
+        let (buf, len) = (r.buf.bytes.as_mut_ptr(), r.buf.bytes.len());
         let ctx: *mut c_void = (&mut *r.ctx as *mut OpContext).cast();
         // SAFETY: the buffer and the boxed context belong to `self.recv[i]`, which outlives
         // the endpoint (`ep` is Inner's first field, so it is closed before the buffers are
@@ -560,9 +581,9 @@ impl Inner {
         // read.
         let rc = unsafe {
             if self.multi_recv {
-                self.ep.post_multi_recv(buf, len, ctx)
+                self.ep.post_multi_recv(buf, len, desc, ctx)
             } else {
-                self.ep.post_recv(buf, len, ctx)
+                self.ep.post_recv(buf, len, desc, ctx)
             }
         };
         if rc == 0 {
@@ -677,12 +698,12 @@ impl Inner {
                         // The buffer is released without a message.
                         return self.release_recv(idx, released);
                     }
-                    let base = self.recv[idx].buf.as_ptr() as usize;
+                    let base = self.recv[idx].buf.bytes.as_ptr() as usize;
                     ((at as usize).wrapping_sub(base), released)
                 } else {
                     (0, true)
                 };
-                let b = &self.recv[idx].buf;
+                let b = &self.recv[idx].buf.bytes;
                 if len < HEADER || start.checked_add(len).is_none_or(|end| end > b.len()) {
                     return Err(TransportError::Failed(format!(
                         "active message of {len} bytes received at {start}"
@@ -714,7 +735,15 @@ impl Inner {
             KIND_SEND => self.send_free.push(idx),
             KIND_OP => {
                 let op = &mut self.ops[idx];
-                let data = op.fetch.then(|| std::mem::take(&mut op.result));
+                // Handed out without a copy unless registered (a new allocation would
+                // need registering again at the next op).
+                let data = op.fetch.then(|| {
+                    if self.ep.local_mr() {
+                        op.result.bytes.clone()
+                    } else {
+                        std::mem::take(&mut op.result.bytes)
+                    }
+                });
                 let token = op.token;
                 self.op_free.push(idx);
                 self.pending.push_back(Event::Completed { token, data });
@@ -772,9 +801,9 @@ impl Inner {
                         ..Default::default()
                     }),
                     token: 0,
-                    buf: Vec::new(),
-                    cmp: Vec::new(),
-                    result: Vec::new(),
+                    buf: LocalBuf::default(),
+                    cmp: LocalBuf::default(),
+                    result: LocalBuf::default(),
                     fetch: false,
                 });
                 i
@@ -783,9 +812,9 @@ impl Inner {
         let op = &mut self.ops[idx];
         op.token = token;
         op.fetch = fetch;
-        op.buf.clear();
-        op.cmp.clear();
-        op.result.clear();
+        op.buf.bytes.clear();
+        op.cmp.bytes.clear();
+        op.result.bytes.clear();
         idx
     }
 
@@ -818,7 +847,7 @@ impl Inner {
             None if self.sends.len() < SEND_BUFFERS => {
                 let i = self.sends.len();
                 self.sends.push(SendBuf {
-                    buf: Vec::new(),
+                    buf: LocalBuf::default(),
                     ctx: Box::new(OpContext {
                         id: KIND_SEND | i as u64,
                         ..Default::default()
@@ -861,15 +890,19 @@ impl Inner {
         };
         let s = &mut self.sends[idx];
         s.dest = target;
-        s.buf.clear();
-        s.buf.extend_from_slice(&me.to_le_bytes());
-        s.buf.extend_from_slice(&seq.to_le_bytes());
-        s.buf.extend_from_slice(packet);
+        s.buf.bytes.clear();
+        s.buf.bytes.extend_from_slice(&me.to_le_bytes());
+        s.buf.bytes.extend_from_slice(&seq.to_le_bytes());
+        s.buf.bytes.extend_from_slice(packet);
+        let desc = s.buf.desc(&mut self.ep)?;
         let ctx: *mut c_void = (&mut *s.ctx as *mut OpContext).cast();
         // SAFETY: the buffer and context belong to sends[idx], which is not reused (not in
         // send_free) until this send's completion is read, and lives as long as the
         // endpoint.
-        let rc = unsafe { self.ep.send(s.buf.as_ptr(), s.buf.len(), dest, ctx) };
+        let rc = unsafe {
+            self.ep
+                .send(s.buf.bytes.as_ptr(), s.buf.bytes.len(), desc, dest, ctx)
+        };
         if rc == 0 {
             self.next_seq[t] = seq.wrapping_add(1);
             Ok(true)
@@ -1195,11 +1228,13 @@ impl Transport for OfiTransport {
         let m = self.remote(win, target, offset, data.len())?;
         self.issue(target, token, false, |inner, idx, dest| {
             let inject = data.len() <= inner.ep.offer.inject_size;
-            let op = &mut inner.ops[idx];
-            op.buf.extend_from_slice(data);
+            let Inner { ep, ops, .. } = inner;
+            let op = &mut ops[idx];
+            op.buf.bytes.extend_from_slice(data);
+            let mut desc = op.buf.desc(ep)?;
             let iov = sys::iovec {
-                iov_base: op.buf.as_mut_ptr().cast(),
-                iov_len: op.buf.len(),
+                iov_base: op.buf.bytes.as_mut_ptr().cast(),
+                iov_len: op.buf.bytes.len(),
             };
             let rma = sys::fi_rma_iov {
                 addr: m.addr + offset,
@@ -1208,7 +1243,7 @@ impl Transport for OfiTransport {
             };
             let msg = sys::fi_msg_rma {
                 msg_iov: &iov,
-                desc: std::ptr::null_mut(),
+                desc: &mut desc,
                 iov_count: 1,
                 addr: dest,
                 rma_iov: &rma,
@@ -1221,10 +1256,10 @@ impl Transport for OfiTransport {
             if inject {
                 flags |= sys::FI_INJECT as u64;
             }
-            // SAFETY: iov/rma/msg live for the call; the source buffer and context are
-            // the op slot's, untouched until its completion; the target range was checked
-            // against the window's registered length.
-            unsafe { sys::rma_fi_writemsg(inner.ep.raw().0, &msg, flags) }
+            // SAFETY: iov/rma/msg/desc live for the call; the source buffer and context
+            // are the op slot's, untouched until its completion; the target range was
+            // checked against the window's registered length.
+            Ok(unsafe { sys::rma_fi_writemsg(ep.raw().0, &msg, flags) })
         })
     }
 
@@ -1238,23 +1273,25 @@ impl Transport for OfiTransport {
     ) -> Result<Issued, TransportError> {
         let m = self.remote(win, target, offset, len)?;
         self.issue(target, token, true, |inner, idx, dest| {
-            let op = &mut inner.ops[idx];
-            op.result.resize(len, 0);
+            let Inner { ep, ops, .. } = inner;
+            let op = &mut ops[idx];
+            op.result.bytes.resize(len, 0);
+            let desc = op.result.desc(ep)?;
             let ctx = (&mut *op.ctx as *mut OpContext).cast();
             // SAFETY: the result buffer and context are the op slot's, untouched until its
             // completion; range checked against the registered length.
-            unsafe {
+            Ok(unsafe {
                 sys::rma_fi_read(
-                    inner.ep.raw().0,
-                    op.result.as_mut_ptr().cast(),
+                    ep.raw().0,
+                    op.result.bytes.as_mut_ptr().cast(),
                     len,
-                    std::ptr::null_mut(),
+                    desc,
                     dest,
                     m.addr + offset,
                     m.key,
                     ctx,
                 )
-            }
+            })
         })
     }
 
@@ -1284,23 +1321,25 @@ impl Transport for OfiTransport {
                 let (fdt, fop) = (fi_datatype(datatype), fi_op(op));
                 let fetching = fetch || op == AccOp::NoOp;
                 self.issue(target, token, fetch, |inner, idx, dest| {
-                    let o = &mut inner.ops[idx];
-                    o.buf.extend_from_slice(operand);
+                    let Inner { ep, ops, .. } = inner;
+                    let o = &mut ops[idx];
+                    o.buf.bytes.extend_from_slice(operand);
+                    let mut desc = o.buf.desc(ep)?;
                     let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
-                    let ep = inner.ep.raw().0;
                     if fetching {
-                        o.result.resize(operand.len(), 0);
+                        o.result.bytes.resize(operand.len(), 0);
+                        let result_desc = o.result.desc(ep)?;
                         // SAFETY: operand, result and context are the op slot's, untouched
                         // until its completion (a fetching atomic completes once the target
                         // applied it); range checked.
-                        unsafe {
+                        Ok(unsafe {
                             sys::rma_fi_fetch_atomic(
-                                ep,
-                                o.buf.as_ptr().cast(),
+                                ep.raw().0,
+                                o.buf.bytes.as_ptr().cast(),
                                 count,
-                                std::ptr::null_mut(),
-                                o.result.as_mut_ptr().cast(),
-                                std::ptr::null_mut(),
+                                desc,
+                                o.result.bytes.as_mut_ptr().cast(),
+                                result_desc,
                                 dest,
                                 m.addr + offset,
                                 m.key,
@@ -1308,10 +1347,10 @@ impl Transport for OfiTransport {
                                 fop,
                                 ctx,
                             )
-                        }
+                        })
                     } else {
                         let ioc = sys::fi_ioc {
-                            addr: o.buf.as_mut_ptr().cast(),
+                            addr: o.buf.bytes.as_mut_ptr().cast(),
                             count,
                         };
                         let rma = sys::fi_rma_ioc {
@@ -1321,7 +1360,7 @@ impl Transport for OfiTransport {
                         };
                         let msg = sys::fi_msg_atomic {
                             msg_iov: &ioc,
-                            desc: std::ptr::null_mut(),
+                            desc: &mut desc,
                             iov_count: 1,
                             addr: dest,
                             rma_iov: &rma,
@@ -1332,8 +1371,8 @@ impl Transport for OfiTransport {
                             data: 0,
                         };
                         let flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
-                        // SAFETY: as above; ioc/rma/msg live for the call.
-                        unsafe { sys::rma_fi_atomicmsg(ep, &msg, flags) }
+                        // SAFETY: as above; ioc/rma/msg/desc live for the call.
+                        Ok(unsafe { sys::rma_fi_atomicmsg(ep.raw().0, &msg, flags) })
                     }
                 })
             }
@@ -1345,23 +1384,26 @@ impl Transport for OfiTransport {
                 let m = self.remote(win, target, offset, swap.len())?;
                 let fdt = fi_datatype(datatype);
                 self.issue(target, token, true, |inner, idx, dest| {
-                    let o = &mut inner.ops[idx];
-                    o.buf.extend_from_slice(swap);
-                    o.cmp.extend_from_slice(compare);
-                    o.result.resize(swap.len(), 0);
+                    let Inner { ep, ops, .. } = inner;
+                    let o = &mut ops[idx];
+                    o.buf.bytes.extend_from_slice(swap);
+                    o.cmp.bytes.extend_from_slice(compare);
+                    o.result.bytes.resize(swap.len(), 0);
+                    let (desc, cmp_desc, result_desc) =
+                        (o.buf.desc(ep)?, o.cmp.desc(ep)?, o.result.desc(ep)?);
                     let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
                     // SAFETY: swap, compare, result and context are the op slot's, untouched
                     // until its completion; range checked.
-                    unsafe {
+                    Ok(unsafe {
                         sys::rma_fi_compare_atomic(
-                            inner.ep.raw().0,
-                            o.buf.as_ptr().cast(),
+                            ep.raw().0,
+                            o.buf.bytes.as_ptr().cast(),
                             1,
-                            std::ptr::null_mut(),
-                            o.cmp.as_ptr().cast(),
-                            std::ptr::null_mut(),
-                            o.result.as_mut_ptr().cast(),
-                            std::ptr::null_mut(),
+                            desc,
+                            o.cmp.bytes.as_ptr().cast(),
+                            cmp_desc,
+                            o.result.bytes.as_mut_ptr().cast(),
+                            result_desc,
                             dest,
                             m.addr + offset,
                             m.key,
@@ -1369,7 +1411,7 @@ impl Transport for OfiTransport {
                             sys::fi_op_FI_CSWAP,
                             ctx,
                         )
-                    }
+                    })
                 })
             }
         }
