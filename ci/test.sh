@@ -15,7 +15,7 @@ export RMA_REQUIRE_MPIEXEC=1 RMA_REQUIRE_MPIRUN=1
 # Hybrid worlds across simulated hosts (network namespaces: CI runs as root).
 export RMA_REQUIRE_NETNS=1
 slurm_dir=$(mktemp -d /tmp/rma-slurm.XXXXXX)
-trap 'bash ci/slurm/stop.sh; bash ci/netns/down.sh 2; rm -rf "$slurm_dir"' EXIT
+trap 'bash ci/slurm/stop.sh; bash ci/netns/down.sh 3; rm -rf "$slurm_dir"' EXIT
 if slurm_env=$(bash ci/slurm/start.sh "$slurm_dir" 2); then
   eval "$slurm_env"
   export RMA_REQUIRE_SLURM=1

@@ -667,15 +667,15 @@ mod ofi {
 mod hybrid {
     use super::*;
 
-    /// Two simulated hosts (network and UTS namespaces joined by veth links,
-    /// `ci/netns/up.sh`), made once per test process. Needs root: CI (which sets
+    /// Three simulated hosts (network and UTS namespaces joined by veth links on one
+    /// bridge, `ci/netns/up.sh 3`), made once per test process; most cases use two. Needs root: CI (which sets
     /// `RMA_REQUIRE_NETNS=1`) fails without them, elsewhere the cases are skipped.
     fn simulated_hosts() -> bool {
         static MADE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *MADE.get_or_init(|| {
             let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/netns/up.sh");
             let made = std::process::Command::new("bash")
-                .args([script, "2"])
+                .args([script, "3"])
                 .output()
                 .is_ok_and(|o| o.status.success());
             if !made {
@@ -725,6 +725,10 @@ mod hybrid {
         ok_on_two_hosts(4, &["paths"], &[]);
         // Three ranks: two on one host, one alone on the other.
         ok_on_two_hosts(3, &["paths"], &[]);
+        // Three hosts of 2, 2 and 1 ranks: three shared-memory worlds, tcp between them.
+        let out = on_hosts(&["rma-h1", "rma-h2", "rma-h3"], 5, &["paths"], &[]);
+        assert!(out.success(), "paths on 5 ranks, 3 hosts: {out:?}");
+        assert_no_segments(&out.job);
         // Hosts by name only (`uts:`), on one network stack, as inside the rxe VM.
         let out = on_hosts(&["uts:rma-u1", "uts:rma-u2"], 4, &["paths"], &[]);
         assert!(out.success(), "paths on 4 ranks, 2 uts hosts: {out:?}");
