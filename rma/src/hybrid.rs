@@ -63,6 +63,16 @@ pub struct NetworkRegistration {
     pub held: Box<dyn std::any::Any + Send + Sync>,
 }
 
+impl NetworkRegistration {
+    /// A registration kept (`held`) until this is dropped, reached with `descriptor`.
+    pub fn keeping(descriptor: Vec<u8>, held: impl std::any::Any + Send + Sync) -> Self {
+        NetworkRegistration {
+            descriptor,
+            held: Box::new(held),
+        }
+    }
+}
+
 #[cfg(feature = "ofi")]
 impl Network for rma_ofi::OfiTransport {
     fn register_node_segment(
@@ -71,10 +81,7 @@ impl Network for rma_ofi::OfiTransport {
     ) -> Result<Option<NetworkRegistration>, TransportError> {
         Ok(self
             .register_segment(segment)?
-            .map(|r| NetworkRegistration {
-                descriptor: r.descriptor(),
-                held: Box::new(r),
-            }))
+            .map(|r| NetworkRegistration::keeping(r.descriptor(), r)))
     }
     fn announce_failure(&self, failed: Rank) {
         rma_ofi::OfiTransport::announce_failure(self, failed)
@@ -95,10 +102,7 @@ impl Network for rma_verbs::VerbsTransport {
     ) -> Result<Option<NetworkRegistration>, TransportError> {
         Ok(self
             .register_segment(segment)?
-            .map(|r| NetworkRegistration {
-                descriptor: r.descriptor(),
-                held: Box::new(r),
-            }))
+            .map(|r| NetworkRegistration::keeping(r.descriptor(), r)))
     }
     fn announce_failure(&self, _failed: Rank) {
         // Nothing to send: every rank holds a reliable connection to the dead process,
