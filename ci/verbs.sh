@@ -87,6 +87,12 @@ cmds+=("$(run 2 passive_target)")
 # 25-35 s and 2,000 once passed the 30 s barrier timeout of rank 1, done first.)
 cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 RMA_CONFORMANCE_DIVISOR=50 $(run 2 litmus lock | sed 's/RMA_TIMEOUT_MS=30000/RMA_TIMEOUT_MS=90000/; s/--timeout 100/--timeout 140/')")
 cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
+# Targets that sleep on the completion channel once idle (RMA_VERBS_BLOCK_AFTER, as in
+# the benchmark below) still answer messages, locks included.
+blocking='RMA_VERBS_BLOCK_AFTER=100'
+cmds+=("$blocking $(run 4 ops allocate)" "$blocking $(run 3 progress)")
+cmds+=("$blocking RMA_CONFORMANCE_DIVISOR=10 $(run 4 stress_lock_counter)")
+cmds+=("$blocking RMA_VERBS_NATIVE_LOCKS=0 RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus lock)")
 # A killed peer: the survivors exit with 3 ("a peer is dead, as expected") within 10 s
 # of the kill; first through QP errors alone (keepalive writes, retries), then with the
 # pid check too.
