@@ -55,7 +55,8 @@
 //!   serves alone) leaves the core to others. Measured in the rxe VM (2 host cores, 4
 //!   vCPUs): a target spinning the way the engine's does doubles the origin's raw WRITE +
 //!   poll latency (35 to 80-97 us), which is most of the gap between `-b verbs` and raw
-//!   verbs there.
+//!   verbs there. In a hybrid world the sleep does not see shared-memory arrivals: the
+//!   node's messages then wait up to the 1 ms.
 //! - **Closing**: the transport says goodbye (a SEND with immediate data) to every peer
 //!   and lingers, progressing, until every peer said goodbye or is gone
 //!   (`RMA_VERBS_LINGER_MS`, default 10 s).
