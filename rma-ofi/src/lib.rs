@@ -894,7 +894,14 @@ impl Inner {
         s.buf.bytes.extend_from_slice(&me.to_le_bytes());
         s.buf.bytes.extend_from_slice(&seq.to_le_bytes());
         s.buf.bytes.extend_from_slice(packet);
-        let desc = s.buf.desc(&mut self.ep)?;
+        let desc = match s.buf.desc(&mut self.ep) {
+            Ok(d) => d,
+            Err(e) => {
+                self.send_free.push(idx);
+                return Err(e);
+            }
+        };
+        let s = &mut self.sends[idx];
         let ctx: *mut c_void = (&mut *s.ctx as *mut OpContext).cast();
         // SAFETY: the buffer and context belong to sends[idx], which is not reused (not in
         // send_free) until this send's completion is read, and lives as long as the
