@@ -985,15 +985,12 @@ impl OfiTransport {
     }
 }
 
-/// Window memory in this process: page-aligned memory of ours, or the user's.
+/// Window memory in this process (ours or the user's) and its registration.
 struct LocalSegment {
-    base: *mut u8,
-    len: usize,
-    /// Our allocation (allocate), freed on drop.
-    _own: Option<Box<[u64]>>,
-    user: Mutex<Option<Box<dyn UserMemory>>>,
-    /// The registration peers reach it through, if any (closed in Drop, first).
+    /// The registration peers reach the memory through, if any (closed first: field
+    /// order).
     mr: Option<SegmentMr>,
+    memory: rma_shm::LocalMemory,
 }
 
 /// A registration of memory owned by another backend ([`OfiTransport::register_segment`]):
@@ -1049,50 +1046,18 @@ struct SegmentMr {
     inner: Arc<Mutex<Inner>>,
 }
 
-impl Drop for LocalSegment {
-    fn drop(&mut self) {
-        // The region is closed first (SegmentMr's Drop), before the memory it covers.
-        drop(self.mr.take());
-    }
-}
-
-// SAFETY: the memory is accessed only through raw copies (peers may write it through the
-// fabric at any time); the owner (own or user) lives as long as the segment.
-unsafe impl Send for LocalSegment {}
-// SAFETY: as above.
-unsafe impl Sync for LocalSegment {}
-
-impl LocalSegment {
-    fn check(&self, offset: usize, len: usize) {
-        assert!(
-            offset.checked_add(len).is_some_and(|e| e <= self.len),
-            "access outside the segment"
-        );
-    }
-}
-
 impl Segment for LocalSegment {
     fn len(&self) -> usize {
-        self.len
+        self.memory.len()
     }
     fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.check(offset, dst.len());
-        // SAFETY: in range (checked), memory owned by the segment; raw copy, no reference
-        // to bytes the fabric may write concurrently.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len()) }
+        self.memory.read(offset, dst)
     }
     fn write(&self, offset: usize, src: &[u8]) {
-        self.check(offset, src.len());
-        // SAFETY: as in `read`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(offset), src.len()) }
+        self.memory.write(offset, src)
     }
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        // Serialized by the engine's window lock; native atomics never target the same
-        // (op, type) on a window (one path per pair).
-        let mut buf = vec![0; len];
-        self.read(offset, &mut buf);
-        f(&mut buf);
-        self.write(offset, &buf);
+        self.memory.update(offset, len, f)
     }
     fn descriptor(&self) -> Vec<u8> {
         self.mr
@@ -1101,9 +1066,10 @@ impl Segment for LocalSegment {
             .unwrap_or_default()
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
-        let me = Arc::into_inner(self)?;
-        let user = me.user.lock().unwrap_or_else(|e| e.into_inner()).take();
-        user
+        let LocalSegment { mr, memory } = Arc::into_inner(self)?;
+        // Closed before the memory goes back to the user.
+        drop(mr);
+        memory.into_user()
     }
 }
 
@@ -1119,32 +1085,19 @@ impl Transport for OfiTransport {
     }
 
     fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
-        let mut own = vec![0u64; len.div_ceil(8)].into_boxed_slice();
-        let base = own.as_mut_ptr().cast::<u8>();
-        // SAFETY: `own` is owned by the segment and freed after the region is closed.
-        let mr = unsafe { self.register(base, len)? };
-        Ok(Arc::new(LocalSegment {
-            base,
-            len,
-            _own: Some(own),
-            user: Mutex::new(None),
-            mr,
-        }))
+        let memory = rma_shm::LocalMemory::allocate(len);
+        // SAFETY: the memory is owned by the segment, which closes the region first
+        // (field order).
+        let mr = unsafe { self.register(memory.base(), len)? };
+        Ok(Arc::new(LocalSegment { mr, memory }))
     }
 
-    fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
-        let bytes = memory.bytes_mut();
-        let (base, len) = (bytes.as_mut_ptr(), bytes.len());
-        // SAFETY: the user's heap buffer does not move or go while the box is owned by
-        // the segment, which closes the region before giving the box back or dropping it.
-        let mr = unsafe { self.register(base, len)? };
-        Ok(Arc::new(LocalSegment {
-            base,
-            len,
-            _own: None,
-            user: Mutex::new(Some(memory)),
-            mr,
-        }))
+    fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
+        let memory = rma_shm::LocalMemory::from_user(memory);
+        // SAFETY: the user's buffer stays in place while the segment holds it, and the
+        // segment closes the region before giving it back or dropping it.
+        let mr = unsafe { self.register(memory.base(), memory.len())? };
+        Ok(Arc::new(LocalSegment { mr, memory }))
     }
 
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {

@@ -30,6 +30,7 @@ use rma_core::transport::{
 };
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
+pub use region::LocalMemory;
 use region::Region;
 
 /// Whether process `pid` of this node still runs (not gone, not a zombie awaiting its

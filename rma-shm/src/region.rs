@@ -78,3 +78,92 @@ impl Region {
         unsafe { self.base.add(offset) }
     }
 }
+
+/// Window memory of this process that a network device or a peer may read and write at
+/// any time (the window memory of the network backends): our own zeroed, 8-byte aligned
+/// allocation, or the user's buffer. Reached only through raw copies (no reference to
+/// bytes a device may write is ever formed); the owner lives as long as this, and
+/// whoever registers the memory with a device must deregister before dropping it.
+pub struct LocalMemory {
+    region: Region,
+    /// Our allocation (allocate); freed on drop.
+    _own: Option<Box<[u64]>>,
+    /// The user's memory (create), given back by [`into_user`](Self::into_user).
+    user: std::sync::Mutex<Option<Box<dyn rma_core::transport::UserMemory>>>,
+}
+
+impl std::fmt::Debug for LocalMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMemory")
+            .field("region", &self.region)
+            .finish()
+    }
+}
+
+impl LocalMemory {
+    /// `len` zero bytes of our own, 8-byte aligned (for native 8-byte atomics).
+    pub fn allocate(len: usize) -> LocalMemory {
+        let mut own = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        // SAFETY: the boxed slice does not move and lives in `_own` as long as the
+        // region is used (this value), and holds at least `len` bytes.
+        let region = unsafe { Region::new(own.as_mut_ptr().cast(), len) };
+        LocalMemory {
+            region,
+            _own: Some(own),
+            user: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The user's memory, in place.
+    pub fn from_user(mut memory: Box<dyn rma_core::transport::UserMemory>) -> LocalMemory {
+        let bytes = memory.bytes_mut();
+        // SAFETY: the heap buffer behind the box does not move or go while the box is
+        // held here (until `into_user` or drop, which end the region's use).
+        let region = unsafe { Region::new(bytes.as_mut_ptr(), bytes.len()) };
+        LocalMemory {
+            region,
+            _own: None,
+            user: std::sync::Mutex::new(Some(memory)),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.region.len() == 0
+    }
+
+    /// Address of the first byte (to register with a device, valid while this lives).
+    pub fn base(&self) -> *mut u8 {
+        self.region.base()
+    }
+
+    /// Copies out from `offset` into `dst`. Panics if out of range.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.region.read(offset, dst)
+    }
+
+    /// Copies `src` in at `offset`. Panics if out of range.
+    pub fn write(&self, offset: usize, src: &[u8]) {
+        self.region.write(offset, src)
+    }
+
+    /// Read-modify-write of `len` bytes at `offset` through a copy (the engine's window
+    /// lock serializes these; native atomics never target the same (op, type) on a
+    /// window).
+    pub fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        let mut buf = vec![0; len];
+        self.region.read(offset, &mut buf);
+        f(&mut buf);
+        self.region.write(offset, &buf);
+    }
+
+    /// The user's memory back (`None` for our own allocation).
+    pub fn into_user(self) -> Option<Box<dyn rma_core::transport::UserMemory>> {
+        self.user.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}

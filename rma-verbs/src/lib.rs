@@ -1028,57 +1028,29 @@ impl VerbsTransport {
     }
 }
 
-/// Window memory in this process: 8-byte aligned memory of ours, or the user's.
+/// Window memory in this process (8-byte aligned memory of ours, or the user's), its
+/// registration and lock word.
 struct LocalSegment {
-    base: *mut u8,
-    len: usize,
     /// The registration peers reach it through (deregistered first: field order).
     mr: Option<Mr>,
     /// The window's lock word at this rank, taken and released by peers' atomics
     /// (native locks), when the device does atomics.
     lock: Option<Buffer>,
-    /// Our allocation (allocate), freed on drop.
-    _own: Option<Box<[u64]>>,
-    user: Mutex<Option<Box<dyn UserMemory>>>,
-}
-
-// SAFETY: the memory is accessed only through raw copies (peers may write it through the
-// device at any time); the owner (own or user) lives as long as the segment.
-unsafe impl Send for LocalSegment {}
-// SAFETY: as above.
-unsafe impl Sync for LocalSegment {}
-
-impl LocalSegment {
-    fn check(&self, offset: usize, len: usize) {
-        assert!(
-            offset.checked_add(len).is_some_and(|e| e <= self.len),
-            "access outside the segment"
-        );
-    }
+    memory: rma_shm::LocalMemory,
 }
 
 impl Segment for LocalSegment {
     fn len(&self) -> usize {
-        self.len
+        self.memory.len()
     }
     fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.check(offset, dst.len());
-        // SAFETY: in range (checked), memory owned by the segment; raw copy, no reference
-        // to bytes the device may write concurrently.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len()) }
+        self.memory.read(offset, dst)
     }
     fn write(&self, offset: usize, src: &[u8]) {
-        self.check(offset, src.len());
-        // SAFETY: as in `read`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(offset), src.len()) }
+        self.memory.write(offset, src)
     }
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        // Serialized by the engine's window lock; native atomics never target the same
-        // (op, type) on a window (one path per pair).
-        let mut buf = vec![0; len];
-        self.read(offset, &mut buf);
-        f(&mut buf);
-        self.write(offset, &buf);
+        self.memory.update(offset, len, f)
     }
     /// (address, rkey) of the memory, then (address, rkey) of the lock word if any:
     /// 12 or 24 bytes; empty when nothing is registered.
@@ -1087,7 +1059,7 @@ impl Segment for LocalSegment {
             return Vec::new();
         }
         let (addr, rkey) = match &self.mr {
-            Some(m) => (self.base as u64, m.rkey()),
+            Some(m) => (self.memory.base() as u64, m.rkey()),
             None => (0, 0),
         };
         let mut d = addr.to_le_bytes().to_vec();
@@ -1099,11 +1071,10 @@ impl Segment for LocalSegment {
         d
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
-        let mut me = Arc::into_inner(self)?;
-        // Deregister before the memory goes back to the user.
-        me.mr = None;
-        let user = me.user.lock().unwrap_or_else(|e| e.into_inner()).take();
-        user
+        let LocalSegment { mr, lock, memory } = Arc::into_inner(self)?;
+        // Deregistered before the memory goes back to the user.
+        drop((mr, lock));
+        memory.into_user()
     }
 }
 
@@ -1196,33 +1167,26 @@ impl Transport for VerbsTransport {
     }
 
     fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
-        let mut own = vec![0u64; len.div_ceil(8)].into_boxed_slice();
-        let base = own.as_mut_ptr().cast::<u8>();
-        // SAFETY: `own` is owned by the segment and freed after the region (field order).
-        let mr = unsafe { self.register(base, len)? };
+        let memory = rma_shm::LocalMemory::allocate(len);
+        // SAFETY: the memory is owned by the segment and freed after the region (field
+        // order).
+        let mr = unsafe { self.register(memory.base(), len)? };
         Ok(Arc::new(LocalSegment {
-            base,
-            len,
             mr,
             lock: self.lock_word_buffer()?,
-            _own: Some(own),
-            user: Mutex::new(None),
+            memory,
         }))
     }
 
-    fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
-        let bytes = memory.bytes_mut();
-        let (base, len) = (bytes.as_mut_ptr(), bytes.len());
-        // SAFETY: the user's heap buffer does not move or go while the box is owned by the
-        // segment, which deregisters before giving the box back or dropping it.
-        let mr = unsafe { self.register(base, len)? };
+    fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
+        let memory = rma_shm::LocalMemory::from_user(memory);
+        // SAFETY: the user's buffer stays in place while the segment holds it, and the
+        // segment deregisters before giving it back or dropping it.
+        let mr = unsafe { self.register(memory.base(), memory.len())? };
         Ok(Arc::new(LocalSegment {
-            base,
-            len,
             mr,
             lock: self.lock_word_buffer()?,
-            _own: None,
-            user: Mutex::new(Some(memory)),
+            memory,
         }))
     }
 
