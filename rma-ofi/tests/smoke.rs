@@ -141,3 +141,92 @@ fn a_local_buffer_is_registered_again_when_it_moves() {
         "registered again, the old region closed"
     );
 }
+
+/// One fetching atomic (u64 sum) from endpoint a to a registered word of endpoint b;
+/// returns (fetched, word after).
+fn fetch_add(provider: &str) -> (u64, u64) {
+    let mut a = Endpoint::open(Some(provider), true, 2).expect("open a");
+    let mut b = Endpoint::open(Some(provider), true, 2).expect("open b");
+    let names = vec![a.name().unwrap(), b.name().unwrap()];
+    let a_addrs = a.insert(&names).unwrap();
+    let _ = b.insert(&names).unwrap();
+    let mut word = Box::new(7u64);
+    let wptr: *mut u64 = &mut *word;
+    // SAFETY: `word` outlives the registration (closed below before it drops).
+    let (mr, key) = unsafe { b.mr_reg(wptr.cast(), 8, 1) }.expect("mr_reg");
+    let addr = if b.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0 {
+        wptr as u64
+    } else {
+        0
+    };
+    let operand = 5u64;
+    let mut result = 0u64;
+    let mut ctx = Box::new(OpContext::default());
+    let mut entries = [sys::fi_cq_data_entry::default(); 8];
+    let start = Instant::now();
+    loop {
+        // SAFETY: operand, result and ctx live until the completion is read below.
+        let rc = unsafe {
+            sys::rma_fi_fetch_atomic(
+                a.raw().0,
+                (&operand as *const u64).cast(),
+                1,
+                std::ptr::null_mut(),
+                (&mut result as *mut u64).cast(),
+                std::ptr::null_mut(),
+                a_addrs[1],
+                addr,
+                key,
+                sys::fi_datatype_FI_UINT64,
+                sys::fi_op_FI_SUM,
+                (&mut *ctx as *mut OpContext).cast(),
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        assert_eq!(
+            rc,
+            -(sys::FI_EAGAIN as isize),
+            "{provider}: fi_fetch_atomic"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{provider}: stuck"
+        );
+        let _ = a.cq_read(&mut entries);
+        let _ = b.cq_read(&mut entries);
+    }
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{provider}: no completion"
+        );
+        match a.cq_read(&mut entries) {
+            Ok(0) => {}
+            Ok(_) => break,
+            Err(_) => panic!("{provider}: atomic failed: {:?}", a.cq_readerr()),
+        }
+        let _ = b.cq_read(&mut entries);
+    }
+    // SAFETY: the word is only read after the op completed; mr closed once.
+    let after = unsafe { std::ptr::read_volatile(wptr) };
+    // SAFETY: as above.
+    unsafe { b.mr_close(mr) };
+    (result, after)
+}
+
+#[test]
+fn fetch_add_tcp_rxm() {
+    assert_eq!(fetch_add("tcp"), (7, 12));
+}
+
+#[test]
+fn fetch_add_sockets() {
+    assert_eq!(fetch_add("sockets"), (7, 12));
+}
+
+#[test]
+fn fetch_add_shm() {
+    assert_eq!(fetch_add("shm"), (7, 12));
+}
