@@ -409,7 +409,9 @@ impl Endpoint {
     ///
     /// # Safety
     /// The buffer and `ctx` (at least a `fi_context2`) must stay valid and unused by
-    /// anyone else until the receive's completion is read.
+    /// anyone else until the receive's completion is read; `desc` is null or the
+    /// descriptor of a local region covering the buffer ([`LocalBuf::desc`]), which stays
+    /// open as long.
     pub unsafe fn post_recv(
         &mut self,
         buf: *mut u8,
@@ -417,7 +419,8 @@ impl Endpoint {
         desc: *mut c_void,
         ctx: *mut c_void,
     ) -> isize {
-        // SAFETY: caller's contract.
+        // SAFETY: caller's contract (buffer, descriptor and context valid until the
+        // completion); `ep` is open.
         unsafe { sys::rma_fi_recv(self.ep, buf.cast(), len, desc, sys::FI_ADDR_UNSPEC, ctx) }
     }
 
@@ -464,7 +467,8 @@ impl Endpoint {
         dest: sys::fi_addr_t,
         ctx: *mut c_void,
     ) -> isize {
-        // SAFETY: caller's contract.
+        // SAFETY: caller's contract (buffer, descriptor and context valid until the
+        // completion); `ep` is open.
         unsafe { sys::rma_fi_send(self.ep, buf.cast(), len, desc, dest, ctx) }
     }
 

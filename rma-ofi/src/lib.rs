@@ -578,7 +578,8 @@ impl Inner {
         // SAFETY: the buffer and the boxed context belong to `self.recv[i]`, which outlives
         // the endpoint (`ep` is Inner's first field, so it is closed before the buffers are
         // freed) and is not written by us until this receive's (releasing) completion is
-        // read.
+        // read; `desc` is null or its fixed-size buffer's region, open until the endpoint
+        // closes.
         let rc = unsafe {
             if self.multi_recv {
                 self.ep.post_multi_recv(buf, len, desc, ctx)
@@ -905,7 +906,7 @@ impl Inner {
         let ctx: *mut c_void = (&mut *s.ctx as *mut OpContext).cast();
         // SAFETY: the buffer and context belong to sends[idx], which is not reused (not in
         // send_free) until this send's completion is read, and lives as long as the
-        // endpoint.
+        // endpoint; `desc` is null or the region `desc()` just made sure covers the bytes.
         let rc = unsafe {
             self.ep
                 .send(s.buf.bytes.as_ptr(), s.buf.bytes.len(), desc, dest, ctx)
@@ -1239,7 +1240,8 @@ impl Transport for OfiTransport {
             let desc = op.result.desc(ep)?;
             let ctx = (&mut *op.ctx as *mut OpContext).cast();
             // SAFETY: the result buffer and context are the op slot's, untouched until its
-            // completion; range checked against the registered length.
+            // completion, and `desc` null or its region; range checked against the
+            // registered length.
             Ok(unsafe {
                 sys::rma_fi_read(
                     ep.raw().0,
@@ -1291,7 +1293,8 @@ impl Transport for OfiTransport {
                         let result_desc = o.result.desc(ep)?;
                         // SAFETY: operand, result and context are the op slot's, untouched
                         // until its completion (a fetching atomic completes once the target
-                        // applied it); range checked.
+                        // applied it), their descriptors null or their regions; range
+                        // checked.
                         Ok(unsafe {
                             sys::rma_fi_fetch_atomic(
                                 ep.raw().0,
@@ -1353,7 +1356,8 @@ impl Transport for OfiTransport {
                         (o.buf.desc(ep)?, o.cmp.desc(ep)?, o.result.desc(ep)?);
                     let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
                     // SAFETY: swap, compare, result and context are the op slot's, untouched
-                    // until its completion; range checked.
+                    // until its completion, their descriptors null or their regions; range
+                    // checked.
                     Ok(unsafe {
                         sys::rma_fi_compare_atomic(
                             ep.raw().0,
