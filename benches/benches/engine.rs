@@ -3,6 +3,8 @@
 //! - `post_and_issue`: the origin-side cost of one put (and of flushes and fetching ops)
 //!   as the number of targets with a live target element grows, over an in-bench "echo"
 //!   transport that is rank 0 of a large job and answers for every other rank at once;
+//! - `native`: put + flush and get + flush over a transport whose native ops complete at
+//!   the next poll (the engine's share of an RDMA backend's latency);
 //! - `pool`: the two-level element pools;
 //! - `sim_put_flush`: put + flush between two ranks of the simulated transport (threads).
 //!
@@ -68,6 +70,8 @@ impl Segment for EchoSegment {
 struct EchoState {
     /// Packets waiting for the next poll, with their sender.
     inbox: VecDeque<(Rank, Vec<u8>)>,
+    /// Native operations issued, completed at the next poll (token, fetched bytes).
+    completions: VecDeque<(u64, Option<Vec<u8>>)>,
     enc: Encoder,
     zeros: Vec<u8>,
 }
@@ -76,8 +80,12 @@ struct EchoState {
 /// peer is answered at once, as that peer's target side would answer it (acks for
 /// RMA_DONE and UNLOCK, responses of zeros for fetching ops, lock grants, and barrier
 /// messages sent straight back). Messages to itself are delivered as they are.
+///
+/// With `native`, puts and gets are native operations (as RDMA writes and reads are) that
+/// complete at the next poll: what the engine costs on such a backend, the wire excluded.
 struct Echo {
     size: usize,
+    native: bool,
     state: Mutex<EchoState>,
 }
 
@@ -85,8 +93,22 @@ impl Echo {
     fn new(size: usize) -> Self {
         Echo {
             size,
+            native: false,
             state: Mutex::default(),
         }
+    }
+
+    fn native(size: usize) -> Self {
+        Echo {
+            native: true,
+            ..Echo::new(size)
+        }
+    }
+
+    fn complete_later(&self, token: u64, data: Option<Vec<u8>>) -> Result<Issued, TransportError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.completions.push_back((token, data));
+        Ok(Issued::Pending)
     }
 }
 
@@ -98,7 +120,11 @@ impl Transport for Echo {
         self.size
     }
     fn capabilities(&self, _target: Rank) -> Capabilities {
-        Capabilities::ACTIVE_MESSAGES_ONLY
+        Capabilities {
+            rdma_write: self.native,
+            rdma_read: self.native,
+            ..Capabilities::ACTIVE_MESSAGES_ONLY
+        }
     }
     fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
         Ok(Arc::new(EchoSegment {
@@ -135,7 +161,9 @@ impl Transport for Echo {
             Body::CompareAndSwap { token, compare, .. } => Some((*token, compare.len())),
             _ => None,
         };
-        let EchoState { inbox, enc, zeros } = &mut *st;
+        let EchoState {
+            inbox, enc, zeros, ..
+        } = &mut *st;
         let reply: Option<&[u8]> = match (fetched, &p.body) {
             (Some((token, len)), _) => {
                 zeros.resize(zeros.len().max(len), 0);
@@ -167,11 +195,24 @@ impl Transport for Echo {
         Ok(())
     }
 
-    fn put(&self, _: u32, _: Rank, _: u64, _: &[u8], _: u64) -> Result<Issued, TransportError> {
-        Err(TransportError::Unsupported("echo: no native put"))
+    fn put(&self, _: u32, _: Rank, _: u64, _: &[u8], token: u64) -> Result<Issued, TransportError> {
+        if !self.native {
+            return Err(TransportError::Unsupported("echo: no native put"));
+        }
+        self.complete_later(token, None)
     }
-    fn get(&self, _: u32, _: Rank, _: u64, _: usize, _: u64) -> Result<Issued, TransportError> {
-        Err(TransportError::Unsupported("echo: no native get"))
+    fn get(
+        &self,
+        _: u32,
+        _: Rank,
+        _: u64,
+        len: usize,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        if !self.native {
+            return Err(TransportError::Unsupported("echo: no native get"));
+        }
+        self.complete_later(token, Some(vec![0; len]))
     }
     fn atomic(
         &self,
@@ -186,11 +227,16 @@ impl Transport for Echo {
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let n = st.inbox.len();
+        let n = st.inbox.len() + st.completions.len();
         events.extend(
             st.inbox
                 .drain(..)
                 .map(|(from, data)| Event::Received { from, data }),
+        );
+        events.extend(
+            st.completions
+                .drain(..)
+                .map(|(token, data)| Event::Completed { token, data }),
         );
         Ok(n)
     }
@@ -323,6 +369,36 @@ fn post_and_issue(c: &mut Criterion) {
     win.free().expect("free");
 }
 
+// ----- native --------------------------------------------------------------------------------
+
+/// What the engine adds to an RDMA backend's put + flush and get + flush (what
+/// osu_put_latency and osu_get_latency time) when the wire costs nothing: the echo
+/// transport completes each native op at the next poll.
+fn native(c: &mut Criterion) {
+    let mut g = c.benchmark_group("native");
+    g.throughput(Throughput::Elements(1));
+    let engine = Engine::new(Arc::new(Echo::native(2)), Config::default());
+    let win = engine.allocate::<u64>(8).expect("allocate");
+    win.lock_all(Assert::NONE).expect("lock_all");
+    g.bench_function("put_flush", |b| {
+        b.iter(|| {
+            win.put(black_box(&[1u64]), 1, 0).expect("put");
+            win.flush(1).expect("flush")
+        })
+    });
+    g.bench_function("get_flush", |b| {
+        b.iter(|| {
+            let r = win.get(1, 0, 1).expect("get");
+            win.flush(1).expect("flush");
+            black_box(r.wait().expect("wait"))
+        })
+    });
+    g.finish();
+    assert!(win.stats().ops_native > 0, "the ops went native");
+    win.unlock_all().expect("unlock_all");
+    win.free().expect("free");
+}
+
 // ----- pool ----------------------------------------------------------------------------------
 
 fn pool(c: &mut Criterion) {
@@ -419,6 +495,7 @@ fn config() -> Criterion {
 fn benches() {
     let mut c = config().configure_from_args();
     post_and_issue(&mut c);
+    native(&mut c);
     pool(&mut c);
     sim_put_flush(&mut c);
 }

@@ -3,8 +3,8 @@
 //! (MAKE_RMA_PROGRESS_GLOBAL, PROGRESS_WAIT).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Instant;
 
 use crate::barrier::Dissemination;
@@ -16,7 +16,7 @@ use crate::pool::GlobalPool;
 use crate::stats::{Counters, Stats};
 use crate::target::Memory;
 use crate::transport::{Event, RemoteSegment, Segment, Transport};
-use crate::window::{Window, WindowKind, WindowShared};
+use crate::window::{WinState, Window, WindowKind, WindowShared};
 use crate::wire::{self, Body, Kind};
 use crate::Rank;
 
@@ -36,7 +36,8 @@ pub(crate) struct EngineShared {
     pub stats: Counters,
     /// Poll buffer; holding it is holding the right to poll (one poller at a time).
     events: Mutex<Vec<Event>>,
-    failed: Mutex<Option<Rank>>,
+    /// A peer that failed: its rank + 1, or 0 (read on every pass of every wait).
+    failed: AtomicU64,
     barrier: Mutex<EngineBarrier>,
     stop: AtomicBool,
 }
@@ -93,7 +94,7 @@ impl Engine {
             next_window: AtomicU32::new(0),
             stats: Counters::default(),
             events: Mutex::new(Vec::new()),
-            failed: Mutex::new(None),
+            failed: AtomicU64::new(0),
             barrier: Mutex::new(EngineBarrier::default()),
             stop: AtomicBool::new(false),
             config,
@@ -292,6 +293,10 @@ impl EngineShared {
 
     /// MAKE_RMA_PROGRESS_GLOBAL: poll the transport, dispatch what arrived, then issue and
     /// clean up on every window.
+    ///
+    /// A window's state is locked once for everything of one pass that concerns it in a
+    /// row (its completions, its packets, its ISSUE_OPS and CLEANUP_OPS), and never
+    /// together with another window's.
     pub(crate) fn progress(&self) -> Result<()> {
         let Ok(mut events) = self.events.try_lock() else {
             // Another thread is polling; it will dispatch for us.
@@ -300,33 +305,44 @@ impl EngineShared {
         };
         self.transport.poll(&mut events)?;
         let windows = self.windows.read().unwrap_or_else(|x| x.into_inner());
+        let mut held = HeldState::default();
         for ev in events.drain(..) {
             match ev {
-                Event::Received { from, data } => self.dispatch(&windows, from, &data),
+                Event::Received { from, data } => self.dispatch(&windows, &mut held, from, &data),
                 Event::Completed { token, data } => {
-                    if let Some(w) = find(&windows, (token >> 40) as u32) {
-                        w.lock_state().handle_completion(w, token, Ok(data));
+                    if let Some(i) = find(&windows, (token >> 40) as u32) {
+                        held.state(&windows, i)
+                            .handle_completion(&windows[i], token, Ok(data));
                     }
                 }
                 Event::Failed { token, error } => {
-                    if let Some(w) = find(&windows, (token >> 40) as u32) {
-                        w.lock_state()
-                            .handle_completion(w, token, Err(error.into()));
+                    if let Some(i) = find(&windows, (token >> 40) as u32) {
+                        held.state(&windows, i).handle_completion(
+                            &windows[i],
+                            token,
+                            Err(error.into()),
+                        );
                     }
                 }
                 Event::PeerFailed { rank } => {
-                    *self.failed.lock().unwrap_or_else(|x| x.into_inner()) = Some(rank);
+                    self.failed.store(u64::from(rank) + 1, Ordering::Release);
                 }
             }
         }
         drop(events);
-        for w in windows.iter() {
-            w.lock_state().make_progress(w)?;
+        for (i, w) in windows.iter().enumerate() {
+            held.state(&windows, i).make_progress(w)?;
         }
         Ok(())
     }
 
-    fn dispatch(&self, windows: &[Arc<WindowShared>], from: Rank, data: &[u8]) {
+    fn dispatch<'w>(
+        &self,
+        windows: &'w [Arc<WindowShared>],
+        held: &mut HeldState<'w>,
+        from: Rank,
+        data: &[u8],
+    ) {
         let p = match wire::decode(data) {
             Ok(p) => p,
             Err(reason) => {
@@ -337,14 +353,17 @@ impl EngineShared {
         };
         if p.win == ENGINE_WINDOW {
             if let Body::Barrier { seq, round } = p.body {
+                // Never a window lock and the barrier's at once.
+                held.release();
                 let mut b = self.barrier.lock().unwrap_or_else(|x| x.into_inner());
                 *b.arrivals.entry((seq, round)).or_default() += 1;
             }
             return;
         }
         match find(windows, p.win) {
-            Some(w) => {
-                if let Err(e) = w.lock_state().handle_packet(w, from, &p, data) {
+            Some(i) => {
+                let st = held.state(windows, i);
+                if let Err(e) = st.handle_packet(&windows[i], from, &p, data) {
                     tracing::warn!(from, error = %e, "packet handling failed");
                 }
             }
@@ -365,18 +384,23 @@ impl EngineShared {
         if cond()? {
             return Ok(());
         }
-        let start = Instant::now();
+        // Taken at the first yield, not here: most waits end before it, and a clock read
+        // is a good share of a short wait (the timeout is seconds, the shift microseconds).
+        let mut start = None;
         let mut spins = 0u32;
         loop {
             self.progress()?;
             if cond()? {
                 return Ok(());
             }
-            if let Some(rank) = *self.failed.lock().unwrap_or_else(|x| x.into_inner()) {
+            let failed = self.failed.load(Ordering::Acquire);
+            if failed != 0 {
+                let rank = (failed - 1) as Rank;
                 return Err(PeerError::Dead { rank }.into());
             }
             spins += 1;
             if spins.is_multiple_of(64) {
+                let start = *start.get_or_insert_with(Instant::now);
                 if self.config.timeout.is_some_and(|t| start.elapsed() > t) {
                     return Err(PeerError::Timeout { call }.into());
                 }
@@ -386,8 +410,31 @@ impl EngineShared {
     }
 }
 
-fn find(windows: &[Arc<WindowShared>], id: u32) -> Option<&Arc<WindowShared>> {
-    windows.iter().find(|w| w.id == id)
+/// The index of window `id` among the registered ones.
+fn find(windows: &[Arc<WindowShared>], id: u32) -> Option<usize> {
+    windows.iter().position(|w| w.id == id)
+}
+
+/// The one window state a progress pass holds locked: the window the last event was for,
+/// kept while the next events are for it too, released before another window's is taken
+/// (so no two window locks are ever held at once).
+#[derive(Default)]
+struct HeldState<'w> {
+    held: Option<(usize, MutexGuard<'w, WinState>)>,
+}
+
+impl<'w> HeldState<'w> {
+    fn release(&mut self) {
+        self.held = None;
+    }
+
+    fn state(&mut self, windows: &'w [Arc<WindowShared>], i: usize) -> &mut WinState {
+        if self.held.as_ref().is_none_or(|(j, _)| *j != i) {
+            self.held = None;
+            self.held = Some((i, windows[i].lock_state()));
+        }
+        &mut self.held.as_mut().expect("just taken").1
+    }
 }
 
 #[allow(dead_code)]

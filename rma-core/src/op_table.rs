@@ -187,27 +187,44 @@ impl OpTable {
     }
 
     fn ranks_where(&mut self, keep: impl Fn(&TargetElem) -> bool) -> Vec<Rank> {
+        let mut out = Vec::new();
+        self.ranks_where_into(keep, &mut out);
+        out
+    }
+
+    /// As [`ranks_where`](Self::ranks_where), into `out` (cleared first): the progress
+    /// loop reuses one vector rather than allocating on every pass.
+    fn ranks_where_into(&mut self, keep: impl Fn(&TargetElem) -> bool, out: &mut Vec<Rank>) {
+        out.clear();
         let n = self.occupied.len();
         if n == 0 {
-            return Vec::new();
+            return;
         }
         let start = self.next_slot % n;
         self.next_slot = (start + 1) % n;
-        (0..n)
-            .flat_map(|i| self.slots[self.occupied[(start + i) % n]].iter())
-            .filter(|t| keep(t))
-            .map(|t| t.rank)
-            .collect()
+        // Plain loops: this runs on every progress pass, and the iterator-adapter chain
+        // (flat_map, filter, map into extend) cost several times as many instructions.
+        for i in (start..n).chain(0..start) {
+            for t in &self.slots[self.occupied[i]] {
+                if keep(t) {
+                    out.push(t.rank);
+                }
+            }
+        }
     }
 
     /// Ranks of target elements with something to issue or send (pending ops, a sync, a
-    /// lock to retry), starting at the round-robin position: what ISSUE_OPS_WIN visits.
-    pub(crate) fn ranks_with_work(&mut self) -> Vec<Rank> {
-        self.ranks_where(|t| {
-            !t.pending.is_empty()
-                || t.sync != SyncFlag::None
-                || t.state == crate::epoch::TargetState::LockIssued
-        })
+    /// lock to retry), starting at the round-robin position, into `out`: what
+    /// ISSUE_OPS_WIN visits.
+    pub(crate) fn ranks_with_work(&mut self, out: &mut Vec<Rank>) {
+        self.ranks_where_into(
+            |t| {
+                !t.pending.is_empty()
+                    || t.sync != SyncFlag::None
+                    || t.state == crate::epoch::TargetState::LockIssued
+            },
+            out,
+        )
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {

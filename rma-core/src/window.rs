@@ -7,6 +7,7 @@
 //! window, checks its condition and lets go, then drives the engine's global progress.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -103,6 +104,35 @@ pub(crate) struct WindowShared {
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
 }
 
+/// Token bit of native ops tracked by their target's count alone (no op element): the
+/// low 32 bits are the target rank. A token is `window id << 40 | bits`.
+const UNTRACKED: u64 = 1 << 39;
+
+/// The token of an untracked native op of window `win` toward `rank`.
+fn untracked_token(win: u32, rank: Rank) -> u64 {
+    (u64::from(win) << 40) | UNTRACKED | u64::from(rank)
+}
+
+/// Hashes the tokens of native ops: distinct counters, so one multiplication spreads them
+/// (the map is on every native op's path; SipHash's flood resistance buys nothing for
+/// keys we make ourselves).
+#[derive(Default)]
+struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, token: u64) {
+        self.0 = token.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Everything mutable about a window (origin and target side).
 pub(crate) struct WinState {
     epoch: WindowEpoch,
@@ -113,7 +143,9 @@ pub(crate) struct WinState {
     locks: LockTable,
     next_token: u64,
     /// Native ops under way: token to target rank (bounded by the op pool).
-    native_index: HashMap<u64, Rank>,
+    native_index: HashMap<u64, Rank, BuildHasherDefault<TokenHasher>>,
+    /// Ranks ISSUE_OPS_WIN visits, reused from pass to pass.
+    work: Vec<Rank>,
     /// Window-protocol lock grants and unlock acks still to come (LOCK_ALL window protocol).
     window_grants: u32,
     window_acks: u32,
@@ -210,7 +242,8 @@ impl WinState {
             target_pool: LocalPool::new(c.target_pool_local),
             locks: LockTable::default(),
             next_token: 0,
-            native_index: HashMap::new(),
+            native_index: HashMap::default(),
+            work: Vec::new(),
             window_grants: 0,
             window_acks: 0,
             native_lock_cursor: 0,
@@ -276,7 +309,7 @@ impl WinState {
 
     fn new_token(&mut self, w: &WindowShared) -> u64 {
         self.next_token += 1;
-        (u64::from(w.id) << 40) | (self.next_token & ((1 << 40) - 1))
+        (u64::from(w.id) << 40) | (self.next_token & (UNTRACKED - 1))
     }
 
     /// The target element of `rank`, created in the state the epoch implies; `None` when
@@ -414,9 +447,13 @@ impl WinState {
             self.advance_native_window_locks(w)?;
             self.lock_all_issued_done();
         }
-        for rank in self.table.ranks_with_work() {
-            self.issue_ops_target(w, rank)?;
-        }
+        let mut work = std::mem::take(&mut self.work);
+        self.table.ranks_with_work(&mut work);
+        let issued = work
+            .iter()
+            .try_for_each(|&rank| self.issue_ops_target(w, rank).map(drop));
+        self.work = work;
+        issued?;
         self.cleanup_ops_win(w);
         Ok(())
     }
@@ -454,6 +491,15 @@ impl WinState {
         let Some(elem) = self.table.get(rank) else {
             return Ok(0);
         };
+        // Nothing queued, no sync to send, no lock to ask for or retry (every progress
+        // pass of a flush comes here for a target whose native ops are under way).
+        if elem.pending.is_empty()
+            && elem.sync == SyncFlag::None
+            && !elem.no_delay
+            && elem.state != TargetState::LockIssued
+        {
+            return Ok(0);
+        }
         // Native locks: retry a lock the backend could not take yet.
         if elem.state == TargetState::LockIssued && Self::native_locks(w, rank) {
             let exclusive = self.lock_is_exclusive(rank);
@@ -752,6 +798,26 @@ impl WinState {
             }
             // Resources to track the op in case it does not complete at once.
             let room = self.table.get(rank).is_some() || !self.target_pool_empty(w);
+            if granted && room && !d.wants_result {
+                // Nothing to hand back: no op element, no token of its own. The target
+                // element counts it, and its completion names the target (as a provider
+                // counter would); the backend bounds how many are under way (Busy).
+                let token = untracked_token(w.id, rank);
+                return match native_call_desc(w, d, token) {
+                    Ok(Issued::Complete(_)) => {
+                        w.counters.op(true);
+                        Ok(Step::Done(Posted::Done(None)))
+                    }
+                    Ok(Issued::Pending) => {
+                        w.counters.op(true);
+                        let elem = self.target_elem(w, rank).expect("room checked");
+                        elem.native_in_flight += 1;
+                        Ok(Step::Done(Posted::Later(None)))
+                    }
+                    Err(TransportError::Busy) => Ok(Step::Blocked),
+                    Err(e) => Err(e.into()),
+                };
+            }
             if granted && room {
                 if let Some(op) = self.op_pool.get(&w.engine.op_pool) {
                     let token = self.new_token(w);
@@ -1201,6 +1267,16 @@ impl WinState {
         token: u64,
         result: Result<Option<Vec<u8>>>,
     ) {
+        if token & UNTRACKED != 0 {
+            let rank = token as Rank;
+            if let Some(elem) = self.table.get_mut(rank) {
+                elem.native_in_flight = elem.native_in_flight.saturating_sub(1);
+            }
+            if let Err(e) = result {
+                self.deferred = Some(e);
+            }
+            return;
+        }
         let Some(rank) = self.native_index.remove(&token) else {
             return;
         };
@@ -1411,9 +1487,14 @@ impl WindowShared {
         call: &'static str,
         mut cond: impl FnMut(&mut WinState) -> Result<bool>,
     ) -> Result<()> {
+        // ISSUE_OPS before the first look; after that every engine progress pass runs it
+        // on this (registered) window, or another thread's pass does.
+        let mut first = true;
         self.engine.wait_until(call, || {
             let mut st = self.lock_state();
-            st.make_progress(self)?;
+            if std::mem::take(&mut first) {
+                st.make_progress(self)?;
+            }
             cond(&mut st)
         })
     }
@@ -2124,11 +2205,15 @@ impl WindowShared {
                 self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC in WIN_FLUSH
                 return Ok(());
             }
-            let ranks = match target {
-                Some(t) => vec![t],
-                None => st.table.ranks(),
+            let all;
+            let ranks: &[Rank] = match &target {
+                Some(t) => std::slice::from_ref(t),
+                None => {
+                    all = st.table.ranks();
+                    &all
+                }
             };
-            for rank in ranks {
+            for &rank in ranks {
                 let Some(t) = st.table.get_mut(rank) else {
                     continue;
                 };
@@ -2153,7 +2238,11 @@ impl WindowShared {
                     && !t.pending.is_empty()
                     && target.is_none_or(|x| x == t.rank)
             };
-            if st.table.iter().any(waiting) {
+            let any_waiting = match target {
+                Some(r) => st.table.get(r).is_some_and(waiting),
+                None => st.table.iter().any(waiting),
+            };
+            if any_waiting {
                 for rank in st.table.ranks() {
                     if st.table.get(rank).is_some_and(waiting) {
                         let t = st.table.get_mut(rank).expect("listed");
