@@ -11,6 +11,7 @@
 #   -s N        virtual CPUs (default 4: with 2, two busy-polling processes starve
 #               rxe's kernel work and latencies jump to the 4 ms scheduler tick)
 #   -k          keep the work directory (initramfs, console log) and print its path
+#   RXE_VM_APPEND (environment): more kernel command-line arguments
 #
 # Each command runs in order under `timeout` in /bin/sh with RDMA device rxe0 ACTIVE
 # (10.99.0.1 on veth v0); its output goes to the serial console between the lines
@@ -196,7 +197,7 @@ timeout --foreground -k 5 "$vm_timeout" qemu-system-x86_64 \
   -accel tcg,thread=multi -cpu max -m "$mem" -smp "$smp" \
   -nographic -no-reboot -nic none -monitor none -serial stdio \
   -kernel "$kernel" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1 oops=panic loglevel=3 tsc=reliable" < /dev/null > "$log" 2>&1
+  -append "console=ttyS0 quiet panic=-1 oops=panic loglevel=3 tsc=reliable ${RXE_VM_APPEND:-}" < /dev/null > "$log" 2>&1
 qrc=$?
 set -e
 tr -d '\r' < "$log" > "$log.txt"

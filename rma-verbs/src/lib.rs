@@ -75,7 +75,7 @@
 pub mod ib;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rma_core::transport::{
@@ -174,6 +174,10 @@ struct Inner {
     me: Rank,
     depth: u32,
     max_inline: usize,
+    /// Polls so far (paces liveness checks, keepalives and yields).
+    polls: u64,
+    /// Empty polls in a row.
+    idle: u64,
 }
 
 /// The verbs transport of one process.
@@ -194,12 +198,9 @@ pub struct VerbsTransport {
     pids: Option<Vec<u32>>,
     reported_dead: Mutex<Vec<bool>>,
     collective: AtomicU32,
-    polls: AtomicU64,
     yield_every: u64,
     /// Empty polls before a poll sleeps on the completion channel (0: never).
     block_after: u64,
-    /// Empty polls in a row.
-    idle: AtomicU64,
     /// Time between keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none).
     keepalive: std::time::Duration,
     last_keepalive: Mutex<std::time::Instant>,
@@ -381,6 +382,8 @@ impl VerbsTransport {
             pd,
             cq,
             wcs: (0..32).map(|_| ib::empty_wc()).collect(),
+            polls: 0,
+            idle: 0,
             pending: VecDeque::new(),
             me: rank,
             depth,
@@ -405,11 +408,9 @@ impl VerbsTransport {
             pids,
             reported_dead: Mutex::new(vec![false; size]),
             collective: AtomicU32::new(0),
-            polls: AtomicU64::new(0),
             departed: std::sync::atomic::AtomicBool::new(false),
             yield_every: env_usize("RMA_VERBS_YIELD_EVERY", 8) as u64,
             block_after,
-            idle: AtomicU64::new(0),
             keepalive: std::time::Duration::from_millis(
                 env_usize("RMA_VERBS_KEEPALIVE_MS", 1000) as u64
             ),
@@ -1433,33 +1434,39 @@ impl Transport for VerbsTransport {
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
         let before = events.len();
         let mut slept = false;
+        // The counters live under the lock this poll holds anyway: no atomic RMW per poll.
+        let polls;
         {
             let mut inner = self.lock();
+            polls = inner.polls;
+            inner.polls += 1;
             let r = inner.drive();
             events.extend(inner.pending.drain(..));
             r?;
             if events.len() > before || self.block_after == 0 {
-                self.idle.store(0, Ordering::Relaxed);
-            } else if self.idle.fetch_add(1, Ordering::Relaxed) + 1 >= self.block_after {
-                // Idle for a while: sleep until a completion (or 1 ms) instead of spinning,
-                // leaving the core to whoever has work (peers, the kernel's rxe tasks).
-                // Armed first, then polled once more: a completion that came in between
-                // raises no event.
-                inner.cq.arm()?;
-                let r = inner.drive();
-                events.extend(inner.pending.drain(..));
-                r?;
-                if events.len() == before {
-                    let cq = inner.cq.clone();
-                    drop(inner);
-                    cq.wait(1)?;
-                    slept = true;
-                } else {
-                    self.idle.store(0, Ordering::Relaxed);
+                inner.idle = 0;
+            } else {
+                inner.idle += 1;
+                if inner.idle >= self.block_after {
+                    // Idle for a while: sleep until a completion (or 1 ms) instead of
+                    // spinning, leaving the core to whoever has work (peers, the kernel's
+                    // rxe tasks). Armed first, then polled once more: a completion that
+                    // came in between raises no event.
+                    inner.cq.arm()?;
+                    let r = inner.drive();
+                    events.extend(inner.pending.drain(..));
+                    r?;
+                    if events.len() == before {
+                        let cq = inner.cq.clone();
+                        drop(inner);
+                        cq.wait(1)?;
+                        slept = true;
+                    } else {
+                        inner.idle = 0;
+                    }
                 }
             }
         }
-        let polls = self.polls.fetch_add(1, Ordering::Relaxed);
         if polls % 4096 == 4095 {
             self.check_liveness(events);
         }
