@@ -160,6 +160,8 @@ struct Inner {
     bye: Vec<bool>,
     /// Receive buffers take several messages (`FI_MULTI_RECV`).
     multi_recv: bool,
+    /// Polls so far (paces liveness checks and yields).
+    polls: u64,
 }
 
 // SAFETY: the raw buffers and contexts inside are owned by Inner (boxed, stable
@@ -187,7 +189,6 @@ pub struct OfiTransport {
     pids: Option<Vec<u32>>,
     reported_dead: Mutex<Vec<bool>>,
     collective: AtomicU32,
-    polls: AtomicU64,
     departed: std::sync::atomic::AtomicBool,
 }
 
@@ -265,6 +266,7 @@ impl OfiTransport {
             early: vec![BTreeMap::new(); size],
             pending: VecDeque::new(),
             entries: vec![sys::fi_cq_data_entry::default(); 64],
+            polls: 0,
             dead: vec![false; size],
             ops: Vec::new(),
             op_free: Vec::new(),
@@ -340,7 +342,6 @@ impl OfiTransport {
             pids,
             reported_dead: Mutex::new(vec![false; size]),
             collective: AtomicU32::new(0),
-            polls: AtomicU64::new(0),
             departed: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -624,9 +625,11 @@ impl Inner {
 
     /// Reads every completion there is, turning them into pending events.
     fn drive(&mut self) -> Result<(), TransportError> {
-        let again: Vec<usize> = std::mem::take(&mut self.repost);
-        for i in again {
-            self.post_recv(i)?;
+        if !self.repost.is_empty() {
+            let again: Vec<usize> = std::mem::take(&mut self.repost);
+            for i in again {
+                self.post_recv(i)?;
+            }
         }
         let mut entries = std::mem::take(&mut self.entries);
         let result = loop {
@@ -1383,13 +1386,16 @@ impl Transport for OfiTransport {
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
         let before = events.len();
+        // The counter lives under the lock this poll holds anyway: no atomic RMW per poll.
+        let polls;
         {
             let mut inner = self.lock();
+            polls = inner.polls;
+            inner.polls += 1;
             let r = inner.drive();
             events.extend(inner.pending.drain(..));
             r?;
         }
-        let polls = self.polls.fetch_add(1, Ordering::Relaxed);
         if polls % 4096 == 4095 {
             self.check_liveness(events);
         }
