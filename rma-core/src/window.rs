@@ -1485,18 +1485,22 @@ impl WindowShared {
     fn wait_for(
         &self,
         call: &'static str,
+        cond: impl FnMut(&mut WinState) -> Result<bool>,
+    ) -> Result<()> {
+        self.lock_state().make_progress(self)?;
+        self.wait_issued(call, cond)
+    }
+
+    /// As [`wait_for`](Self::wait_for), for a caller that has just issued what it waits
+    /// on: ISSUE_OPS is left to the engine's progress passes, which run it on every
+    /// registered window (or another thread's pass does).
+    fn wait_issued(
+        &self,
+        call: &'static str,
         mut cond: impl FnMut(&mut WinState) -> Result<bool>,
     ) -> Result<()> {
-        // ISSUE_OPS before the first look; after that every engine progress pass runs it
-        // on this (registered) window, or another thread's pass does.
-        let mut first = true;
-        self.engine.wait_until(call, || {
-            let mut st = self.lock_state();
-            if std::mem::take(&mut first) {
-                st.make_progress(self)?;
-            }
-            cond(&mut st)
-        })
+        self.engine
+            .wait_until(call, || cond(&mut self.lock_state()))
     }
 
     fn check_rank(&self, rank: Rank) -> Result<()> {
@@ -2231,7 +2235,7 @@ impl WindowShared {
             }
         }
         let mut deferred = None;
-        self.wait_for("flush", |st| {
+        self.wait_issued("flush", |st| {
             // Locks still being acquired must be granted before their ops can complete.
             let waiting = |t: &TargetElem| {
                 t.state == TargetState::LockCalled

@@ -1393,7 +1393,10 @@ impl Transport for OfiTransport {
             polls = inner.polls;
             inner.polls += 1;
             let r = inner.drive();
-            events.extend(inner.pending.drain(..));
+            // One by one: usually none or one, where a drain costs more than the moves.
+            while let Some(e) = inner.pending.pop_front() {
+                events.push(e);
+            }
             r?;
         }
         if polls % 4096 == 4095 {
