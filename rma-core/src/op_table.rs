@@ -112,6 +112,12 @@ impl TargetElem {
             && self.acks_awaited == 0
             && self.sync == SyncFlag::None
     }
+    /// Something to issue or send: pending ops, a sync, a lock to retry.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.pending.is_empty()
+            || self.sync != SyncFlag::None
+            || self.state == TargetState::LockIssued
+    }
     /// Every op is locally complete.
     pub(crate) fn ops_complete(&self) -> bool {
         self.pending.is_empty() && self.issued.is_empty() && self.native_in_flight == 0
@@ -215,16 +221,17 @@ impl OpTable {
 
     /// Ranks of target elements with something to issue or send (pending ops, a sync, a
     /// lock to retry), starting at the round-robin position, into `out`: what
-    /// ISSUE_OPS_WIN visits.
+    /// ISSUE_OPS_WIN visits. Leaves the round-robin position alone when there are none
+    /// (most passes while native ops are under way).
     pub(crate) fn ranks_with_work(&mut self, out: &mut Vec<Rank>) {
-        self.ranks_where_into(
-            |t| {
-                !t.pending.is_empty()
-                    || t.sync != SyncFlag::None
-                    || t.state == crate::epoch::TargetState::LockIssued
-            },
-            out,
-        )
+        out.clear();
+        let any = self
+            .occupied
+            .iter()
+            .any(|&s| self.slots[s].iter().any(|t| t.has_work()));
+        if any {
+            self.ranks_where_into(|t| t.has_work(), out)
+        }
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {
