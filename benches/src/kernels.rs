@@ -241,12 +241,14 @@ fn timed(skip: usize, total: usize, mut step: impl FnMut(usize) -> Result<()>) -
     Ok(start.elapsed())
 }
 
-/// The reference of `--reference`: by hand on shared memory, or bare libfabric calls
-/// for `-b ofi`.
+/// The reference of `--reference`: by hand on shared memory, bare libfabric calls for
+/// `-b ofi`, raw verbs for `-b verbs`.
 enum AnyReference {
     SharedMemory(Reference),
     #[cfg(feature = "ofi")]
     Libfabric(Box<crate::ofi_reference::OfiReference>),
+    #[cfg(feature = "verbs")]
+    Verbs(Box<crate::verbs_reference::VerbsReference>),
 }
 
 impl AnyReference {
@@ -255,6 +257,12 @@ impl AnyReference {
         if ctx.opts.backend == crate::osu::Backend::Ofi {
             return Ok(AnyReference::Libfabric(Box::new(
                 crate::ofi_reference::OfiReference::join(engine, cap)?,
+            )));
+        }
+        #[cfg(feature = "verbs")]
+        if ctx.opts.backend == crate::osu::Backend::Verbs {
+            return Ok(AnyReference::Verbs(Box::new(
+                crate::verbs_reference::VerbsReference::join(engine, cap)?,
             )));
         }
         Ok(AnyReference::SharedMemory(Reference::join(
@@ -276,6 +284,8 @@ impl AnyReference {
             AnyReference::SharedMemory(r) => r.latency(bench, sync, size, iterations, skip),
             #[cfg(feature = "ofi")]
             AnyReference::Libfabric(r) => r.latency(bench, sync, size, iterations, skip),
+            #[cfg(feature = "verbs")]
+            AnyReference::Verbs(r) => r.latency(bench, size, iterations, skip),
         }
     }
 
@@ -294,6 +304,8 @@ impl AnyReference {
             }
             #[cfg(feature = "ofi")]
             AnyReference::Libfabric(r) => r.bandwidth(bench, size, window, iterations, skip),
+            #[cfg(feature = "verbs")]
+            AnyReference::Verbs(r) => r.bandwidth(bench, size, window, iterations, skip),
         }
     }
 
@@ -302,6 +314,8 @@ impl AnyReference {
             AnyReference::SharedMemory(r) => r.notes(bench, sync, window),
             #[cfg(feature = "ofi")]
             AnyReference::Libfabric(r) => r.notes(bench, sync),
+            #[cfg(feature = "verbs")]
+            AnyReference::Verbs(r) => r.notes(bench),
         }
     }
 }
@@ -331,6 +345,9 @@ pub fn run_rank(engine: &Engine, ctx: &Context) -> Result<()> {
     }
 }
 
+/// Rounds in which the library's loop and the reference's alternate (`--reference`).
+const REFERENCE_ROUNDS: usize = 8;
+
 fn run_sizes<T: Elem>(
     engine: &Engine,
     ctx: &Context,
@@ -345,22 +362,55 @@ fn run_sizes<T: Elem>(
         let count = size / elem;
         let w = open_window::<T>(engine, o.window, count * per_iteration)?;
         let buf = vec![T::FILL; count * per_iteration];
-        let elapsed = if bench.is_bandwidth() {
-            bandwidth_loop(
-                engine,
-                bench,
-                o.sync,
-                &w,
-                &buf,
-                count,
-                per_iteration,
-                iterations,
-                skip,
-            )?
+        // With a reference, ours and the reference alternate in rounds of equal iteration
+        // counts, so that a slow stretch of the machine (an emulator, a busy host) falls
+        // on both alike; a round after the first warms up again briefly.
+        let rounds = if reference.is_some() {
+            REFERENCE_ROUNDS.min(iterations).max(1)
         } else {
-            latency_loop(engine, bench, o.sync, &w, &buf, iterations, skip)?
+            1
         };
-        engine.barrier()?;
+        let mut elapsed = Duration::ZERO;
+        // The reference's time, microseconds (rank 0; rank 1 gets zeros).
+        let mut reference_us = 0.0;
+        for round in 0..rounds {
+            let n = iterations / rounds + usize::from(round < iterations % rounds);
+            let warm = if round == 0 {
+                skip
+            } else {
+                skip.div_ceil(rounds)
+            };
+            elapsed += if bench.is_bandwidth() {
+                bandwidth_loop(
+                    engine,
+                    bench,
+                    o.sync,
+                    &w,
+                    &buf,
+                    count,
+                    per_iteration,
+                    n,
+                    warm,
+                )?
+            } else {
+                latency_loop(engine, bench, o.sync, &w, &buf, n, warm)?
+            };
+            engine.barrier()?;
+            if let Some(r) = reference.as_deref_mut() {
+                reference_us += if bench.is_bandwidth() {
+                    let mb_s = r.bandwidth(bench, o.sync, size, per_iteration, n, warm)?;
+                    let mb = size as f64 / 1e6 * (n * per_iteration) as f64;
+                    if mb_s > 0.0 {
+                        mb / mb_s * 1e6
+                    } else {
+                        0.0
+                    }
+                } else {
+                    r.latency(bench, o.sync, size, n, warm)? * n as f64
+                };
+                engine.barrier()?;
+            }
+        }
         let value = match bench.measure {
             Measure::Latency => {
                 let us = elapsed.as_secs_f64() * 1e6 / iterations as f64;
@@ -380,18 +430,13 @@ fn run_sizes<T: Elem>(
                 }
             }
         };
-        let reference_value = match reference.as_deref_mut() {
-            None => None,
-            Some(r) => {
-                let v = if bench.is_bandwidth() {
-                    r.bandwidth(bench, o.sync, size, per_iteration, iterations, skip)?
-                } else {
-                    r.latency(bench, o.sync, size, iterations, skip)?
-                };
-                engine.barrier()?;
-                Some(v)
+        let reference_value = reference.is_some().then(|| match bench.measure {
+            Measure::Latency => reference_us / iterations as f64,
+            Measure::Bandwidth | Measure::BiBandwidth if reference_us > 0.0 => {
+                size as f64 * (iterations * per_iteration) as f64 / reference_us
             }
-        };
+            Measure::Bandwidth | Measure::BiBandwidth => 0.0,
+        });
         if engine.rank() == ORIGIN {
             let rec = Record {
                 size,

@@ -13,7 +13,8 @@
 //! - [`kernels`]: the timed loops;
 //! - [`reference`](mod@reference): `--reference`, the same patterns by hand on a segment both ranks map
 //!   ([`shm`]); over libfabric (`-b ofi`, feature `ofi`), `ofi_reference`: bare libfabric
-//!   calls on the same provider;
+//!   calls on the same provider; over verbs (`-b verbs`, feature `verbs`),
+//!   `verbs_reference`: raw verbs on the same device;
 //! - [`plot`]: `rma-plot`'s reading of JSON lines and drawing (SVG and PNG).
 
 pub mod kernels;
@@ -24,3 +25,5 @@ pub mod plot;
 pub mod reference;
 pub mod run;
 pub mod shm;
+#[cfg(feature = "verbs")]
+pub mod verbs_reference;

@@ -18,10 +18,11 @@
 
 use std::time::{Duration, Instant};
 
-use rma_core::{Assert, Engine, Result, TransportError};
+use rma_core::{Engine, Result, TransportError};
 use rma_ofi::bare::BarePair;
 
 use crate::osu::{Benchmark, Operation, SyncMode};
+use crate::reference::exchange;
 
 /// The bare libfabric pattern between the two ranks.
 #[derive(Debug)]
@@ -30,33 +31,12 @@ pub struct OfiReference {
     me: u32,
 }
 
-/// Swaps a blob with the other rank (collective) through a small window and a fence.
-fn swap(engine: &Engine, mine: &[u8]) -> Result<Vec<u8>> {
-    const MAX: usize = 256;
-    if mine.len() + 2 > MAX {
-        return Err(TransportError::Failed("bare pattern: address too long".into()).into());
-    }
-    let peer = 1 - engine.rank();
-    let w = engine.allocate::<u8>(MAX)?;
-    let mut framed = (mine.len() as u16).to_le_bytes().to_vec();
-    framed.extend_from_slice(mine);
-    w.fence(Assert::NOPRECEDE)?;
-    w.put(&framed, peer, 0)?;
-    w.fence(Assert::NOSUCCEED)?;
-    let got = w.local_to_vec();
-    w.free()?;
-    let len = u16::from_le_bytes([got[0], got[1]]) as usize;
-    got.get(2..2 + len)
-        .map(<[u8]>::to_vec)
-        .ok_or_else(|| TransportError::Failed("bare pattern: bad peer address".into()).into())
-}
-
 impl OfiReference {
     /// Opens the bare endpoints of both ranks with `cap` bytes each (collective).
     pub fn join(engine: &Engine, cap: usize) -> Result<OfiReference> {
         let provider = rma_ofi::provider_from_env();
         let pair = BarePair::connect(provider.as_deref(), cap, |mine| {
-            swap(engine, mine).map_err(|e| TransportError::Failed(e.to_string()))
+            exchange(engine, mine).map_err(|e| TransportError::Failed(e.to_string()))
         })?;
         engine.barrier()?;
         Ok(OfiReference {

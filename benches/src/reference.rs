@@ -435,3 +435,26 @@ impl Reference {
         ]
     }
 }
+
+/// Swaps a blob (an address, a key) with the other rank (collective) through a small
+/// window and a fence: how the bare references of the network backends meet.
+#[cfg(any(feature = "ofi", feature = "verbs"))]
+pub(crate) fn exchange(engine: &Engine, mine: &[u8]) -> Result<Vec<u8>> {
+    const MAX: usize = 256;
+    if mine.len() + 2 > MAX {
+        return Err(TransportError::Failed("reference: address too long".into()).into());
+    }
+    let peer = 1 - engine.rank();
+    let w = engine.allocate::<u8>(MAX)?;
+    let mut framed = (mine.len() as u16).to_le_bytes().to_vec();
+    framed.extend_from_slice(mine);
+    w.fence(rma_core::Assert::NOPRECEDE)?;
+    w.put(&framed, peer, 0)?;
+    w.fence(rma_core::Assert::NOSUCCEED)?;
+    let got = w.local_to_vec();
+    w.free()?;
+    let len = u16::from_le_bytes([got[0], got[1]]) as usize;
+    got.get(2..2 + len)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| TransportError::Failed("reference: bad peer address".into()).into())
+}
