@@ -22,7 +22,7 @@ use rma_core::{Engine, Result, TransportError};
 use rma_ofi::bare::BarePair;
 
 use crate::osu::{Benchmark, Operation, SyncMode};
-use crate::reference::exchange;
+use crate::reference::{exchange, mb_per_s};
 
 /// The bare libfabric pattern between the two ranks.
 #[derive(Debug)]
@@ -107,10 +107,7 @@ impl OfiReference {
             Operation::Get => self.timed(iterations, skip, |p| p.read_many(size, window))?,
             _ => self.timed(iterations, skip, |p| p.write_many(size, window))?,
         };
-        if d.is_zero() {
-            return Ok(0.0);
-        }
-        Ok(size as f64 / 1e6 * (iterations * window) as f64 / d.as_secs_f64())
+        Ok(mb_per_s(size, iterations * window, d))
     }
 
     /// The preamble lines saying what the reference column measures.

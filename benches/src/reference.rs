@@ -329,7 +329,7 @@ impl Reference {
         let op = bench.operation;
         let total = iterations + skip;
         let peer = 1 - self.me;
-        let mb = |d: Duration| size as f64 / 1e6 * (iterations * window) as f64 / d.as_secs_f64();
+        let mb = |d: Duration| mb_per_s(size, iterations * window, d);
         let burst = move |r: &mut Self| {
             for j in 0..window {
                 r.raw_op(op, peer, j * size, size);
@@ -457,4 +457,13 @@ pub(crate) fn exchange(engine: &Engine, mine: &[u8]) -> Result<Vec<u8>> {
     got.get(2..2 + len)
         .map(<[u8]>::to_vec)
         .ok_or_else(|| TransportError::Failed("reference: bad peer address".into()).into())
+}
+
+/// MB/s of `count` messages of `size` bytes in `d` (0 for no time: the rank that did
+/// not time the loop).
+pub(crate) fn mb_per_s(size: usize, count: usize, d: Duration) -> f64 {
+    if d.is_zero() {
+        return 0.0;
+    }
+    size as f64 / 1e6 * count as f64 / d.as_secs_f64()
 }

@@ -27,7 +27,7 @@ use rma_verbs::ib::{
 };
 
 use crate::osu::{Benchmark, Operation};
-use crate::reference::exchange;
+use crate::reference::{exchange, mb_per_s};
 
 /// Work requests in flight at most (the QP's send queue depth).
 const DEPTH: u32 = 128;
@@ -230,10 +230,7 @@ impl VerbsReference {
     ) -> Result<f64> {
         let (op, len) = self.op_of(bench, size);
         let d = self.timed(iterations, skip, |r| r.post_and_wait(op, len, window))?;
-        if d.is_zero() {
-            return Ok(0.0);
-        }
-        Ok(size as f64 / 1e6 * (iterations * window) as f64 / d.as_secs_f64())
+        Ok(mb_per_s(size, iterations * window, d))
     }
 
     /// The preamble lines saying what the reference column measures.

@@ -199,7 +199,9 @@ impl OpTable {
     }
 
     /// As [`ranks_where`](Self::ranks_where), into `out` (cleared first): the progress
-    /// loop reuses one vector rather than allocating on every pass.
+    /// loop reuses one vector rather than allocating on every pass. The round-robin
+    /// position moves on only when some element was kept (most passes while native ops
+    /// are under way keep none).
     fn ranks_where_into(&mut self, keep: impl Fn(&TargetElem) -> bool, out: &mut Vec<Rank>) {
         out.clear();
         let n = self.occupied.len();
@@ -207,7 +209,6 @@ impl OpTable {
             return;
         }
         let start = self.next_slot % n;
-        self.next_slot = (start + 1) % n;
         // Plain loops: this runs on every progress pass, and the iterator-adapter chain
         // (flat_map, filter, map into extend) cost several times as many instructions.
         for i in (start..n).chain(0..start) {
@@ -217,21 +218,16 @@ impl OpTable {
                 }
             }
         }
+        if !out.is_empty() {
+            self.next_slot = (start + 1) % n;
+        }
     }
 
     /// Ranks of target elements with something to issue or send (pending ops, a sync, a
     /// lock to retry), starting at the round-robin position, into `out`: what
-    /// ISSUE_OPS_WIN visits. Leaves the round-robin position alone when there are none
-    /// (most passes while native ops are under way).
+    /// ISSUE_OPS_WIN visits.
     pub(crate) fn ranks_with_work(&mut self, out: &mut Vec<Rank>) {
-        out.clear();
-        let any = self
-            .occupied
-            .iter()
-            .any(|&s| self.slots[s].iter().any(|t| t.has_work()));
-        if any {
-            self.ranks_where_into(|t| t.has_work(), out)
-        }
+        self.ranks_where_into(TargetElem::has_work, out)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {

@@ -150,28 +150,14 @@ impl World {
                 .into());
             }
             #[cfg(not(feature = "ofi"))]
-            "ofi" => {
-                return Err(TransportError::Failed(
-                    "RMA_BACKEND=ofi: this build has no libfabric backend (build rma with the \
-                     `ofi` feature)"
-                        .into(),
-                )
-                .into())
-            }
+            "ofi" => return Err(not_built("ofi", "libfabric")),
             #[cfg(feature = "verbs")]
             "verbs" => {
                 let t = Arc::new(rma_verbs::VerbsTransport::new(bootstrap.clone())?);
                 (t.clone(), Backend::Verbs(t))
             }
             #[cfg(not(feature = "verbs"))]
-            "verbs" => {
-                return Err(TransportError::Failed(
-                    "RMA_BACKEND=verbs: this build has no verbs backend (build rma with the \
-                     `verbs` feature)"
-                        .into(),
-                )
-                .into())
-            }
+            "verbs" => return Err(not_built("verbs", "verbs")),
             other => {
                 return Err(TransportError::Failed(format!(
                     "RMA_BACKEND={other}: not a backend rma knows (shm, ofi, hybrid, verbs)"
@@ -246,4 +232,14 @@ impl std::ops::Deref for World {
     fn deref(&self) -> &Engine {
         &self.engine
     }
+}
+
+/// The error for `RMA_BACKEND=FEATURE` in a build without that feature.
+#[cfg(any(not(feature = "ofi"), not(feature = "verbs")))]
+fn not_built(feature: &str, what: &str) -> Error {
+    TransportError::Failed(format!(
+        "RMA_BACKEND={feature}: this build has no {what} backend (build rma with the \
+         `{feature}` feature)"
+    ))
+    .into()
 }
