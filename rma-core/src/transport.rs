@@ -211,6 +211,49 @@ pub struct RemoteSegment {
     pub key: Vec<u8>,
 }
 
+/// Work a backend's poll loop does now and then (keepalives, checks of the peers'
+/// pids): the loop asks [`due`](Periodic::due) every so many polls, with one clock read,
+/// and the answer is yes at most once per interval. Counted in polls alone, such work
+/// comes as often as the loop spins: every few dozen operations of a latency loop.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// let pid_check = rma_core::transport::Periodic::new(Duration::from_millis(50));
+/// let start = Instant::now();
+/// assert!(!pid_check.due(start)); // an interval starts at creation
+/// assert!(pid_check.due(start + Duration::from_millis(60)));
+/// assert!(!pid_check.due(start + Duration::from_millis(70)));
+/// assert!(!rma_core::transport::Periodic::new(Duration::ZERO).due(start)); // zero: never
+/// ```
+#[derive(Debug)]
+pub struct Periodic {
+    every: std::time::Duration,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+impl Periodic {
+    /// Due once per `every` (never when `every` is zero), the first time `every` after now.
+    pub fn new(every: std::time::Duration) -> Self {
+        Periodic {
+            every,
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+        }
+    }
+
+    /// Whether the interval has passed at `now`; if so, the next one starts at `now`.
+    pub fn due(&self, now: std::time::Instant) -> bool {
+        if self.every.is_zero() {
+            return false;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if now.saturating_duration_since(*last) < self.every {
+            return false;
+        }
+        *last = now;
+        true
+    }
+}
+
 /// Per window, what a network backend keeps about each rank's part (registered address,
 /// key, length): filled by [`Transport::window_ready`], emptied by
 /// [`Transport::window_freed`], read on every native operation. Window ids are small and

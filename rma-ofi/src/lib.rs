@@ -74,8 +74,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
+    UserMemory,
 };
+
+/// Time between two checks of the peers' pids (when every rank is on this node), asked
+/// every 4096 polls: a signal and a read of /proc per peer is too much to do as often as
+/// a latency loop polls.
+const PID_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
 use fabric::{fi_error, is_again, Endpoint, LocalBuf, OpContext};
@@ -188,6 +194,8 @@ pub struct OfiTransport {
     provider: String,
     pids: Option<Vec<u32>>,
     reported_dead: Mutex<Vec<bool>>,
+    /// Checks of the peers' pids (when every rank is on this node).
+    pid_check: Periodic,
     collective: AtomicU32,
     departed: std::sync::atomic::AtomicBool,
 }
@@ -341,6 +349,7 @@ impl OfiTransport {
             provider,
             pids,
             reported_dead: Mutex::new(vec![false; size]),
+            pid_check: Periodic::new(PID_CHECK_EVERY),
             collective: AtomicU32::new(0),
             departed: std::sync::atomic::AtomicBool::new(false),
         })
@@ -1399,7 +1408,10 @@ impl Transport for OfiTransport {
             }
             r?;
         }
-        if polls % 4096 == 4095 {
+        if polls % 4096 == 4095
+            && self.pids.is_some()
+            && self.pid_check.due(std::time::Instant::now())
+        {
             self.check_liveness(events);
         }
         let found = events.len() - before;

@@ -74,12 +74,19 @@
 
 pub mod ib;
 
+/// Polls between two looks at the clock for keepalives and the pid check.
+const HOUSEKEEPING_EVERY: u64 = 256;
+
+/// Time between two checks of the peers' pids (when every rank is on this node).
+const PID_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
+    UserMemory,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -204,9 +211,11 @@ pub struct VerbsTransport {
     yield_every: u64,
     /// Empty polls before a poll sleeps on the completion channel (0: never).
     block_after: u64,
-    /// Time between keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none).
-    keepalive: std::time::Duration,
-    last_keepalive: Mutex<std::time::Instant>,
+    /// Keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none), asked every
+    /// [`HOUSEKEEPING_EVERY`] polls.
+    keepalive: Periodic,
+    /// Checks of the peers' pids (when every rank is on this node).
+    pid_check: Periodic,
     departed: std::sync::atomic::AtomicBool,
 }
 
@@ -414,10 +423,11 @@ impl VerbsTransport {
             departed: std::sync::atomic::AtomicBool::new(false),
             yield_every: env_usize("RMA_VERBS_YIELD_EVERY", 8) as u64,
             block_after,
-            keepalive: std::time::Duration::from_millis(
-                env_usize("RMA_VERBS_KEEPALIVE_MS", 1000) as u64
-            ),
-            last_keepalive: Mutex::new(std::time::Instant::now()),
+            keepalive: Periodic::new(std::time::Duration::from_millis(env_usize(
+                "RMA_VERBS_KEEPALIVE_MS",
+                1000,
+            ) as u64)),
+            pid_check: Periodic::new(PID_CHECK_EVERY),
         })
     }
 
@@ -456,17 +466,7 @@ impl VerbsTransport {
     /// to each live peer: RC reports a dead peer only to a sender,
     /// so a rank that only waits to hear from a dead peer would never learn of it. The
     /// write's retries run out (IBV_WC_RETRY_EXC_ERR) within timeout x (retry_cnt + 1).
-    fn keepalive(&self, events: &mut Vec<Event>) -> Result<(), TransportError> {
-        {
-            let mut last = self
-                .last_keepalive
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if last.elapsed() < self.keepalive {
-                return Ok(());
-            }
-            *last = std::time::Instant::now();
-        }
+    fn send_keepalives(&self, events: &mut Vec<Event>) -> Result<(), TransportError> {
         let mut inner = self.lock();
         for t in (0..self.size).filter(|t| *t != self.rank as usize) {
             let p = &inner.peers[t];
@@ -554,6 +554,18 @@ impl VerbsTransport {
             .get(win, target)
             .and_then(|m| m.lock)
             .ok_or(TransportError::Unsupported("no native lock word"))
+    }
+
+    /// Keepalives and the pid check, each when its interval has passed (one clock read).
+    fn housekeeping(&self, events: &mut Vec<Event>) -> Result<(), TransportError> {
+        let now = std::time::Instant::now();
+        if self.pids.is_some() && self.pid_check.due(now) {
+            self.check_liveness(events);
+        }
+        if self.keepalive.due(now) {
+            self.send_keepalives(events)?;
+        }
+        Ok(())
     }
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
@@ -1497,11 +1509,8 @@ impl Transport for VerbsTransport {
                 }
             }
         }
-        if polls % 4096 == 4095 {
-            self.check_liveness(events);
-        }
-        if polls % 256 == 255 && !self.keepalive.is_zero() {
-            self.keepalive(events)?;
+        if polls % HOUSEKEEPING_EVERY == HOUSEKEEPING_EVERY - 1 {
+            self.housekeeping(events)?;
         }
         let found = events.len() - before;
         if found == 0
