@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
 use rma_core::sim::{self, Network, Profile};
-use rma_core::transport::{Capabilities, Event, Issued, NativeAtomic, Segment, UserMemory};
+use rma_core::transport::{
+    Capabilities, Event, Fetched, Issued, NativeAtomic, Segment, UserMemory,
+};
 use rma_core::wire::{self, flags, Body, Encoder, Kind};
 use rma_core::{
     AccOp, Assert, Config, Engine, GlobalPool, LocalPool, Rank, Transport, TransportError, Window,
@@ -71,7 +73,7 @@ struct EchoState {
     /// Packets waiting for the next poll, with their sender.
     inbox: VecDeque<(Rank, Vec<u8>)>,
     /// Native operations issued, completed at the next poll (token, fetched bytes).
-    completions: VecDeque<(u64, Option<Vec<u8>>)>,
+    completions: VecDeque<(u64, Option<Fetched>)>,
     enc: Encoder,
     zeros: Vec<u8>,
 }
@@ -105,7 +107,7 @@ impl Echo {
         }
     }
 
-    fn complete_later(&self, token: u64, data: Option<Vec<u8>>) -> Result<Issued, TransportError> {
+    fn complete_later(&self, token: u64, data: Option<Fetched>) -> Result<Issued, TransportError> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.completions.push_back((token, data));
         Ok(Issued::Pending)
@@ -212,7 +214,7 @@ impl Transport for Echo {
         if !self.native {
             return Err(TransportError::Unsupported("echo: no native get"));
         }
-        self.complete_later(token, Some(vec![0; len]))
+        self.complete_later(token, Some(Fetched::zeroed(len)))
     }
     fn atomic(
         &self,

@@ -68,7 +68,8 @@ pub use pool::{GlobalPool, LocalPool};
 pub use request::Request;
 pub use stats::{Counters, Stats};
 pub use transport::{
-    Capabilities, Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+    Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
+    UserMemory,
 };
 pub use window::{GetInto, Layout, Window, WindowKind};
 

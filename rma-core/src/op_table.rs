@@ -48,6 +48,9 @@ pub(crate) struct OpElem {
     pub token: u64,
     /// Where the result or completion goes (get data, fetched values, rput completion).
     pub request: Option<Arc<RequestState>>,
+    /// The request state of an earlier use of this element, kept for the next op that
+    /// wants a result ([`RequestState::reuse_or_new`]); never completed.
+    pub spare_request: Option<Arc<RequestState>>,
 }
 
 impl Default for Extent {

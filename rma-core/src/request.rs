@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
+use crate::transport::Fetched;
 use crate::window::WindowShared;
 use crate::Rank;
 
@@ -12,28 +13,43 @@ use crate::Rank;
 #[derive(Debug, Default)]
 pub(crate) struct RequestState {
     done: AtomicBool,
-    result: Mutex<Option<Result<Vec<u8>>>>,
+    result: Mutex<Option<Result<Fetched>>>,
 }
 
 impl RequestState {
-    pub(crate) fn complete(&self, result: Result<Vec<u8>>) {
+    pub(crate) fn complete(&self, result: Result<Fetched>) {
         *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         self.done.store(true, Ordering::Release);
     }
     pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
-    fn take(&self) -> Result<Vec<u8>> {
+
+    /// A state for a new request: `old` (the one an op element kept from its last use)
+    /// when nothing else holds it any more, else a new one. A loop of gets or fetching
+    /// atomics then allocates none.
+    pub(crate) fn reuse_or_new(old: Option<Arc<RequestState>>) -> Arc<RequestState> {
+        if let Some(mut state) = old {
+            // Unique: its request took the result or was dropped, no one sees the reset.
+            if let Some(s) = Arc::get_mut(&mut state) {
+                *s.done.get_mut() = false;
+                *s.result.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+                return state;
+            }
+        }
+        Arc::default()
+    }
+    fn take(&self) -> Result<Fetched> {
         self.result
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
-            .unwrap_or(Ok(Vec::new()))
+            .unwrap_or(Ok(Fetched::default()))
     }
 }
 
 /// How a completed request's bytes become its value.
-pub(crate) type Convert<R> = fn(Vec<u8>) -> R;
+pub(crate) type Convert<R> = fn(Fetched) -> R;
 
 /// An operation under way. Its value ([`wait`](Request::wait)) exists only once the
 /// operation is complete, so a get result can never be read early.
@@ -62,7 +78,7 @@ enum Inner<R> {
     /// Completed when posted, with its value already built.
     Value(R),
     /// Completed when posted (a native op that finished in the call).
-    Ready(Vec<u8>),
+    Ready(Fetched),
     /// Queued or under way: the engine completes `state`.
     Pending {
         state: Arc<RequestState>,
@@ -100,7 +116,7 @@ impl<R> Request<R> {
     }
 
     pub(crate) fn value(value: R) -> Self {
-        fn never<R>(_: Vec<u8>) -> R {
+        fn never<R>(_: Fetched) -> R {
             unreachable!("a request holding its value converts nothing")
         }
         Request {
@@ -110,7 +126,7 @@ impl<R> Request<R> {
         }
     }
 
-    pub(crate) fn ready(data: Vec<u8>, convert: Convert<R>) -> Self {
+    pub(crate) fn ready(data: Fetched, convert: Convert<R>) -> Self {
         Request {
             inner: Inner::Ready(data),
             convert,
@@ -156,5 +172,31 @@ impl<R> Request<R> {
                 state.take().map(self.convert)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_is_reused_only_once_nothing_else_holds_it() {
+        let first = RequestState::reuse_or_new(None);
+        first.complete(Ok(Fetched::copy_of(&[1, 2, 3])));
+        let held_by_request = first.clone();
+
+        // Its request still holds it: a new state, the old one untouched.
+        let second = RequestState::reuse_or_new(Some(first));
+        assert!(!Arc::ptr_eq(&second, &held_by_request));
+        assert!(!second.is_done());
+        assert!(held_by_request.is_done());
+        assert_eq!(held_by_request.take().unwrap().as_slice(), &[1, 2, 3]);
+
+        // Once the request is gone, the same allocation comes back, reset.
+        let address = Arc::as_ptr(&held_by_request);
+        let third = RequestState::reuse_or_new(Some(held_by_request));
+        assert_eq!(Arc::as_ptr(&third), address);
+        assert!(!third.is_done());
+        assert!(third.take().unwrap().is_empty(), "no result left over");
     }
 }

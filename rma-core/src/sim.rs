@@ -16,7 +16,8 @@ use std::time::Duration;
 use crate::datatype::{self, AccOp, DataType};
 use crate::error::{Error, Result, TransportError};
 use crate::transport::{
-    Capabilities, Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+    Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
+    UserMemory,
 };
 use crate::{Config, Engine, Rank};
 
@@ -304,7 +305,9 @@ impl SimTransport {
         // Like an RDMA queue pair, ops apply in issue order; completions may come late.
         if pending.is_empty() && self.roll(2) == 0 {
             drop(pending);
-            return self.apply(&p).map(Issued::Complete);
+            return self
+                .apply(&p)
+                .map(|d| Issued::Complete(d.map(|v| Fetched::copy_of(&v))));
         }
         pending.push_back(p);
         Ok(Issued::Pending)
@@ -548,7 +551,7 @@ impl Transport for SimTransport {
             match self.apply(&p) {
                 Ok(data) => events.push(Event::Completed {
                     token: p.token,
-                    data,
+                    data: data.map(|v| Fetched::copy_of(&v)),
                 }),
                 Err(error) => events.push(Event::Failed {
                     token: p.token,

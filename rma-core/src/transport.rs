@@ -92,7 +92,7 @@ impl Capabilities {
 pub enum Issued {
     /// Done at the target before the call returned; with the fetched bytes for gets and
     /// fetching atomics.
-    Complete(Option<Vec<u8>>),
+    Complete(Option<Fetched>),
     /// Under way; an [`Event::Completed`] (or [`Event::Failed`]) with the token follows.
     Pending,
 }
@@ -122,6 +122,127 @@ pub enum NativeAtomic<'a> {
     },
 }
 
+/// Bytes a native operation fetched (a get, a fetching atomic): up to
+/// [`Fetched::INLINE`] of them inline, without an allocation (an atomic's 8 bytes, a small
+/// get), more on the heap. A latency loop of small gets then allocates nothing per
+/// operation between the completion queue and the caller's buffer.
+///
+/// ```
+/// use rma_core::transport::Fetched;
+/// let small = Fetched::copy_of(&42u64.to_ne_bytes());
+/// assert!(matches!(small, Fetched::Inline { .. }));
+/// assert_eq!(small.as_slice(), &42u64.to_ne_bytes());
+/// let large = Fetched::copy_of(&[7u8; 100]);
+/// assert_eq!(large.len(), 100);
+/// assert_eq!(large.into_vec(), vec![7u8; 100]);
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// Up to [`Fetched::INLINE`] bytes: the first `len` of `bytes`.
+    Inline {
+        /// How many of `bytes` were fetched.
+        len: u8,
+        /// The bytes (the first `len`).
+        bytes: [u8; Fetched::INLINE],
+    },
+    /// More bytes.
+    Heap(Vec<u8>),
+}
+
+impl Fetched {
+    /// The most bytes held inline.
+    pub const INLINE: usize = 16;
+
+    /// A copy of `data`: inline when it fits.
+    pub fn copy_of(data: &[u8]) -> Self {
+        if data.len() <= Self::INLINE {
+            let mut bytes = [0; Self::INLINE];
+            bytes[..data.len()].copy_from_slice(data);
+            Fetched::Inline {
+                len: data.len() as u8,
+                bytes,
+            }
+        } else {
+            Fetched::Heap(data.to_vec())
+        }
+    }
+
+    /// `len` zero bytes to fill in place: inline when they fit.
+    pub fn zeroed(len: usize) -> Self {
+        if len <= Self::INLINE {
+            Fetched::Inline {
+                len: len as u8,
+                bytes: [0; Self::INLINE],
+            }
+        } else {
+            Fetched::Heap(vec![0; len])
+        }
+    }
+
+    /// The bytes, to fill in place.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Fetched::Inline { len, bytes } => &mut bytes[..usize::from(*len)],
+            Fetched::Heap(v) => v,
+        }
+    }
+
+    /// The fetched bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Fetched::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Fetched::Heap(v) => v,
+        }
+    }
+
+    /// How many bytes were fetched.
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    /// Whether nothing was fetched.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes as a vector (no copy when they are on the heap).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            Fetched::Inline { .. } => self.as_slice().to_vec(),
+            Fetched::Heap(v) => v,
+        }
+    }
+}
+
+impl Default for Fetched {
+    fn default() -> Self {
+        Fetched::Inline {
+            len: 0,
+            bytes: [0; Self::INLINE],
+        }
+    }
+}
+
+impl From<Vec<u8>> for Fetched {
+    /// Takes the vector as it is (no copy).
+    fn from(v: Vec<u8>) -> Self {
+        Fetched::Heap(v)
+    }
+}
+
+impl std::ops::Deref for Fetched {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Fetched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Fetched").field(&self.as_slice()).finish()
+    }
+}
+
 /// What happened in the backend since the last poll.
 #[derive(Debug)]
 pub enum Event {
@@ -137,7 +258,7 @@ pub enum Event {
         /// The token it was issued with.
         token: u64,
         /// Fetched bytes (gets, fetching atomics).
-        data: Option<Vec<u8>>,
+        data: Option<Fetched>,
     },
     /// A native operation failed.
     Failed {

@@ -21,7 +21,7 @@ use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};
 use crate::target::{Memory, Reply, TargetSide, Waiter, REGION_SHIFT};
-use crate::transport::{Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
+use crate::transport::{Fetched, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
 use crate::wire::{self, flags, Body, Encoder, Extent, Kind, Packet};
 use crate::Rank;
 
@@ -227,7 +227,7 @@ struct OpDesc<'a> {
 /// What posting an op came to.
 pub(crate) enum Posted {
     /// Complete already; with the fetched bytes when a result was wanted.
-    Done(Option<Vec<u8>>),
+    Done(Option<Fetched>),
     /// Queued or under way; the request completes later.
     Later(Option<Arc<RequestState>>),
 }
@@ -340,7 +340,11 @@ impl WinState {
     }
 
     fn free_op(&mut self, w: &WindowShared, mut op: Box<OpElem>) {
-        op.request = None;
+        // The request state stays with the element, for its next op that wants a result
+        // once the request is gone (RequestState::reuse_or_new).
+        if let Some(r) = op.request.take() {
+            op.spare_request = Some(r);
+        }
         op.data.clear();
         self.op_pool.put(op, &w.engine.op_pool);
     }
@@ -699,7 +703,7 @@ impl WinState {
             elem.issued.push(op);
         } else {
             if let Some(r) = op.request.take() {
-                r.complete(Ok(Vec::new()));
+                r.complete(Ok(Fetched::default()));
             }
             self.free_op(w, op);
         }
@@ -861,7 +865,11 @@ impl WinState {
         op.data.extend_from_slice(d.data);
         op.native = native;
         op.token = self.new_token(w);
-        op.request = d.wants_result.then(|| Arc::new(RequestState::default()));
+        op.request = if d.wants_result {
+            Some(RequestState::reuse_or_new(op.spare_request.take()))
+        } else {
+            None
+        };
         let request = op.request.clone();
         let config = &w.engine.config;
         let elem = self.table.get_mut(rank).expect("created above");
@@ -897,7 +905,11 @@ impl WinState {
         op.kind = d.kind;
         op.token = token;
         op.native = true;
-        op.request = d.wants_result.then(|| Arc::new(RequestState::default()));
+        op.request = if d.wants_result {
+            Some(RequestState::reuse_or_new(op.spare_request.take()))
+        } else {
+            None
+        };
         let request = op.request.clone();
         let elem = self
             .target_elem(w, d.target)
@@ -1092,7 +1104,7 @@ impl WinState {
                         let op = elem.issued.swap_remove(i);
                         if let Some(r) = &op.request {
                             r.complete(if *ok {
-                                Ok(data.to_vec())
+                                Ok(Fetched::copy_of(data))
                             } else {
                                 Err(PeerError::Refused { rank: from }.into())
                             });
@@ -1265,7 +1277,7 @@ impl WinState {
         &mut self,
         w: &WindowShared,
         token: u64,
-        result: Result<Option<Vec<u8>>>,
+        result: Result<Option<Fetched>>,
     ) {
         if token & UNTRACKED != 0 {
             let rank = token as Rank;
@@ -2310,11 +2322,11 @@ impl<T: Element> std::fmt::Debug for Window<T> {
     }
 }
 
-fn to_vec<T: Element>(bytes: Vec<u8>) -> Vec<T> {
+fn to_vec<T: Element>(bytes: Fetched) -> Vec<T> {
     bytemuck::pod_collect_to_vec(&bytes)
 }
 
-fn to_one<T: Element>(bytes: Vec<u8>) -> T {
+fn to_one<T: Element>(bytes: Fetched) -> T {
     bytemuck::pod_read_unaligned(&bytes[..std::mem::size_of::<T>()])
 }
 
@@ -2333,11 +2345,11 @@ impl<T: Element> Window<T> {
         }
     }
 
-    fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Vec<u8>) -> R) -> Request<R> {
+    fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Fetched) -> R) -> Request<R> {
         match posted {
             Posted::Done(data) => Request::ready(data.unwrap_or_default(), convert),
             Posted::Later(Some(state)) => Request::new(state, self.shared.clone(), target, convert),
-            Posted::Later(None) => Request::ready(Vec::new(), convert),
+            Posted::Later(None) => Request::ready(Fetched::default(), convert),
         }
     }
 
@@ -2901,7 +2913,7 @@ impl<T: Element> Window<T> {
 #[must_use = "the buffer is only filled once the get is waited on"]
 pub struct GetInto<'b, T: Element> {
     buf: &'b mut [T],
-    pending: Option<Request<Vec<u8>>>,
+    pending: Option<Request<Fetched>>,
 }
 
 impl<T: Element> std::fmt::Debug for GetInto<'_, T> {

@@ -74,7 +74,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
+    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
     UserMemory,
 };
 
@@ -748,13 +748,16 @@ impl Inner {
             KIND_SEND => self.send_free.push(idx),
             KIND_OP => {
                 let op = &mut self.ops[idx];
-                // Handed out without a copy unless registered (a new allocation would
-                // need registering again at the next op).
+                // Small results are copied inline (the buffer stays for the next op);
+                // larger ones handed out without a copy unless registered (a new
+                // allocation would need registering again at the next op).
                 let data = op.fetch.then(|| {
-                    if self.ep.local_mr() {
-                        op.result.bytes.clone()
+                    if op.result.bytes.len() <= Fetched::INLINE {
+                        Fetched::copy_of(&op.result.bytes)
+                    } else if self.ep.local_mr() {
+                        Fetched::from(op.result.bytes.clone())
                     } else {
-                        std::mem::take(&mut op.result.bytes)
+                        Fetched::from(std::mem::take(&mut op.result.bytes))
                     }
                 });
                 let token = op.token;

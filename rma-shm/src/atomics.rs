@@ -5,12 +5,12 @@
 
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::SeqCst};
 
-use rma_core::{AccOp, DataType};
+use rma_core::{AccOp, DataType, Fetched};
 
 use crate::region::Region;
 
 macro_rules! width {
-    ($atomic:ty, $uint:ty, $ptr:expr, $op:expr, $dt:expr, $operand:expr) => {{
+    ($atomic:ty, $uint:ty, $ptr:expr, $op:expr, $dt:expr, $operand:expr, $old:expr) => {{
         debug_assert!(($ptr as usize) % std::mem::size_of::<$uint>() == 0);
         // SAFETY: the caller checked range and alignment of `$ptr` inside a live region;
         // peers only access window elements atomically or as plain copies during epochs
@@ -48,33 +48,35 @@ macro_rules! width {
                 }
             }
         };
-        old.to_ne_bytes().to_vec()
+        $old.copy_from_slice(&old.to_ne_bytes());
     }};
 }
 
-/// Applies `op` element-wise at `offset` of `region`; returns the previous values.
-/// `None` if an element is misaligned (the caller falls back to another path).
+/// Applies `op` element-wise at `offset` of `region`; returns the previous values (inline,
+/// with no allocation, when they fit). `None` if an element is misaligned (the caller
+/// falls back to another path).
 pub fn accumulate(
     region: &Region,
     offset: usize,
     op: AccOp,
     dt: DataType,
     operand: &[u8],
-) -> Option<Vec<u8>> {
+) -> Option<Fetched> {
     let size = dt.size();
     let ptr = region.at(offset, operand.len());
     if !(ptr as usize).is_multiple_of(size) {
         return None;
     }
-    let mut old = Vec::with_capacity(operand.len());
-    for (i, o) in operand.chunks_exact(size).enumerate() {
+    let mut old = Fetched::zeroed(operand.len());
+    let slots = old.as_mut_slice().chunks_exact_mut(size);
+    for (i, (o, slot)) in operand.chunks_exact(size).zip(slots).enumerate() {
         let p = region.at(offset + i * size, size);
-        old.extend(match size {
-            1 => width!(AtomicU8, u8, p, op, dt, o),
-            2 => width!(AtomicU16, u16, p, op, dt, o),
-            4 => width!(AtomicU32, u32, p, op, dt, o),
-            _ => width!(AtomicU64, u64, p, op, dt, o),
-        });
+        match size {
+            1 => width!(AtomicU8, u8, p, op, dt, o, slot),
+            2 => width!(AtomicU16, u16, p, op, dt, o, slot),
+            4 => width!(AtomicU32, u32, p, op, dt, o, slot),
+            _ => width!(AtomicU64, u64, p, op, dt, o, slot),
+        }
     }
     Some(old)
 }
@@ -86,7 +88,7 @@ macro_rules! cas_width {
         let c = <$uint>::from_ne_bytes($c.try_into().expect("element size"));
         let s = <$uint>::from_ne_bytes($s.try_into().expect("element size"));
         match a.compare_exchange(c, s, SeqCst, SeqCst) {
-            Ok(v) | Err(v) => v.to_ne_bytes().to_vec(),
+            Ok(v) | Err(v) => Fetched::copy_of(&v.to_ne_bytes()),
         }
     }};
 }
@@ -97,7 +99,7 @@ pub fn compare_and_swap(
     offset: usize,
     compare: &[u8],
     swap: &[u8],
-) -> Option<Vec<u8>> {
+) -> Option<Fetched> {
     let size = compare.len();
     let p = region.at(offset, size);
     if !(p as usize).is_multiple_of(size) {
@@ -161,7 +163,7 @@ mod tests {
         let r = unsafe { Region::new(buf.as_mut_ptr().cast(), 32) };
         r.write(0, &(-5i64).to_ne_bytes());
         let old = accumulate(&r, 0, AccOp::Max, DataType::I64, &(-7i64).to_ne_bytes()).unwrap();
-        assert_eq!(i64::from_ne_bytes(old.try_into().unwrap()), -5);
+        assert_eq!(i64::from_ne_bytes(old.as_slice().try_into().unwrap()), -5);
         let mut v = [0u8; 8];
         r.read(0, &mut v);
         assert_eq!(i64::from_ne_bytes(v), -5, "signed max keeps -5 over -7");
@@ -170,7 +172,7 @@ mod tests {
         r.read(8, &mut v);
         assert_eq!(f64::from_ne_bytes(v), 3.75);
         let old = compare_and_swap(&r, 8, &3.75f64.to_ne_bytes(), &1.0f64.to_ne_bytes()).unwrap();
-        assert_eq!(f64::from_ne_bytes(old.try_into().unwrap()), 3.75);
+        assert_eq!(f64::from_ne_bytes(old.as_slice().try_into().unwrap()), 3.75);
         r.read(8, &mut v);
         assert_eq!(f64::from_ne_bytes(v), 1.0);
     }

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
 };
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -773,7 +773,7 @@ impl Transport for ShmTransport {
                 return Err(TransportError::Unsupported("get from unmapped memory"))
             }
         }
-        Ok(Issued::Complete(Some(out)))
+        Ok(Issued::Complete(Some(Fetched::from(out))))
     }
 
     fn get_into(

@@ -85,7 +85,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
+    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
     UserMemory,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
@@ -794,10 +794,12 @@ impl Inner {
             },
             None => Event::Completed {
                 token: slot.token,
+                // Copied out (inline when small: no allocation); the slot's registered
+                // buffer serves the next op.
                 data: slot.fetch.map(|n| {
                     slot.buf
                         .as_ref()
-                        .map(|b| b.bytes(n).to_vec())
+                        .map(|b| Fetched::copy_of(b.bytes(n)))
                         .unwrap_or_default()
                 }),
             },
@@ -1359,7 +1361,7 @@ impl Transport for VerbsTransport {
     ) -> Result<Issued, TransportError> {
         let m = self.remote(win, target, offset, len)?;
         if len == 0 {
-            return Ok(Issued::Complete(Some(Vec::new())));
+            return Ok(Issued::Complete(Some(Fetched::default())));
         }
         self.issue(
             target,
@@ -1438,7 +1440,7 @@ impl Transport for VerbsTransport {
             }
         };
         if parts.is_empty() {
-            return Ok(Issued::Complete(fetch.map(|_| Vec::new())));
+            return Ok(Issued::Complete(fetch.map(|_| Fetched::default())));
         }
         self.issue(target, token, len, &[], fetch, &parts, 8, false)
     }

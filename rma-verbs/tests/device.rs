@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rma_core::transport::{Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport};
+use rma_core::transport::{
+    Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
+};
 use rma_core::{AccOp, Bootstrap, DataType, Rank, TransportError};
 use rma_verbs::VerbsTransport;
 
@@ -84,7 +86,7 @@ fn done(t: &VerbsTransport, issued: Issued, token: u64) -> Option<Vec<u8>> {
         let Issued::Complete(data) = issued else {
             unreachable!()
         };
-        return data;
+        return data.map(Fetched::into_vec);
     };
     let start = Instant::now();
     let mut events = Vec::new();
@@ -93,7 +95,9 @@ fn done(t: &VerbsTransport, issued: Issued, token: u64) -> Option<Vec<u8>> {
         if let Some(e) = events.pop() {
             assert!(events.is_empty(), "more events than one: {events:?}");
             match e {
-                Event::Completed { token: k, data } if k == token => return data,
+                Event::Completed { token: k, data } if k == token => {
+                    return data.map(Fetched::into_vec)
+                }
                 Event::Failed { token: k, error } if k == token => panic!("op failed: {error}"),
                 other => panic!("unexpected event {other:?}"),
             }
