@@ -10,13 +10,13 @@
 #   - hybrid worlds over two simulated hosts (shared memory inside each, verbs between),
 #     with the path of every op checked from the per-target counters,
 #   - osu_put_latency / osu_get_latency -b verbs --reference at 8 bytes (raw verbs between
-#     the same two processes, alternating with the library's loop in 8 rounds) and
+#     the same two processes, alternating with the library's loop in 16 rounds) and
 #     perftest's ib_write_lat / ib_read_lat in the same boot, and prints the ratios.
 # Exits non-zero if a conformance case fails; the latency ratios are reported, not gated
 # (the VM is emulated, its timings swing with the host's load).
 #
 # Environment: RXE_VM_TIMEOUT (host-side bound of the VM, default 900 s),
-# RMA_VERBS_BENCH_ITERS (default 2000).
+# RMA_VERBS_BENCH_ITERS (default 4000), RMA_VERBS_BENCH_ROUNDS (invocations, default 7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,7 +53,7 @@ device_test=$(cargo test --release -p rma-verbs --test device --no-run 2>&1 |
   grep -o '[^ (]*/release/deps/device-[0-9a-f]*' | tail -1)
 [ -x "$device_test" ] || { echo "verbs: cannot find the device test binary" >&2; exit 1; }
 
-iters=${RMA_VERBS_BENCH_ITERS:-2000}
+iters=${RMA_VERBS_BENCH_ITERS:-4000}
 env='RMA_BACKEND=verbs RMA_TIMEOUT_MS=30000'
 run() { # ranks, args...: one conformance case
   local n=$1
@@ -115,13 +115,13 @@ cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(hybrid 4 litmus lock)")
 # Rank 1 dies on host h1: rank 0 sees its pid go, rank 2 on h2 its connection fail.
 cmds+=("s=\$(date +%s); $(hybrid 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"hybrid dead_peer: rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
 # The benchmark: ours against raw verbs in the same invocation (--reference: the same
-# two processes, their own RC QP, ours and raw alternating in 8 rounds, so a slow
+# two processes, their own RC QP, ours and raw alternating in 16 rounds, so a slow
 # stretch of the emulator falls on both), and perftest's beside it, in $rounds rounds
 # (the medians are reported: single invocations still swing). The target waits in the
 # engine's barrier during both loops: spinning, or with RMA_VERBS_BLOCK_AFTER asleep on
 # the completion channel once idle.
 ncase=${#cmds[@]}
-rounds=${RMA_VERBS_BENCH_ROUNDS:-5}
+rounds=${RMA_VERBS_BENCH_ROUNDS:-7}
 per_round=6
 for _ in $(seq "$rounds"); do
   cmds+=("osu_put_latency -b verbs -m 8:8 -i $iters -x 200 --reference")
@@ -183,7 +183,7 @@ line() { # label offset: ours, raw and ratio medians of one row
     "$(for r in $(seq 0 $((rounds - 1))); do osu $((ncase + per_round * r + $2)) 4; done | tr '\n' ' ' | sed 's/ $//')"
 }
 echo "verbs latency at 8 bytes, us, medians of $rounds invocations (one VM boot, emulated:"
-echo "each ratio is ours against raw verbs in the same processes, alternating in 8 rounds)"
+echo "each ratio is ours against raw verbs in the same processes, alternating in 16 rounds)"
 line "put+flush / WRITE, target spinning" 1
 line "get+flush / READ, target spinning" 2
 line "put+flush / WRITE, target asleep" 3

@@ -346,7 +346,7 @@ pub fn run_rank(engine: &Engine, ctx: &Context) -> Result<()> {
 }
 
 /// Rounds in which the library's loop and the reference's alternate (`--reference`).
-const REFERENCE_ROUNDS: usize = 8;
+const REFERENCE_ROUNDS: usize = 16;
 
 fn run_sizes<T: Elem>(
     engine: &Engine,
