@@ -69,12 +69,16 @@
 //!   and lingers, progressing, until every peer said goodbye or is gone
 //!   (`RMA_VERBS_LINGER_MS`, default 10 s).
 //!
-//! Measured (ci/verbs.sh, soft-RoCE in a qemu TCG VM on a loaded 2-core host, 8 bytes,
-//! medians of 3 rounds per boot, two boots): `osu_put_latency -b verbs` 45-63 us against
-//! raw WRITE + CQ poll from Rust 32-36 us (ratio 1.25-1.95), `osu_get_latency -b verbs`
-//! 97-130 us against raw READ + poll 60-82 us (1.6); the 10% goal is not met there. The
-//! engine alone costs about 5 us in that VM (`-b shm`); single runs swing by 2x with the
-//! host's load.
+//! Measured (ci/verbs.sh: soft-RoCE in a qemu TCG VM, 4 vCPUs on 2 host cores, 8 bytes,
+//! ours against raw verbs between the same two processes in 16 alternating rounds, the
+//! median of 7 invocations in one boot): put + flush 1.16 times a raw WRITE + CQ poll,
+//! get + flush 1.26 times a raw READ + poll (target spinning; 1.16 and 1.21 with the
+//! target asleep); the 10% goal is not met there. Per operation (timestamps around the
+//! post and the completion): a raw loop spends 0.2-0.5 us in user space outside the post
+//! and the poll, ours 2.5-3 us for a put and 7-12 us for a get: the engine's 735 (put +
+//! flush) and 957 (get + flush) instructions when ops complete in the call (callgrind on
+//! the host) plus this transport's, at TCG's speed; a get's code runs cold, after the
+//! context switch to the READ responder's tasklet (one per READ, raw and ours alike).
 //!
 //! Not atomic: a native fetch-and-add or compare-and-swap and an active-message
 //! accumulate of another (op, type) on the same bytes at the same time (the HCA and the
