@@ -4,7 +4,8 @@
 //!   as the number of targets with a live target element grows, over an in-bench "echo"
 //!   transport that is rank 0 of a large job and answers for every other rank at once;
 //! - `native`: put + flush and get + flush over a transport whose native ops complete at
-//!   the next poll (the engine's share of an RDMA backend's latency);
+//!   the next poll (`next_poll`: the engine's share of an RDMA backend's latency) or in
+//!   the call (`in_call`: as rma-verbs reports them on rxe);
 //! - `pool`: the two-level element pools;
 //! - `sim_put_flush`: put + flush between two ranks of the simulated transport (threads).
 //!
@@ -88,6 +89,8 @@ struct EchoState {
 struct Echo {
     size: usize,
     native: bool,
+    /// Native ops complete in the call instead of at the next poll.
+    in_call: bool,
     state: Mutex<EchoState>,
 }
 
@@ -96,6 +99,7 @@ impl Echo {
         Echo {
             size,
             native: false,
+            in_call: false,
             state: Mutex::default(),
         }
     }
@@ -107,7 +111,17 @@ impl Echo {
         }
     }
 
+    fn native_in_call(size: usize) -> Self {
+        Echo {
+            in_call: true,
+            ..Echo::native(size)
+        }
+    }
+
     fn complete_later(&self, token: u64, data: Option<Fetched>) -> Result<Issued, TransportError> {
+        if self.in_call {
+            return Ok(Issued::Complete(data));
+        }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.completions.push_back((token, data));
         Ok(Issued::Pending)
@@ -375,30 +389,49 @@ fn post_and_issue(c: &mut Criterion) {
 
 /// What the engine adds to an RDMA backend's put + flush and get + flush (what
 /// osu_put_latency and osu_get_latency time) when the wire costs nothing: the echo
-/// transport completes each native op at the next poll.
+/// transport completes each native op at the next poll, or in the call.
 fn native(c: &mut Criterion) {
     let mut g = c.benchmark_group("native");
     g.throughput(Throughput::Elements(1));
-    let engine = Engine::new(Arc::new(Echo::native(2)), Config::default());
-    let win = engine.allocate::<u64>(8).expect("allocate");
-    win.lock_all(Assert::NONE).expect("lock_all");
-    g.bench_function("put_flush", |b| {
-        b.iter(|| {
-            win.put(black_box(&[1u64]), 1, 0).expect("put");
-            win.flush(1).expect("flush")
-        })
-    });
-    g.bench_function("get_flush", |b| {
-        b.iter(|| {
-            let r = win.get(1, 0, 1).expect("get");
-            win.flush(1).expect("flush");
-            black_box(r.wait().expect("wait"))
-        })
-    });
+    for (mode, echo) in [
+        ("next_poll", Echo::native(2)),
+        ("in_call", Echo::native_in_call(2)),
+    ] {
+        let engine = Engine::new(Arc::new(echo), Config::default());
+        let win = engine.allocate::<u64>(8).expect("allocate");
+        win.lock_all(Assert::NONE).expect("lock_all");
+        // One of each first (a bench filter may skip the loops): they must go native.
+        win.put(&[1u64], 1, 0).expect("put");
+        let mut dst = [0u64; 1];
+        let r = win.get_into(1, 0, &mut dst).expect("get_into");
+        win.flush(1).expect("flush");
+        r.wait().expect("wait");
+        assert_eq!(win.stats().ops_native, 2, "the ops went native ({mode})");
+        g.bench_function(format!("put_flush/{mode}"), |b| {
+            b.iter(|| {
+                win.put(black_box(&[1u64]), 1, 0).expect("put");
+                win.flush(1).expect("flush")
+            })
+        });
+        g.bench_function(format!("get_flush/{mode}"), |b| {
+            b.iter(|| {
+                let r = win.get(1, 0, 1).expect("get");
+                win.flush(1).expect("flush");
+                black_box(r.wait().expect("wait"))
+            })
+        });
+        // osu_get_latency's pattern: into the caller's buffer, reused.
+        g.bench_function(format!("get_into_flush/{mode}"), |b| {
+            b.iter(|| {
+                let r = win.get_into(1, 0, &mut dst).expect("get_into");
+                win.flush(1).expect("flush");
+                black_box(r.wait().expect("wait")[0])
+            })
+        });
+        win.unlock_all().expect("unlock_all");
+        win.free().expect("free");
+    }
     g.finish();
-    assert!(win.stats().ops_native > 0, "the ops went native");
-    win.unlock_all().expect("unlock_all");
-    win.free().expect("free");
 }
 
 // ----- pool ----------------------------------------------------------------------------------
