@@ -24,7 +24,7 @@ use rma_core::{
 };
 
 use crate::osu::{self, Benchmark, Measure, Operation, Options, Record, SyncMode, WindowCreation};
-use crate::reference::Reference;
+use crate::reference::{timed, Reference};
 
 const ORIGIN: Rank = 0;
 const TARGET: Rank = 1;
@@ -227,18 +227,6 @@ impl<T: Element> BenchWindow<T> {
         self.win.free()?;
         Ok(())
     }
-}
-
-/// Times iterations `skip..total` of `step` (called with the iteration number).
-fn timed(skip: usize, total: usize, mut step: impl FnMut(usize) -> Result<()>) -> Result<Duration> {
-    let mut start = Instant::now();
-    for i in 0..total {
-        if i == skip {
-            start = Instant::now();
-        }
-        step(i)?;
-    }
-    Ok(start.elapsed())
 }
 
 /// The reference of `--reference`: by hand on shared memory, bare libfabric calls for
@@ -473,7 +461,7 @@ fn latency_loop<T: Elem>(
     // Where gets land, reused across iterations like OSU's receive buffer.
     let mut dst = vec![T::ZERO; buf.len()];
     match sync {
-        SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
+        SyncMode::Lock if me == ORIGIN => timed(skip, total, || {
             win.lock(lock, TARGET, Assert::NONE)?;
             let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
             win.unlock(TARGET)?;
@@ -481,7 +469,7 @@ fn latency_loop<T: Elem>(
         }),
         SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
             win.lock(lock, TARGET, Assert::NONE)?;
-            let elapsed = timed(skip, total, |_| {
+            let elapsed = timed(skip, total, || {
                 let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
                 if sync == SyncMode::Flush {
                     win.flush(TARGET)?;
@@ -493,7 +481,7 @@ fn latency_loop<T: Elem>(
             win.unlock(TARGET)?;
             Ok(elapsed)
         }
-        SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
+        SyncMode::LockAll if me == ORIGIN => timed(skip, total, || {
             win.lock_all(Assert::NONE)?;
             let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
             win.unlock_all()?;
@@ -505,7 +493,7 @@ fn latency_loop<T: Elem>(
         SyncMode::Fence => {
             engine.barrier()?;
             if me == ORIGIN {
-                timed(skip, total, |_| {
+                timed(skip, total, || {
                     win.fence(Assert::NONE)?;
                     let p = issue(op, win, buf, &mut dst, TARGET, disp)?;
                     win.fence(Assert::NONE)?;
@@ -513,7 +501,7 @@ fn latency_loop<T: Elem>(
                     win.fence(Assert::NONE)
                 })
             } else {
-                timed(skip, total, |_| {
+                timed(skip, total, || {
                     win.fence(Assert::NONE)?;
                     win.fence(Assert::NONE)?;
                     let p = issue(op, win, buf, &mut dst, ORIGIN, disp)?;
@@ -540,7 +528,7 @@ fn latency_loop<T: Elem>(
                 }
                 Ok(start.elapsed())
             } else {
-                timed(skip, total, |_| {
+                timed(skip, total, || {
                     win.post(&[ORIGIN], Assert::NONE)?;
                     win.wait()?;
                     win.start(&[ORIGIN], Assert::NONE)?;
@@ -621,13 +609,13 @@ fn bandwidth_loop<T: Elem>(
     if bench.measure == Measure::BiBandwidth {
         engine.barrier()?;
         return match sync {
-            SyncMode::Fence => timed(skip, total, |_| {
+            SyncMode::Fence => timed(skip, total, || {
                 win.fence(Assert::NONE)?;
                 let mut pending = burst.send(&mut dst, peer)?;
                 win.fence(Assert::NONE)?;
                 finish_all(&mut pending)
             }),
-            _ => timed(skip, total, |_| {
+            _ => timed(skip, total, || {
                 win.post(&[peer], Assert::NONE)?;
                 win.start(&[peer], Assert::NONE)?;
                 let mut pending = burst.send(&mut dst, peer)?;
@@ -640,7 +628,7 @@ fn bandwidth_loop<T: Elem>(
     match sync {
         SyncMode::Flush | SyncMode::FlushLocal if me == ORIGIN => {
             win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
-            let elapsed = timed(skip, total, |_| {
+            let elapsed = timed(skip, total, || {
                 let mut pending = burst.send(&mut dst, TARGET)?;
                 if sync == SyncMode::Flush {
                     win.flush(TARGET)?;
@@ -652,13 +640,13 @@ fn bandwidth_loop<T: Elem>(
             win.unlock(TARGET)?;
             Ok(elapsed)
         }
-        SyncMode::LockAll if me == ORIGIN => timed(skip, total, |_| {
+        SyncMode::LockAll if me == ORIGIN => timed(skip, total, || {
             win.lock_all(Assert::NONE)?;
             let mut pending = burst.send(&mut dst, TARGET)?;
             win.unlock_all()?;
             finish_all(&mut pending)
         }),
-        SyncMode::Lock if me == ORIGIN => timed(skip, total, |_| {
+        SyncMode::Lock if me == ORIGIN => timed(skip, total, || {
             win.lock(bench.lock_type(sync), TARGET, Assert::NONE)?;
             let mut pending = burst.send(&mut dst, TARGET)?;
             win.unlock(TARGET)?;
@@ -670,14 +658,14 @@ fn bandwidth_loop<T: Elem>(
         SyncMode::Fence => {
             engine.barrier()?;
             if me == ORIGIN {
-                timed(skip, total, |_| {
+                timed(skip, total, || {
                     win.fence(Assert::NONE)?;
                     let mut pending = burst.send(&mut dst, TARGET)?;
                     win.fence(Assert::NONE)?;
                     finish_all(&mut pending)
                 })
             } else {
-                timed(skip, total, |_| {
+                timed(skip, total, || {
                     win.fence(Assert::NONE)?;
                     win.fence(Assert::NONE)
                 })
@@ -698,7 +686,7 @@ fn bandwidth_loop<T: Elem>(
                 }
                 Ok(start.elapsed())
             } else {
-                timed(skip, total, |_| {
+                timed(skip, total, || {
                     win.post(&[ORIGIN], Assert::NONE)?;
                     win.wait()
                 })

@@ -16,13 +16,13 @@
 //! is the fastest bare pattern that completes the operation at the target, for every
 //! synchronization mode.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rma_core::{Engine, Result, TransportError};
 use rma_ofi::bare::BarePair;
 
 use crate::osu::{Benchmark, Operation, SyncMode};
-use crate::reference::{exchange, mb_per_s};
+use crate::reference::{exchange, mb_per_s, timed};
 
 /// The bare libfabric pattern between the two ranks.
 #[derive(Debug)]
@@ -57,14 +57,8 @@ impl OfiReference {
             self.pair.serve()?;
             return Ok(Duration::ZERO);
         }
-        let mut start = Instant::now();
-        for i in 0..skip + iterations {
-            if i == skip {
-                start = Instant::now();
-            }
-            op(&mut self.pair)?;
-        }
-        let d = start.elapsed();
+        let pair = &mut self.pair;
+        let d = timed(skip, skip + iterations, || Ok(op(pair)?))?;
         self.pair.done()?;
         Ok(d)
     }

@@ -44,8 +44,13 @@ fn failed(msg: String) -> rma_core::Error {
     TransportError::Failed(msg).into()
 }
 
-/// Times iterations `skip..total` of `step`.
-fn timed(skip: usize, total: usize, mut step: impl FnMut() -> Result<()>) -> Result<Duration> {
+/// Times iterations `skip..total` of `step` (the first `skip` warm up): every timed loop
+/// of the benchmarks, the library's and the references'.
+pub(crate) fn timed(
+    skip: usize,
+    total: usize,
+    mut step: impl FnMut() -> Result<()>,
+) -> Result<Duration> {
     let mut start = Instant::now();
     for i in 0..total {
         if i == skip {

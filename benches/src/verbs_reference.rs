@@ -19,7 +19,7 @@
 //! synchronization mode.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rma_core::{Engine, Result, TransportError};
 use rma_verbs::ib::{
@@ -27,7 +27,7 @@ use rma_verbs::ib::{
 };
 
 use crate::osu::{Benchmark, Operation};
-use crate::reference::{exchange, mb_per_s};
+use crate::reference::{exchange, mb_per_s, timed};
 
 /// Work requests in flight at most (the QP's send queue depth).
 const DEPTH: u32 = 128;
@@ -178,14 +178,7 @@ impl VerbsReference {
         if self.me != 0 {
             return Ok(Duration::ZERO);
         }
-        let mut start = Instant::now();
-        for i in 0..skip + iterations {
-            if i == skip {
-                start = Instant::now();
-            }
-            op(self)?;
-        }
-        Ok(start.elapsed())
+        timed(skip, skip + iterations, || op(self))
     }
 
     /// The raw op of `bench` at `size` bytes.
