@@ -13,7 +13,7 @@ use std::time::Duration;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Size of each window's slot array (`RMA_SLOTS`).
+    /// Size of each window's slot array (`RMA_SLOTS`; rounded up to a power of two).
     pub slots: usize,
     /// Operation elements in each window's local pool (`RMA_OP_POOL_LOCAL`).
     pub op_pool_local: usize,

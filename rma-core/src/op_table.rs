@@ -142,17 +142,23 @@ pub(crate) struct OpTable {
 }
 
 impl OpTable {
+    /// A table of `slots` slots, rounded up to a power of two (a rank's slot is then a
+    /// mask of it, not a division: the lookup runs several times per op).
     pub(crate) fn new(slots: usize) -> Self {
         OpTable {
-            slots: (0..slots.max(1)).map(|_| Vec::new()).collect(),
+            slots: (0..slots.max(1).next_power_of_two())
+                .map(|_| Vec::new())
+                .collect(),
             active: 0,
             occupied: Vec::new(),
             next_slot: 0,
         }
     }
+    #[inline]
     fn slot(&self, rank: Rank) -> usize {
-        rank as usize % self.slots.len()
+        rank as usize & (self.slots.len() - 1)
     }
+    #[inline]
     pub(crate) fn get(&self, rank: Rank) -> Option<&TargetElem> {
         self.slots[self.slot(rank)]
             .iter()

@@ -65,6 +65,12 @@ impl<T: Default> LocalPool<T> {
         }
     }
 
+    /// Whether the local pool holds a free element (one [`get`](Self::get) takes without
+    /// touching the global pool).
+    pub fn has_local(&self) -> bool {
+        !self.free.is_empty()
+    }
+
     /// Elements this window has out.
     pub fn in_use(&self) -> usize {
         self.in_use

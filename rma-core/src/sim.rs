@@ -54,6 +54,7 @@ impl Profile {
                     max_message: 1 << 20,
                     shared_memory: true,
                     native_locks: false,
+                    get_in_call: false,
                 }
             }
             Profile::SharedMemory => Capabilities {

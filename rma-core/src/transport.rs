@@ -35,6 +35,9 @@ pub struct Capabilities {
     /// Passive-target locks are taken and released by the backend
     /// ([`Transport::try_lock`]) without the target's help: no lock messages.
     pub native_locks: bool,
+    /// Gets can complete within the call, straight into the caller's buffer
+    /// ([`Transport::get_into`], a copy from mapped memory): the engine asks there first.
+    pub get_in_call: bool,
 }
 
 impl Capabilities {
@@ -48,6 +51,7 @@ impl Capabilities {
         max_message: 1 << 20,
         shared_memory: false,
         native_locks: false,
+        get_in_call: false,
     };
 
     /// The bit for an (op, datatype) pair in [`atomics`](Self::atomics).
@@ -154,6 +158,7 @@ impl Fetched {
     pub const INLINE: usize = 16;
 
     /// A copy of `data`: inline when it fits.
+    #[inline]
     pub fn copy_of(data: &[u8]) -> Self {
         if data.len() <= Self::INLINE {
             let mut bytes = [0; Self::INLINE];
@@ -503,6 +508,7 @@ pub trait Transport: Send + Sync {
     ) -> Result<Issued, TransportError>;
     /// Native get straight into `dst`, if the backend can complete it within the call
     /// (a copy from mapped memory). `Ok(false)`: not done, the engine uses [`get`](Self::get).
+    /// Asked only for targets whose capabilities say [`get_in_call`](Capabilities::get_in_call).
     fn get_into(
         &self,
         win: u32,

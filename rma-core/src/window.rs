@@ -97,6 +97,8 @@ pub(crate) struct WindowShared {
     /// capabilities of the backend toward that target on this window).
     routes: Vec<u8>,
     classes: Vec<crate::transport::Capabilities>,
+    /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
+    shares_memory: bool,
     /// Next dynamic region id.
     next_region: Mutex<u32>,
     /// A `create` window's user buffer, kept aside while its bytes live in backend
@@ -788,7 +790,7 @@ impl WinState {
             };
             // A get into the caller's buffer that the backend completes in the call: no
             // element, no copy of ours.
-            if granted && d.kind == OpKind::Get {
+            if granted && d.kind == OpKind::Get && w.caps(rank).get_in_call {
                 if let Some(dst) = &d.into {
                     let mut dst = dst.borrow_mut();
                     if w.engine
@@ -822,35 +824,52 @@ impl WinState {
                     Err(e) => Err(e.into()),
                 };
             }
-            if granted && room {
-                if let Some(op) = self.op_pool.get(&w.engine.op_pool) {
-                    let token = self.new_token(w);
-                    match native_call_desc(w, d, token) {
-                        Ok(Issued::Complete(data)) => {
-                            self.free_op(w, op);
-                            w.counters.op(true);
-                            // A get into the caller's buffer, complete in the call: the
-                            // bytes go there now (no request to make and wait on).
-                            if let (Some(dst), Some(bytes)) = (&d.into, &data) {
-                                let mut dst = dst.borrow_mut();
-                                if bytes.len() == dst.len() {
-                                    dst.copy_from_slice(bytes);
-                                    return Ok(Step::Done(Posted::Done(None)));
-                                }
-                            }
-                            let data = d.wants_result.then(|| data.unwrap_or_default());
-                            return Ok(Step::Done(Posted::Done(data)));
-                        }
-                        Ok(Issued::Pending) => return self.track_native(w, d, token, op),
-                        Err(TransportError::Busy) => {
-                            self.free_op(w, op);
-                            return Ok(Step::Blocked);
-                        }
-                        Err(e) => {
-                            self.free_op(w, op);
-                            return Err(e.into());
-                        }
+            // An op that hands a result back needs an op element only if it does not
+            // complete in the call. One free in the window's local pool (which only this
+            // locked state touches) is still free after the call, so it is taken then;
+            // otherwise one is taken from the global pool first.
+            let held = match granted && room && !self.op_pool.has_local() {
+                true => self.op_pool.get(&w.engine.op_pool),
+                false => None,
+            };
+            if granted && room && (held.is_some() || self.op_pool.has_local()) {
+                let token = self.new_token(w);
+                let issued = native_call_desc(w, d, token);
+                let held = match (held, &issued) {
+                    (Some(op), Ok(Issued::Pending)) => Some(op),
+                    (Some(op), _) => {
+                        self.free_op(w, op);
+                        None
                     }
+                    (None, _) => None,
+                };
+                match issued {
+                    Ok(Issued::Complete(data)) => {
+                        w.counters.op(true);
+                        // A get into the caller's buffer, complete in the call: the bytes
+                        // go there now (no request to make and wait on).
+                        if let (Some(dst), Some(bytes)) = (&d.into, &data) {
+                            let mut dst = dst.borrow_mut();
+                            if bytes.len() == dst.len() {
+                                dst.copy_from_slice(bytes);
+                                return Ok(Step::Done(Posted::Done(None)));
+                            }
+                        }
+                        let data = d.wants_result.then(|| data.unwrap_or_default());
+                        return Ok(Step::Done(Posted::Done(data)));
+                    }
+                    Ok(Issued::Pending) => {
+                        let op = match held {
+                            Some(op) => op,
+                            None => self
+                                .op_pool
+                                .get(&w.engine.op_pool)
+                                .expect("a local element was free before the call"),
+                        };
+                        return self.track_native(w, d, token, op);
+                    }
+                    Err(TransportError::Busy) => return Ok(Step::Blocked),
+                    Err(e) => return Err(e.into()),
                 }
             }
         }
@@ -1416,6 +1435,7 @@ fn native_call(
     }
 }
 
+#[inline]
 fn native_call_desc(
     w: &WindowShared,
     d: &OpDesc<'_>,
@@ -1478,9 +1498,11 @@ impl WindowShared {
                 }
             })
             .collect();
+        let shares_memory = classes.iter().any(|c| c.shared_memory);
         WindowShared {
             routes,
             classes,
+            shares_memory,
             id,
             kind,
             engine,
@@ -1537,6 +1559,7 @@ impl WindowShared {
     }
 
     /// Origin-side bounds check and conversion of a displacement to a byte extent.
+    #[inline]
     fn extent(&self, target: Rank, disp: u64, layout: Layout, elem: usize) -> Result<Extent> {
         self.check_rank(target)?;
         if !layout.valid() {
@@ -1613,14 +1636,14 @@ impl WindowShared {
             )
             .into());
         }
-        let mut first = true;
+        // Most ops post at the first try: no waiting machinery for them.
+        if let Step::Done(p) = self.lock_state().try_post(self, &d, native)? {
+            return Ok(p);
+        }
         let mut result = Ok(Posted::Later(None));
         self.engine.wait_until("operation", || {
             let mut st = self.lock_state();
-            if !first {
-                st.make_progress(self)?;
-            }
-            first = false;
+            st.make_progress(self)?;
             match st.try_post(self, &d, native) {
                 Ok(Step::Done(p)) => {
                     result = Ok(p);
@@ -2227,7 +2250,7 @@ impl WindowShared {
             };
             if settled && st.deferred.is_none() && st.outbox.is_empty() {
                 drop(st);
-                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC in WIN_FLUSH
+                self.flush_memory_sync();
                 return Ok(());
             }
             let all;
@@ -2287,8 +2310,17 @@ impl WindowShared {
             }
             Ok(finished)
         })?;
-        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC in WIN_FLUSH
+        self.flush_memory_sync();
         deferred.map_or(Ok(()), Err)
+    }
+
+    /// Seed 004, RMA+shm, passive row: MEM_SYNC in WIN_FLUSH. Only where some target
+    /// shares memory with us: a network backend's completions already say the data is at
+    /// the target, and no load or store of a peer meets ours.
+    fn flush_memory_sync(&self) {
+        if self.shares_memory {
+            self.engine.transport.memory_sync();
+        }
     }
 }
 
@@ -2963,6 +2995,7 @@ fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
 }
 
 /// Packs the elements `origin` selects from `data`, checking it matches `target`.
+#[inline]
 fn gather<T: Element>(
     data: &[T],
     origin: Layout,

@@ -397,6 +397,7 @@ fn full_capabilities() -> Capabilities {
         max_message: RING_BYTES / 2 - 8,
         shared_memory: true,
         native_locks: true,
+        get_in_call: true,
     }
 }
 
@@ -424,6 +425,7 @@ impl Transport for ShmTransport {
                 rdma_write: true,
                 rdma_read: true,
                 native_locks,
+                get_in_call: true,
                 ..am
             },
             PeerMemory::None => Capabilities { native_locks, ..am },

@@ -445,6 +445,7 @@ impl Cq {
     }
 
     /// Polls up to `wcs.len()` completions; returns how many were written.
+    #[inline]
     pub fn poll(&self, wcs: &mut [Wc]) -> Result<usize, VerbsError> {
         let n = wcs.len().min(i32::MAX as usize) as i32;
         // SAFETY: the CQ is alive; wcs has room for n entries.
@@ -965,6 +966,7 @@ impl Qp {
     /// until the completion of this request or of a later signaled one on this QP is
     /// polled. The remote range is the caller's to have checked against the target's
     /// window.
+    #[inline]
     pub unsafe fn post_send(
         &self,
         wr_id: u64,

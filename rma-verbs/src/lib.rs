@@ -513,6 +513,7 @@ impl VerbsTransport {
 
     /// The registered memory of `target` in window `win`, checked for `len` bytes at
     /// `offset`: nothing outside the target's window reaches the wire.
+    #[inline]
     fn remote(
         &self,
         win: u32,
@@ -692,7 +693,7 @@ impl VerbsTransport {
             if inner.room(t) > 0 {
                 if let Some(s) = inner.take_slot(buf_len)? {
                     let slot = &mut inner.slots[s];
-                    if !inline {
+                    if !inline && !fill.is_empty() {
                         if let Some(b) = slot.buf.as_mut() {
                             b.fill(fill);
                         }
@@ -731,6 +732,7 @@ impl Inner {
     /// Just after posting the op of `token`: when that tends to pay ([`PostPoll`]), reads
     /// the completion queue once and, if the op is complete, takes its event and reports
     /// it complete in the call.
+    #[inline]
     fn complete_in_call(&mut self, token: u64) -> Issued {
         if !self.post_poll.should_look() {
             return Issued::Pending;
@@ -738,12 +740,16 @@ impl Inner {
         // An error here (the completion queue itself failing) recurs at the next poll,
         // which reports it; the op stays pending, as posted.
         let _ = self.drive();
-        let done = self
-            .pending
-            .iter()
-            .rposition(|e| matches!(e, Event::Completed { token: k, .. } if *k == token));
-        self.post_poll.record(done.is_some());
-        match done.and_then(|i| self.pending.remove(i)) {
+        let ours = |e: &Event| matches!(e, Event::Completed { token: k, .. } if *k == token);
+        // Usually the newest event (the op just posted is the last to complete).
+        let event = if self.pending.back().is_some_and(ours) {
+            self.pending.pop_back()
+        } else {
+            let i = self.pending.iter().rposition(ours);
+            i.and_then(|i| self.pending.remove(i))
+        };
+        self.post_poll.record(event.is_some());
+        match event {
             Some(Event::Completed { data, .. }) => Issued::Complete(data),
             _ => Issued::Pending,
         }
@@ -755,6 +761,7 @@ impl Inner {
     }
 
     /// A free slot with a registered buffer of at least `len` bytes, or None (Busy).
+    #[inline]
     fn take_slot(&mut self, len: usize) -> Result<Option<usize>, TransportError> {
         let s = match self.free.pop() {
             Some(s) => s,
@@ -794,6 +801,7 @@ impl Inner {
     /// # Safety
     /// As [`Qp::post_send`]: unless inline, `local` lies in a registered buffer held
     /// (by `held`) until the request is retired.
+    #[inline]
     unsafe fn post(
         &mut self,
         t: usize,
