@@ -688,7 +688,7 @@ impl VerbsTransport {
                 };
                 // SAFETY: inline: the call copies the bytes; nothing is held after it.
                 unsafe { inner.post(t, parts[0], local, true, true, Held::InlineOp(token)) }?;
-                return Ok(inner.complete_in_call(token));
+                return Ok(inner.complete_in_call(t, token));
             }
             if inner.room(t) > 0 {
                 if let Some(s) = inner.take_slot(buf_len)? {
@@ -705,19 +705,23 @@ impl VerbsTransport {
                     slot.parts_left = parts.len() as u32;
                     // Reused (clear + extend keeps its capacity): no allocation per op.
                     slot.unposted.clear();
-                    slot.unposted.extend(
-                        parts
-                            .iter()
-                            .enumerate()
-                            .map(|(i, op)| (*op, i as u32 * part_len)),
-                    );
+                    if let [op] = parts {
+                        slot.unposted.push_back((*op, 0));
+                    } else {
+                        slot.unposted.extend(
+                            parts
+                                .iter()
+                                .enumerate()
+                                .map(|(i, op)| (*op, i as u32 * part_len)),
+                        );
+                    }
                     let inline_src = inline.then_some(fill);
                     inner.post_parts(t, s, part_len, inline_src)?;
                     if !inner.slots[s].unposted.is_empty() {
                         inner.peers[t].backlog.push_back(s);
                         return Ok(Issued::Pending);
                     }
-                    return Ok(inner.complete_in_call(token));
+                    return Ok(inner.complete_in_call(t, token));
                 }
             }
             if attempt == 0 {
@@ -729,13 +733,17 @@ impl VerbsTransport {
 }
 
 impl Inner {
-    /// Just after posting the op of `token`: when that tends to pay ([`PostPoll`]), reads
-    /// the completion queue once and, if the op is complete, takes its event and reports
-    /// it complete in the call.
+    /// Just after posting the op of `token` to peer `t`: when that tends to pay
+    /// ([`PostPoll`]), reads the completion queue once and, if the op is complete, takes
+    /// its event and reports it complete in the call.
     #[inline]
-    fn complete_in_call(&mut self, token: u64) -> Issued {
+    fn complete_in_call(&mut self, t: usize, token: u64) -> Issued {
         if !self.post_poll.should_look() {
             return Issued::Pending;
+        }
+        if let Some(issued) = self.complete_alone(t) {
+            self.post_poll.record(matches!(issued, Issued::Complete(_)));
+            return issued;
         }
         // An error here (the completion queue itself failing) recurs at the next poll,
         // which reports it; the op stays pending, as posted.
@@ -752,6 +760,58 @@ impl Inner {
         match event {
             Some(Event::Completed { data, .. }) => Issued::Complete(data),
             _ => Issued::Pending,
+        }
+    }
+
+    /// [`complete_in_call`](Self::complete_in_call)'s common case, without events: the
+    /// op just posted to peer `t` is the one request in flight there, so the first
+    /// completion read is most likely its own (events already waiting, such as received
+    /// messages, cannot be its). `None`: not that case, or the completion read was
+    /// another's (handled; the caller drives on).
+    #[inline]
+    fn complete_alone(&mut self, t: usize) -> Option<Issued> {
+        let p = &self.peers[t];
+        if p.posted.len() != 1 {
+            return None;
+        }
+        let (wr_id, held) = p.posted[0];
+        let mut wc = [ib::empty_wc()];
+        match self.cq.poll(&mut wc) {
+            Ok(0) => return Some(Issued::Pending),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+        let wc = &wc[0];
+        if wc.wr_id != wr_id || wc.status != rdma_sys::ibv_wc_status::IBV_WC_SUCCESS {
+            // Another request's completion (a receive, another peer's op) or an error:
+            // the general path; an error there recurs at the next poll, which reports it.
+            let _ = self.complete(wc);
+            return None;
+        }
+        match held {
+            Held::InlineOp(_) => {
+                self.peers[t].posted.pop_front();
+                Some(Issued::Complete(None))
+            }
+            Held::OpPart(s) if self.slots[s].parts_left == 1 && !self.slots[s].sync => {
+                self.peers[t].posted.pop_front();
+                let slot = &mut self.slots[s];
+                slot.parts_left = 0;
+                // Copied out (inline when small: no allocation); the slot's registered
+                // buffer serves the next op.
+                let data = slot.fetch.map(|n| {
+                    slot.buf
+                        .as_ref()
+                        .map(|b| Fetched::copy_of(b.bytes(n)))
+                        .unwrap_or_default()
+                });
+                self.free.push(s);
+                Some(Issued::Complete(data))
+            }
+            _ => {
+                self.retire(t, wr_id, None);
+                None
+            }
         }
     }
 
@@ -826,6 +886,7 @@ impl Inner {
     }
 
     /// Posts as many unposted parts of slot `s` to peer `t` as there is room for.
+    #[inline]
     fn post_parts(
         &mut self,
         t: usize,
