@@ -771,22 +771,21 @@ impl WinState {
         if matches!(self.epoch, WindowEpoch::FenceIssued) && self.advance_barrier(w)? {
             self.epoch = WindowEpoch::FenceGranted;
         }
-        // Fast path: native, access granted, nothing queued before it.
-        let queued_before = self.table.get(rank).is_some_and(|t| !t.pending.is_empty());
-        if native
-            && !queued_before
-            && self
-                .table
-                .get(rank)
-                .is_none_or(|t| t.state != TargetState::LockCalled)
-        {
-            let granted = match self.epoch {
-                WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. } => true,
-                WindowEpoch::PerTarget => match self.table.get(rank) {
-                    Some(t) => matches!(t.state, TargetState::LockGranted | TargetState::Ready),
-                    None => self.locks.get(&rank).is_some_and(|l| l.granted),
-                },
-                _ => self.table.get(rank).is_some() && self.access_granted(rank),
+        // Fast path: native, access granted, nothing queued before it. The target
+        // element is looked up once (the state and whether there is one).
+        let elem_state = self
+            .table
+            .get(rank)
+            .map(|t| (t.state, t.pending.is_empty()));
+        let has_elem = elem_state.is_some();
+        if native && elem_state.is_none_or(|(s, empty)| empty && s != TargetState::LockCalled) {
+            let granted = match (&self.epoch, elem_state) {
+                (WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. }, _) => true,
+                (WindowEpoch::PerTarget, Some((s, _))) => {
+                    matches!(s, TargetState::LockGranted | TargetState::Ready)
+                }
+                (WindowEpoch::PerTarget, None) => self.locks.get(&rank).is_some_and(|l| l.granted),
+                _ => has_elem && self.access_granted(rank),
             };
             // A get into the caller's buffer that the backend completes in the call: no
             // element, no copy of ours.
@@ -803,7 +802,7 @@ impl WinState {
                 }
             }
             // Resources to track the op in case it does not complete at once.
-            let room = self.table.get(rank).is_some() || !self.target_pool_empty(w);
+            let room = has_elem || !self.target_pool_empty(w);
             if granted && room && !d.wants_result {
                 // Nothing to hand back: no op element, no token of its own. The target
                 // element counts it, and its completion names the target (as a provider

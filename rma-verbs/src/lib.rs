@@ -705,16 +705,30 @@ impl VerbsTransport {
                     slot.parts_left = parts.len() as u32;
                     // Reused (clear + extend keeps its capacity): no allocation per op.
                     slot.unposted.clear();
-                    if let [op] = parts {
-                        slot.unposted.push_back((*op, 0));
-                    } else {
-                        slot.unposted.extend(
-                            parts
-                                .iter()
-                                .enumerate()
-                                .map(|(i, op)| (*op, i as u32 * part_len)),
-                        );
+                    if let ([op], false) = (parts, inline) {
+                        // One part, room for it: posted now, nothing left for later.
+                        let b = slot.buf.as_ref().expect("slot has a buffer");
+                        let local = Local {
+                            addr: b.addr(),
+                            len: part_len,
+                            lkey: b.lkey(),
+                        };
+                        // SAFETY: the slot's registered buffer (at least `buf_len` >=
+                        // `part_len` bytes), held (Held::OpPart) until the part is retired.
+                        let r = unsafe { inner.post(t, *op, local, false, true, Held::OpPart(s)) };
+                        if let Err(e) = r {
+                            // Nothing went out: the slot is free again, the caller fails.
+                            inner.free.push(s);
+                            return Err(e.into());
+                        }
+                        return Ok(inner.complete_in_call(t, token));
                     }
+                    slot.unposted.extend(
+                        parts
+                            .iter()
+                            .enumerate()
+                            .map(|(i, op)| (*op, i as u32 * part_len)),
+                    );
                     let inline_src = inline.then_some(fill);
                     inner.post_parts(t, s, part_len, inline_src)?;
                     if !inner.slots[s].unposted.is_empty() {
