@@ -2400,13 +2400,22 @@ impl<T: Element> Window<T> {
 
     /// Puts `data` at element displacement `disp` of `target`'s window.
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
-        self.put_strided(
-            data,
-            Layout::contiguous(data.len()),
-            target,
-            disp,
-            Layout::contiguous(data.len()),
-        )
+        // Contiguous on both sides: nothing to gather.
+        let extent =
+            self.shared
+                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        self.shared
+            .post(OpDesc {
+                kind: OpKind::Put,
+                target,
+                extent,
+                op: None,
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(data),
+                wants_result: false,
+                into: None,
+            })
+            .map(drop)
     }
 
     /// Puts the elements `origin` selects from `data` into the elements `target_layout`

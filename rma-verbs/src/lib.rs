@@ -875,7 +875,7 @@ impl Inner {
     /// # Safety
     /// As [`Qp::post_send`]: unless inline, `local` lies in a registered buffer held
     /// (by `held`) until the request is retired.
-    #[inline]
+    #[inline(always)] // on every op's path; a call costs the emulator more than the code
     unsafe fn post(
         &mut self,
         t: usize,
