@@ -2976,6 +2976,7 @@ impl<T: Element> std::fmt::Debug for GetInto<'_, T> {
 
 impl<'b, T: Element> GetInto<'b, T> {
     /// Blocks (making progress) until the data is in the buffer, and gives it back.
+    #[inline]
     pub fn wait(self) -> Result<&'b mut [T]> {
         if let Some(r) = self.pending {
             let bytes = r.wait()?;

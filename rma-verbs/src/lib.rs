@@ -837,6 +837,19 @@ impl Inner {
     /// A free slot with a registered buffer of at least `len` bytes, or None (Busy).
     #[inline]
     fn take_slot(&mut self, len: usize) -> Result<Option<usize>, TransportError> {
+        // The common case inline: a free slot whose buffer is large enough.
+        if let Some(&s) = self.free.last() {
+            if self.slots[s].buf.as_ref().is_some_and(|b| b.len() >= len) {
+                self.free.pop();
+                return Ok(Some(s));
+            }
+        }
+        self.take_slot_growing(len)
+    }
+
+    /// [`take_slot`](Self::take_slot) when it must create a slot or grow its buffer.
+    #[cold]
+    fn take_slot_growing(&mut self, len: usize) -> Result<Option<usize>, TransportError> {
         let s = match self.free.pop() {
             Some(s) => s,
             None if self.slots.len() < MAX_SLOTS => {
