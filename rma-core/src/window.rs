@@ -1434,7 +1434,7 @@ fn native_call(
     }
 }
 
-#[inline]
+#[inline(always)] // on every native op's path; a call costs the emulator more than its code
 fn native_call_desc(
     w: &WindowShared,
     d: &OpDesc<'_>,

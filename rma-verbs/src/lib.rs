@@ -660,6 +660,7 @@ impl VerbsTransport {
     /// Issues a native op of `parts` work requests on a slot of `buf_len` bytes (the
     /// local bytes of part i are `i * part_len ..`), first copying `fill` into the slot.
     #[allow(clippy::too_many_arguments)] // one internal call shape for every native op
+    #[inline(always)] // folded into put, get and atomic: their constant arguments prune it
     fn issue(
         &self,
         target: Rank,
