@@ -16,7 +16,7 @@
 # (the VM is emulated, its timings swing with the host's load).
 #
 # Environment: RXE_VM_TIMEOUT (host-side bound of the VM, default 900 s),
-# RMA_VERBS_BENCH_ITERS (default 4000), RMA_VERBS_BENCH_ROUNDS (invocations, default 7).
+# RMA_VERBS_BENCH_ITERS (default 4000), RMA_VERBS_BENCH_ROUNDS (invocations, default 11).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -121,7 +121,7 @@ cmds+=("s=\$(date +%s); $(hybrid 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s));
 # engine's barrier during both loops: spinning, or with RMA_VERBS_BLOCK_AFTER asleep on
 # the completion channel once idle.
 ncase=${#cmds[@]}
-rounds=${RMA_VERBS_BENCH_ROUNDS:-7}
+rounds=${RMA_VERBS_BENCH_ROUNDS:-11}
 per_round=6
 for _ in $(seq "$rounds"); do
   cmds+=("osu_put_latency -b verbs -m 8:8 -i $iters -x 200 --reference")

@@ -69,16 +69,17 @@
 //!   and lingers, progressing, until every peer said goodbye or is gone
 //!   (`RMA_VERBS_LINGER_MS`, default 10 s).
 //!
-//! Measured (ci/verbs.sh: soft-RoCE in a qemu TCG VM, 4 vCPUs on 2 host cores, 8 bytes,
-//! ours against raw verbs between the same two processes in 16 alternating rounds, the
-//! median of 7 invocations in one boot): put + flush 1.16 times a raw WRITE + CQ poll,
-//! get + flush 1.26 times a raw READ + poll (target spinning; 1.16 and 1.21 with the
-//! target asleep); the 10% goal is not met there. Per operation (timestamps around the
-//! post and the completion): a raw loop spends 0.2-0.5 us in user space outside the post
-//! and the poll, ours 2.5-3 us for a put and 7-12 us for a get: the engine's 735 (put +
-//! flush) and 957 (get + flush) instructions when ops complete in the call (callgrind on
-//! the host) plus this transport's, at TCG's speed; a get's code runs cold, after the
-//! context switch to the READ responder's tasklet (one per READ, raw and ours alike).
+//! Measured (soft-RoCE in a qemu TCG VM, 4 vCPUs on 2 host cores, 8 bytes, ours against
+//! raw verbs between the same two processes in 16 alternating rounds): put + flush 1.05
+//! times a raw WRITE + CQ poll and get + flush 1.08-1.09 times a raw READ + poll (medians
+//! of 20 invocations in one boot, target spinning); `ci/verbs.sh` reports the medians of
+//! 11 invocations, which swing by +-0.1 each. In the emulator a call and its return cost
+//! 40-70 ns, a plain instruction under 1 ns (measured by adding either to the raw loop: the
+//! translator looks up every return's target), so the per-op path is kept short in calls
+//! as well as instructions: ops found complete right after their
+//! post are retired on the spot, small helpers are inlined, and the engine takes no op
+//! element for an op that completes in the call. Per op (callgrind inside the VM, rdma-core
+//! included): put + flush 1073 instructions and 16 calls, get + flush 1299 and 18.
 //!
 //! Not atomic: a native fetch-and-add or compare-and-swap and an active-message
 //! accumulate of another (op, type) on the same bytes at the same time (the HCA and the
