@@ -827,20 +827,21 @@ impl WinState {
             // complete in the call. One free in the window's local pool (which only this
             // locked state touches) is still free after the call, so it is taken then;
             // otherwise one is taken from the global pool first.
-            let held = match granted && room && !self.op_pool.has_local() {
-                true => self.op_pool.get(&w.engine.op_pool),
-                false => None,
+            let held = if granted && room && !self.op_pool.has_local() {
+                self.op_pool.get(&w.engine.op_pool)
+            } else {
+                None
             };
             if granted && room && (held.is_some() || self.op_pool.has_local()) {
                 let token = self.new_token(w);
                 let issued = native_call_desc(w, d, token);
-                let held = match (held, &issued) {
-                    (Some(op), Ok(Issued::Pending)) => Some(op),
-                    (Some(op), _) => {
+                // Kept only for an op that stays pending.
+                let held = match held {
+                    Some(op) if !matches!(issued, Ok(Issued::Pending)) => {
                         self.free_op(w, op);
                         None
                     }
-                    (None, _) => None,
+                    held => held,
                 };
                 match issued {
                     Ok(Issued::Complete(data)) => {
@@ -2404,6 +2405,12 @@ impl<T: Element> Window<T> {
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        self.post_put(data, target, extent)
+    }
+
+    /// Posts a put of the packed `data` to `extent` at `target`.
+    #[inline]
+    fn post_put(&self, data: &[T], target: Rank, extent: Extent) -> Result<()> {
         self.shared
             .post(OpDesc {
                 kind: OpKind::Put,
@@ -2432,18 +2439,7 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, target_layout, Self::SIZE)?;
-        self.shared
-            .post(OpDesc {
-                kind: OpKind::Put,
-                target,
-                extent,
-                op: None,
-                datatype: T::DATATYPE,
-                data: bytemuck::cast_slice(&packed),
-                wants_result: false,
-                into: None,
-            })
-            .map(drop)
+        self.post_put(&packed, target, extent)
     }
 
     /// A put whose local completion can be waited on (MPI_Rput).
@@ -3004,7 +3000,6 @@ fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
 }
 
 /// Packs the elements `origin` selects from `data`, checking it matches `target`.
-#[inline]
 fn gather<T: Element>(
     data: &[T],
     origin: Layout,

@@ -74,12 +74,12 @@
 //! times a raw WRITE + CQ poll and get + flush 1.08-1.09 times a raw READ + poll (medians
 //! of 20 invocations in one boot, target spinning); `ci/verbs.sh` reports the medians of
 //! 11 invocations, which swing by +-0.1 each. In the emulator a call and its return cost
-//! 40-70 ns, a plain instruction under 1 ns (measured by adding either to the raw loop: the
-//! translator looks up every return's target), so the per-op path is kept short in calls
-//! as well as instructions: ops found complete right after their
-//! post are retired on the spot, small helpers are inlined, and the engine takes no op
-//! element for an op that completes in the call. Per op (callgrind inside the VM, rdma-core
-//! included): put + flush 1073 instructions and 16 calls, get + flush 1299 and 18.
+//! 40-70 ns, a plain instruction under 1 ns (measured by adding either to the raw loop:
+//! the translator looks up every return's target), so the per-op path is kept short in
+//! calls as well as instructions: ops found complete right after their post are retired
+//! on the spot, small helpers are inlined, and the engine takes no op element for an op
+//! that completes in the call. Per op (callgrind inside the VM, rdma-core included): put +
+//! flush 1073 instructions and 16 calls, get + flush 1299 and 18.
 //!
 //! Not atomic: a native fetch-and-add or compare-and-swap and an active-message
 //! accumulate of another (op, type) on the same bytes at the same time (the HCA and the
@@ -153,6 +153,35 @@ struct Slot {
     /// Waited for inside a call (native locks): finished into `done`, not an event.
     sync: bool,
     done: Option<Result<u64, VerbsError>>,
+}
+
+impl Slot {
+    /// The result to hand back, copied out of the registered buffer (inline when small:
+    /// no allocation), which then serves the next op.
+    fn fetched(&self) -> Option<Fetched> {
+        self.fetch.map(|n| {
+            self.buf
+                .as_ref()
+                .map(|b| Fetched::copy_of(b.bytes(n)))
+                .unwrap_or_default()
+        })
+    }
+
+    /// The local side of the part at `off` of `len` bytes in the slot's buffer (sized by
+    /// the caller for every part).
+    fn local(&self, off: u32, len: u32) -> Local {
+        let b = self.buf.as_ref().expect("slot has a buffer");
+        debug_assert!(
+            off as usize + len as usize <= b.len(),
+            "part outside its slot"
+        );
+        Local {
+            // Only handed to the device, never dereferenced here.
+            addr: b.addr().wrapping_add(off as usize),
+            len,
+            lkey: b.lkey(),
+        }
+    }
 }
 
 /// One peer (or ourselves): its QP and the bookkeeping of its send queue.
@@ -709,12 +738,7 @@ impl VerbsTransport {
                     slot.unposted.clear();
                     if let ([op], false) = (parts, inline) {
                         // One part, room for it: posted now, nothing left for later.
-                        let b = slot.buf.as_ref().expect("slot has a buffer");
-                        let local = Local {
-                            addr: b.addr(),
-                            len: part_len,
-                            lkey: b.lkey(),
-                        };
+                        let local = slot.local(0, part_len);
                         // SAFETY: the slot's registered buffer (at least `buf_len` >=
                         // `part_len` bytes), held (Held::OpPart) until the part is retired.
                         let r = unsafe { inner.post(t, *op, local, false, true, Held::OpPart(s)) };
@@ -811,16 +835,8 @@ impl Inner {
             }
             Held::OpPart(s) if self.slots[s].parts_left == 1 && !self.slots[s].sync => {
                 self.peers[t].posted.pop_front();
-                let slot = &mut self.slots[s];
-                slot.parts_left = 0;
-                // Copied out (inline when small: no allocation); the slot's registered
-                // buffer serves the next op.
-                let data = slot.fetch.map(|n| {
-                    slot.buf
-                        .as_ref()
-                        .map(|b| Fetched::copy_of(b.bytes(n)))
-                        .unwrap_or_default()
-                });
+                self.slots[s].parts_left = 0;
+                let data = self.slots[s].fetched();
                 self.free.push(s);
                 Some(Issued::Complete(data))
             }
@@ -933,16 +949,7 @@ impl Inner {
                     len: src.len() as u32,
                     lkey: 0,
                 },
-                None => {
-                    let b = self.slots[s].buf.as_ref().expect("slot has a buffer");
-                    Local {
-                        // SAFETY: off + part_len <= the buffer's length (sized for every
-                        // part by the caller).
-                        addr: unsafe { b.addr().add(off as usize) },
-                        len: part_len,
-                        lkey: b.lkey(),
-                    }
-                }
+                None => self.slots[s].local(off, part_len),
             };
             // SAFETY: inline data is copied by the call; otherwise the bytes are the
             // slot's registered buffer, held (Held::OpPart) until this part is retired.
@@ -985,14 +992,7 @@ impl Inner {
             },
             None => Event::Completed {
                 token: slot.token,
-                // Copied out (inline when small: no allocation); the slot's registered
-                // buffer serves the next op.
-                data: slot.fetch.map(|n| {
-                    slot.buf
-                        .as_ref()
-                        .map(|b| Fetched::copy_of(b.bytes(n)))
-                        .unwrap_or_default()
-                }),
+                data: slot.fetched(),
             },
         };
         self.pending.push_back(event);
