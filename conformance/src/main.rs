@@ -4,6 +4,8 @@
 //! from the environment (`RMA_BACKEND`, the launcher's variables), so the same suite
 //! runs unchanged on every backend.
 
+mod failure;
+
 use std::time::{Duration, Instant};
 
 use rma::{
@@ -20,11 +22,13 @@ fn main() {
         // This rank never joins: its peers' init must fail by itself, with a clear error.
         std::process::exit(0);
     }
+    failure::before_init(case);
     let world = match World::init() {
         Ok(w) => w,
         Err(e) => {
             eprintln!("init failed: {e}");
-            std::process::exit(1);
+            let dead = matches!(e, Error::Peer(PeerError::Dead { .. }));
+            std::process::exit(if dead && case == "kill_trial" { 3 } else { 1 });
         }
     };
     let out = match case {
@@ -40,6 +44,10 @@ fn main() {
         "passive_target" => passive_target(&world),
         "no_segments_left" => no_segments_left(&world),
         "paths" => paths(&world),
+        "kill_trial" => failure::kill_trial(&world),
+        "creation_fails_on_one_rank" => failure::creation_fails_on_one_rank(&world),
+        "mismatched_creation" => failure::mismatched_creation(&world),
+        "departs_before_collective" => failure::departs_before_collective(&world).map(drop),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);
@@ -51,7 +59,7 @@ fn main() {
     drop(world);
     match out {
         Ok(()) => std::process::exit(0),
-        Err(Error::Peer(PeerError::Dead { .. })) if case == "dead_peer" => {
+        Err(Error::Peer(PeerError::Dead { .. })) if case == "dead_peer" || case == "kill_trial" => {
             eprintln!("rank {rank}: a peer is dead, as expected");
             std::process::exit(3);
         }

@@ -24,6 +24,17 @@ pub trait Bootstrap: Send + Sync {
     /// Blocks until every rank has called it.
     fn barrier(&self) -> Result<(), TransportError>;
 
+    /// This process leaves the job normally: it makes no more bootstrap calls. Peers
+    /// blocked in a collective it will never join learn it from the launcher, where the
+    /// launcher can tell them (rma-run); otherwise nothing.
+    fn depart(&self) {}
+
+    /// Ranks the launcher knows are gone (dead, or departed), where it can tell; empty
+    /// otherwise. For a leaving process not to wait for their goodbyes.
+    fn gone(&self) -> Vec<Rank> {
+        Vec::new()
+    }
+
     /// Every rank's `value`, in rank order (put, barrier, get each).
     fn allgather(&self, tag: &str, value: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
         self.put(&format!("{tag}:{}", self.rank()), value)?;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::barrier::Dissemination;
 use crate::config::Config;
 use crate::datatype::Element;
-use crate::error::{PeerError, Result, TransportError, UsageError};
+use crate::error::{Error, PeerError, Result, TransportError, UsageError};
 use crate::op_table::{OpElem, TargetElem};
 use crate::pool::GlobalPool;
 use crate::stats::{Counters, Stats};
@@ -168,14 +168,16 @@ impl Engine {
     }
 
     /// Allocates a window of `len` elements on every rank (collective, MPI_Win_allocate).
+    ///
+    /// Every rank returns the same outcome: when the memory cannot be had on one rank (an
+    /// impossible size, no memory, a registration refused), the others return
+    /// [`PeerError::CollectiveFailed`] naming it, and nobody keeps a window.
     pub fn allocate<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        let seg = self
-            .shared
-            .transport
-            .allocate(len * std::mem::size_of::<T>(), false)?;
+        let seg = window_bytes::<T>(len)
+            .and_then(|bytes| Ok(self.shared.transport.allocate(bytes, false)?));
         self.make_window(
             WindowKind::Allocate,
-            Memory::Static(seg),
+            seg.map(Memory::Static),
             std::mem::size_of::<T>(),
         )
     }
@@ -183,13 +185,19 @@ impl Engine {
     /// Allocates a window whose memory the ranks of a node share for direct load/store
     /// (collective, MPI_Win_allocate_shared). Fails if the transport cannot share memory.
     pub fn allocate_shared<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        let seg = self
-            .shared
-            .transport
-            .allocate(len * std::mem::size_of::<T>(), true)?;
+        // The backend's allocation of shared memory is itself collective: every rank
+        // must know beforehand that every other will take part.
+        let id = self.shared.next_window.load(Ordering::Relaxed);
+        let bytes = window_bytes::<T>(len);
+        let checked = bytes.as_ref().map(|_| Vec::new()).map_err(Clone::clone);
+        if let Err(e) = self.agree(WindowKind::Shared, id, checked) {
+            self.shared.next_window.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        let seg = bytes.and_then(|bytes| Ok(self.shared.transport.allocate(bytes, true)?));
         self.make_window(
             WindowKind::Shared,
-            Memory::Static(seg),
+            seg.map(Memory::Static),
             std::mem::size_of::<T>(),
         )
     }
@@ -201,20 +209,21 @@ impl Engine {
         if t.copies_user_memory() {
             let mut memory: Box<dyn crate::transport::UserMemory> = Box::new(memory);
             let bytes = memory.bytes_mut();
-            let seg = t.allocate(bytes.len(), false)?;
-            seg.write(0, bytes);
+            let seg = t
+                .allocate(bytes.len(), false)
+                .inspect(|seg| seg.write(0, bytes));
             let w = self.make_window(
                 WindowKind::Create,
-                Memory::Static(seg),
+                seg.map(Memory::Static).map_err(Into::into),
                 std::mem::size_of::<T>(),
             )?;
             *w.shared.user_copy.lock().unwrap_or_else(|e| e.into_inner()) = Some(memory);
             return Ok(w);
         }
-        let seg = t.expose(Box::new(memory))?;
+        let seg = t.expose(Box::new(memory));
         self.make_window(
             WindowKind::Create,
-            Memory::Static(seg),
+            seg.map(Memory::Static).map_err(Into::into),
             std::mem::size_of::<T>(),
         )
     }
@@ -222,32 +231,40 @@ impl Engine {
     /// Creates a dynamic window with no memory yet (collective, MPI_Win_create_dynamic);
     /// use [`Window::attach`].
     pub fn create_dynamic<T: Element>(&self) -> Result<Window<T>> {
-        self.make_window(WindowKind::Dynamic, Memory::Dynamic(Vec::new()), 1)
+        self.make_window(WindowKind::Dynamic, Ok(Memory::Dynamic(Vec::new())), 1)
     }
 
+    /// The collective of window creation: every rank brings its memory (or why it has
+    /// none), and every rank returns the same outcome. Two agreements: on the memory
+    /// (with the descriptors peers need), then on the backend's registration of them.
     fn make_window<T: Element>(
         &self,
         kind: WindowKind,
-        memory: Memory,
+        memory: Result<Memory>,
         disp_unit: usize,
     ) -> Result<Window<T>> {
         let e = &self.shared;
         let id = e.next_window.fetch_add(1, Ordering::Relaxed);
-        let (len, key) = match &memory {
-            Memory::Static(seg) => (seg.len() as u64, seg.descriptor()),
-            Memory::Dynamic(_) => (u64::MAX, Vec::new()),
-        };
-        let mut mine = Vec::with_capacity(12 + key.len());
-        mine.extend_from_slice(&len.to_le_bytes());
-        mine.extend_from_slice(&(disp_unit as u32).to_le_bytes());
-        mine.extend_from_slice(&key);
-        let all = e.transport.allgather(&mine)?;
+        let mine = memory.as_ref().map_err(Clone::clone).map(|memory| {
+            let (len, key) = match memory {
+                Memory::Static(seg) => (seg.len() as u64, seg.descriptor()),
+                Memory::Dynamic(_) => (u64::MAX, Vec::new()),
+            };
+            let mut mine = Vec::with_capacity(12 + key.len());
+            mine.extend_from_slice(&len.to_le_bytes());
+            mine.extend_from_slice(&(disp_unit as u32).to_le_bytes());
+            mine.extend_from_slice(&key);
+            mine
+        });
+        let all = self.agree(kind, id, mine)?;
+        let memory = memory?;
         let remote = all
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(rank, b)| {
                 if b.len() < 12 {
                     return Err(PeerError::Malformed {
-                        from: 0,
+                        from: rank as Rank,
                         reason: "short window descriptor",
                     });
                 }
@@ -262,19 +279,111 @@ impl Engine {
             Memory::Static(s) => Some(s.clone()),
             Memory::Dynamic(_) => None,
         };
-        e.transport.window_ready(id, local.as_ref(), &remote)?;
+        // The backend maps or registers every rank's part; that too can fail on one rank
+        // alone, and the agreement on it is also the barrier after which peers may send
+        // to this window (everyone has registered it).
+        let ready = e
+            .transport
+            .window_ready(id, local.as_ref(), &remote)
+            .map(|()| Vec::new())
+            .map_err(Error::from);
+        if let Err(err) = self.agree(kind, id, ready) {
+            e.transport.window_freed(id);
+            return Err(err);
+        }
+        e.transport.window_established(id, local.as_ref());
         let w = Arc::new(WindowShared::new(id, kind, e.clone(), remote, memory));
         e.windows
             .write()
             .unwrap_or_else(|x| x.into_inner())
             .push(w.clone());
-        // Nobody may send to this window before everyone has registered it.
-        e.transport.barrier()?;
         Ok(Window {
             shared: w,
             _elem: std::marker::PhantomData,
         })
     }
+
+    /// One agreement of window creation: every rank's `mine` (or its failure), in rank
+    /// order, once every rank made the same call for the same window. This rank's own
+    /// failure comes back as it was; another's as [`PeerError::CollectiveFailed`]; a rank
+    /// in another collective as [`PeerError::Mismatch`].
+    fn agree(&self, kind: WindowKind, id: u32, mine: Result<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        let call = creation_call(kind as u8);
+        let (status, body) = match &mine {
+            Ok(bytes) => (0u8, bytes.clone()),
+            Err(err) => (1u8, err.to_string().into_bytes()),
+        };
+        let mut msg = Vec::with_capacity(6 + body.len());
+        msg.push(status);
+        msg.push(kind as u8);
+        msg.extend_from_slice(&id.to_le_bytes());
+        msg.extend_from_slice(&body);
+        let all = self
+            .shared
+            .transport
+            .allgather(&msg)
+            .map_err(|err| match Error::from(err) {
+                Error::Peer(PeerError::Departed { rank, .. }) => {
+                    PeerError::Departed { rank, call }.into()
+                }
+                other => other,
+            })?;
+        let mut out = Vec::with_capacity(all.len());
+        let mut failed = None;
+        for (rank, theirs) in all.into_iter().enumerate() {
+            let rank = rank as Rank;
+            if theirs.len() < 6 {
+                return Err(PeerError::Malformed {
+                    from: rank,
+                    reason: "short window-creation message",
+                }
+                .into());
+            }
+            let their_id = u32::from_le_bytes(theirs[2..6].try_into().expect("4 bytes"));
+            if theirs[1] != kind as u8 || their_id != id {
+                let theirs = if theirs[1] != kind as u8 {
+                    creation_call(theirs[1])
+                } else {
+                    "the creation of another window"
+                };
+                return Err(PeerError::Mismatch { rank, call, theirs }.into());
+            }
+            if theirs[0] != 0 && failed.is_none() {
+                let reason = String::from_utf8_lossy(&theirs[6..]).into_owned();
+                failed = Some(PeerError::CollectiveFailed { rank, call, reason });
+            }
+            out.push(theirs[6..].to_vec());
+        }
+        mine?;
+        match failed {
+            Some(f) => Err(f.into()),
+            None => Ok(out),
+        }
+    }
+}
+
+/// The call that creates a window of the kind with this code.
+fn creation_call(code: u8) -> &'static str {
+    match code {
+        c if c == WindowKind::Allocate as u8 => "allocate",
+        c if c == WindowKind::Create as u8 => "create",
+        c if c == WindowKind::Dynamic as u8 => "create_dynamic",
+        c if c == WindowKind::Shared as u8 => "allocate_shared",
+        _ => "an unknown collective",
+    }
+}
+
+/// Bytes of a window of `len` elements of `T`, or the error for a size no memory can
+/// hold (past `isize::MAX`, as Rust's allocations).
+pub(crate) fn window_bytes<T>(len: usize) -> Result<usize> {
+    len.checked_mul(std::mem::size_of::<T>())
+        .filter(|b| isize::try_from(*b).is_ok())
+        .ok_or_else(|| {
+            UsageError::Unsupported {
+                what: "a window larger than isize::MAX bytes",
+            }
+            .into()
+        })
 }
 
 impl Drop for EngineShared {
@@ -402,7 +511,7 @@ impl EngineShared {
             if spins.is_multiple_of(64) {
                 let start = *start.get_or_insert_with(Instant::now);
                 if self.config.timeout.is_some_and(|t| start.elapsed() > t) {
-                    return Err(PeerError::Timeout { call }.into());
+                    return Err(PeerError::Timeout { call, rank: None }.into());
                 }
                 std::thread::yield_now();
             }

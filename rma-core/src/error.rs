@@ -136,6 +136,38 @@ pub enum PeerError {
     Timeout {
         /// The call that timed out.
         call: &'static str,
+        /// The peer whose part was awaited, where one is known.
+        rank: Option<Rank>,
+    },
+    /// The peer left the job (its World was dropped, it returned an error or panicked)
+    /// before joining a collective call this process is in: the call can never finish.
+    Departed {
+        /// The peer.
+        rank: Rank,
+        /// The collective call this process was in.
+        call: &'static str,
+    },
+    /// The peer is in a different collective call than this process (for example
+    /// `allocate` against `create_dynamic`, or `fence` against `free`): MPI requires every
+    /// process to make the same collective calls in the same order.
+    Mismatch {
+        /// The peer.
+        rank: Rank,
+        /// The call this process made.
+        call: &'static str,
+        /// The call the peer made.
+        theirs: &'static str,
+    },
+    /// A collective call failed on the peer (for example its window memory could not be
+    /// allocated); every process of the collective returns this error and none keeps a
+    /// half-made window.
+    CollectiveFailed {
+        /// The peer that failed.
+        rank: Rank,
+        /// The collective call.
+        call: &'static str,
+        /// What the peer reported.
+        reason: String,
     },
 }
 
@@ -149,6 +181,9 @@ pub enum TransportError {
     Unsupported(&'static str),
     /// The peer cannot be reached any more.
     PeerUnreachable(Rank),
+    /// The peer left the job normally before joining the collective this process waits
+    /// in (the launcher saw it go).
+    PeerDeparted(Rank),
     /// Any other failure, with the backend's message.
     Failed(String),
 }
@@ -156,9 +191,133 @@ pub enum TransportError {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Usage(e) => write!(f, "usage error: {e:?}"),
-            Error::Peer(e) => write!(f, "peer error: {e:?}"),
+            Error::Usage(e) => write!(f, "usage error: {e}"),
+            Error::Peer(e) => write!(f, "peer error: {e}"),
             Error::Transport(e) => write!(f, "transport error: {e}"),
+        }
+    }
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use UsageError::*;
+        match self {
+            NoEpoch { target } => write!(
+                f,
+                "no access epoch is open toward rank {target}: open one with fence, start, \
+                 lock or lock_all first"
+            ),
+            EpochConflict { call, state } => write!(
+                f,
+                "`{call}` cannot be called while the window is in state {state}: close that \
+                 epoch first"
+            ),
+            NotInGroup { target } => write!(
+                f,
+                "rank {target} is not in the group given to `start`: an access epoch of \
+                 post/start only reaches the ranks of its group"
+            ),
+            NotLocked { target } => write!(
+                f,
+                "`unlock` of rank {target}, which this process has not locked in this window"
+            ),
+            AlreadyLocked { target } => write!(
+                f,
+                "rank {target} is already locked by this process in this window: unlock it \
+                 before locking it again"
+            ),
+            RankOutOfRange { rank, size } => write!(
+                f,
+                "rank {rank} is outside the window's group of {size} ranks (0..{size})"
+            ),
+            OutOfBounds {
+                target,
+                offset,
+                len,
+                window_len,
+            } => write!(
+                f,
+                "bytes {offset}..{} of rank {target}'s window are asked for, but it has \
+                 {window_len} bytes",
+                offset.saturating_add(*len)
+            ),
+            OpNotForType { op, datatype } => write!(
+                f,
+                "the accumulate operation {op:?} is not defined for {datatype:?} elements"
+            ),
+            BadLayout => f.write_str(
+                "the origin and target layouts select different numbers of elements, a \
+                 stride is shorter than its block, or a group names a rank twice",
+            ),
+            BadAssert { call } => write!(f, "`{call}` does not accept the assert bits given"),
+            ConcurrentSync { call } => write!(
+                f,
+                "`{call}` overlapped another synchronization call on this window from \
+                 another thread: synchronize the threads first"
+            ),
+            NoExposureEpoch => f.write_str(
+                "no exposure epoch (post) or access epoch (start) is open for \
+                 `wait`/`test`/`complete`",
+            ),
+            Unsupported { what } => write!(f, "not supported: {what}"),
+            NotAttached => f.write_str(
+                "no memory attached to the dynamic window holds that address: attach it first",
+            ),
+            EpochOpen => f.write_str(
+                "an epoch is still open on the window: close it (fence with NOSUCCEED, \
+                 complete, wait, unlock, unlock_all) before this call",
+            ),
+        }
+    }
+}
+
+impl fmt::Display for PeerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use PeerError::*;
+        match self {
+            Malformed { from, reason } => write!(
+                f,
+                "rank {from} sent a malformed packet ({reason}); it was dropped unapplied"
+            ),
+            OutOfBounds { from } => write!(
+                f,
+                "rank {from} asked for memory outside this process's window; refused"
+            ),
+            Dead { rank } => write!(
+                f,
+                "rank {rank} is dead (its process or endpoint is gone); what waited on it \
+                 failed"
+            ),
+            Refused { rank } => write!(
+                f,
+                "rank {rank} refused the operation (outside its window, or not \
+                 applicable there)"
+            ),
+            Timeout {
+                call,
+                rank: Some(r),
+            } => write!(
+                f,
+                "`{call}` waited for rank {r} and made no progress before the deadline \
+                 (RMA_TIMEOUT_MS)"
+            ),
+            Timeout { call, rank: None } => write!(
+                f,
+                "`{call}` made no progress before the deadline (RMA_TIMEOUT_MS)"
+            ),
+            Departed { rank, call } => write!(
+                f,
+                "rank {rank} left the job before joining `{call}`, a collective this process \
+                 is in: it can never complete"
+            ),
+            Mismatch { rank, call, theirs } => write!(
+                f,
+                "collective mismatch: this process called `{call}` while rank {rank} called \
+                 `{theirs}`; every rank must make the same collective calls in the same order"
+            ),
+            CollectiveFailed { rank, call, reason } => {
+                write!(f, "`{call}` failed on rank {rank}: {reason}")
+            }
         }
     }
 }
@@ -169,12 +328,18 @@ impl fmt::Display for TransportError {
             TransportError::Busy => f.write_str("no resources, retry"),
             TransportError::Unsupported(what) => write!(f, "unsupported: {what}"),
             TransportError::PeerUnreachable(r) => write!(f, "rank {r} unreachable"),
+            TransportError::PeerDeparted(r) => {
+                write!(f, "rank {r} left the job before joining the collective")
+            }
             TransportError::Failed(msg) => f.write_str(msg),
         }
     }
 }
 
+// The wrapper's Display already says the inner error: no `source`, or reporters print it twice.
 impl std::error::Error for Error {}
+impl std::error::Error for UsageError {}
+impl std::error::Error for PeerError {}
 impl std::error::Error for TransportError {}
 
 impl From<UsageError> for Error {
@@ -191,6 +356,10 @@ impl From<TransportError> for Error {
     fn from(e: TransportError) -> Self {
         match e {
             TransportError::PeerUnreachable(rank) => Error::Peer(PeerError::Dead { rank }),
+            TransportError::PeerDeparted(rank) => Error::Peer(PeerError::Departed {
+                rank,
+                call: "a bootstrap collective",
+            }),
             e => Error::Transport(e),
         }
     }

@@ -466,7 +466,9 @@ pub trait Transport: Send + Sync {
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError>;
     /// Tells the backend the window `win` is made of these segments (one per rank, from
     /// the allgather; `local` is `None` for dynamic windows), so that native ops can
-    /// reach them. Collective: every rank calls it for the same window.
+    /// reach them. Collective: every rank calls it for the same window, but it must not
+    /// block on the others (a rank whose call fails returns at once; the engine then
+    /// agrees on every rank's outcome).
     fn window_ready(
         &self,
         win: u32,
@@ -475,6 +477,12 @@ pub trait Transport: Send + Sync {
     ) -> Result<(), TransportError> {
         let _ = (win, local, remote);
         Ok(())
+    }
+    /// Every rank's [`window_ready`](Self::window_ready) for `win` succeeded (the
+    /// engine's agreement on that is a barrier): what had to wait until every peer had
+    /// mapped or registered the window happens here (unlinking a segment's name).
+    fn window_established(&self, win: u32, local: Option<&Arc<dyn Segment>>) {
+        let _ = (win, local);
     }
     /// The window is freed (or dropped): forget it. May be called more than once.
     fn window_freed(&self, win: u32) {

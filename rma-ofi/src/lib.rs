@@ -964,12 +964,18 @@ impl OfiTransport {
         let start = std::time::Instant::now();
         let (me, size) = (self.rank, self.size);
         let pids = self.pids.clone();
+        // Peers the launcher knows are gone (dead, or left without waiting for us) send
+        // no goodbye: asked again now and then while lingering.
+        let mut left = self.boot.gone();
+        let mut asked = std::time::Instant::now();
         let mut inner = self.lock();
-        let gone = |inner: &Inner, r: usize| {
-            inner.dead[r] || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
+        let gone = |inner: &Inner, left: &[Rank], r: usize| {
+            inner.dead[r]
+                || left.contains(&(r as Rank))
+                || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
         };
         for t in (0..size as Rank).filter(|t| *t != me) {
-            while !gone(&inner, t as usize) && start.elapsed() < linger {
+            while !gone(&inner, &left, t as usize) && start.elapsed() < linger {
                 match inner.try_send(me | BYE, t, &[]) {
                     Ok(true) | Err(_) => break,
                     Ok(false) => {
@@ -982,9 +988,17 @@ impl OfiTransport {
         }
         let mut polls = 0u32;
         while start.elapsed() < linger {
-            let all = (0..size).all(|r| r == me as usize || inner.bye[r] || gone(&inner, r));
-            if all && inner.send_free.len() == inner.sends.len() {
+            let all = (0..size).all(|r| r == me as usize || inner.bye[r] || gone(&inner, &left, r));
+            // Sends toward a gone peer may never complete: only a live world's count.
+            let settled = inner.send_free.len() == inner.sends.len() || !left.is_empty();
+            if all && settled {
                 break;
+            }
+            if asked.elapsed() > std::time::Duration::from_millis(200) {
+                drop(inner);
+                left = self.boot.gone();
+                asked = std::time::Instant::now();
+                inner = self.lock();
             }
             if inner.drive().is_err() {
                 break;

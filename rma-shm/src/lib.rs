@@ -434,10 +434,12 @@ impl Transport for ShmTransport {
 
     fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
         let n = self.next_segment.fetch_add(1, Ordering::Relaxed);
-        let lock_slot = self.take_slot()?;
         // allocate_shared: one segment for the node, each rank's part after the previous
         // rank's (contiguous, each part rounded up to 8 bytes for aligned atomics), created
-        // by the lowest rank. Otherwise one segment per rank.
+        // by the lowest rank. Otherwise one segment per rank. The shared case is
+        // collective: every rank goes through both of its steps (the allgather of lengths,
+        // the barrier after the creation) whatever failed before, so that a failure on one
+        // rank is an error on every rank (the engine agrees on the outcome), not a hang.
         let (name, offset, total, creator) = if shared {
             let lens = self
                 .boot
@@ -447,11 +449,13 @@ impl Transport for ShmTransport {
                 .map(|b| b.as_slice().try_into().map(u64::from_le_bytes))
                 .collect::<Result<_, _>>()
                 .map_err(|_| TransportError::Failed("bad length from bootstrap".into()))?;
-            let offset: u64 = lens[..self.rank as usize]
-                .iter()
-                .map(|l| l.div_ceil(8) * 8)
-                .sum();
-            let total: u64 = lens.iter().map(|l| l.div_ceil(8) * 8).sum();
+            let rounded = |l: &u64| l.checked_next_multiple_of(8);
+            let sum = |ls: &[u64]| {
+                ls.iter()
+                    .try_fold(0u64, |acc, l| acc.checked_add(rounded(l)?))
+                    .filter(|t| isize::try_from(*t).is_ok())
+            };
+            let (offset, total) = (sum(&lens[..self.rank as usize]), sum(&lens));
             (
                 format!("/rma-{}-0-c{n}", self.job),
                 offset,
@@ -461,27 +465,37 @@ impl Transport for ShmTransport {
         } else {
             (
                 format!("/rma-{}-{}-s{n}", self.job, self.rank),
-                0,
-                len as u64,
+                Some(0),
+                Some(len as u64),
                 true,
             )
         };
+        let too_large =
+            || TransportError::Failed("the shared window's parts add up past isize::MAX".into());
         let mapping = if creator {
-            Arc::new(
+            let created = total.ok_or_else(too_large).and_then(|total| {
                 Mapping::create(&name, total as usize)
-                    .map_err(|e| fail(&format!("create {name}"), e))?,
-            )
+                    .map_err(|e| fail(&format!("create {name}"), e))
+            });
+            if shared {
+                self.boot.barrier()?;
+            }
+            Arc::new(created?)
         } else {
             // The creator made it before this barrier.
             self.boot.barrier()?;
+            let total = total.ok_or_else(too_large)?;
             Arc::new(
                 Mapping::open(&name, total as usize)
                     .map_err(|e| fail(&format!("open {name}"), e))?,
             )
         };
-        if shared && creator {
-            self.boot.barrier()?;
-        }
+        let (offset, total) = (offset.ok_or_else(too_large)?, total.ok_or_else(too_large)?);
+        let lock_slot = self.take_slot().inspect_err(|_| {
+            if creator {
+                let _ = sys::unlink(&name);
+            }
+        })?;
         // SAFETY: offset + len <= total by construction; the mapping lives as long as the
         // segment (held in `mapping`).
         let region = unsafe { Region::new(mapping.ptr().add(offset as usize), len) };
@@ -638,8 +652,11 @@ impl Transport for ShmTransport {
                 _mappings: mappings,
             },
         );
+        Ok(())
+    }
+
+    fn window_established(&self, _win: u32, local: Option<&Arc<dyn Segment>>) {
         // Everyone has mapped every segment: the names can go.
-        self.boot.barrier()?;
         if let Some(seg) = local {
             let any: &dyn std::any::Any = seg.as_ref();
             if let Some(name) = any
@@ -649,7 +666,6 @@ impl Transport for ShmTransport {
                 let _ = sys::unlink(name);
             }
         }
-        Ok(())
     }
 
     fn window_freed(&self, win: u32) {

@@ -494,6 +494,17 @@ impl Transport for HybridTransport {
             .window_ready(win, node_local.as_ref(), &node_part)?;
         self.net.window_ready(win, node_local.as_ref(), &net_part)
     }
+    fn window_established(&self, win: u32, local: Option<&Arc<dyn Segment>>) {
+        let node_local = local.map(|seg| {
+            let any: &dyn std::any::Any = seg.as_ref();
+            match any.downcast_ref::<HybridSegment>() {
+                Some(h) => h.node.clone(),
+                None => seg.clone(),
+            }
+        });
+        self.node.window_established(win, node_local.as_ref());
+        self.net.window_established(win, node_local.as_ref());
+    }
     fn window_freed(&self, win: u32) {
         self.node.window_freed(win);
         self.net.window_freed(win);

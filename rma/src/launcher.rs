@@ -188,6 +188,8 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
             if statuses[i].is_none() {
                 // Reap at once: a dead rank must not linger as a zombie its peers see alive.
                 if let Ok(Some(s)) = c.try_wait() {
+                    // Peers blocked in the bootstrap on this rank learn it now.
+                    server.rank_exited(i, s.success());
                     if !s.success() && failed_at.is_none() {
                         failed_at = Some(Instant::now());
                     }

@@ -215,6 +215,9 @@ impl Drop for World {
     /// Leaving normally: peers still finishing their part must not take our exit for a
     /// failure.
     fn drop(&mut self) {
+        // First the launcher: peers blocked in a bootstrap collective we will never join
+        // learn it now, and do not keep us lingering for their goodbyes below.
+        self.bootstrap.depart();
         match &self.backend {
             Backend::SharedMemory(shm) => shm.depart(),
             #[cfg(any(feature = "ofi", feature = "verbs"))]

@@ -1,5 +1,14 @@
 //! The rma-run bootstrap: a key-value space and a barrier served by the launcher over a
-//! Unix socket, one line per request (`put KEY HEX`, `get KEY`, `barrier`).
+//! Unix socket, one line per request (`hello RANK`, `put KEY HEX`, `get KEY`, `barrier`,
+//! `bye`).
+//!
+//! The server watches its ranks: a rank's connection that closes after `bye` is a rank
+//! that left normally (its World was dropped), one that closes without it a rank that
+//! died. Requests that can no longer be answered because of such a rank (a barrier it
+//! never joined, a key it never published) fail at once with `err gone RANK dead` or
+//! `err gone RANK departed`, which the client turns into
+//! [`TransportError::PeerUnreachable`] or [`TransportError::PeerDeparted`]: nobody waits
+//! for the launcher's timeout.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -28,7 +37,8 @@ pub struct RunClient {
     size: usize,
     job: String,
     node: String,
-    conn: Mutex<(BufReader<UnixStream>, UnixStream)>,
+    /// Reader, writer, and whether `bye` was sent.
+    conn: Mutex<(BufReader<UnixStream>, UnixStream, bool)>,
 }
 
 impl RunClient {
@@ -61,18 +71,23 @@ impl RunClient {
                 .try_clone()
                 .map_err(|e| TransportError::Failed(e.to_string()))?,
         );
-        Ok(Some(RunClient {
+        let client = RunClient {
             rank,
             size,
             job,
             node: super::node_id(),
-            conn: Mutex::new((reader, stream)),
-        }))
+            conn: Mutex::new((reader, stream, false)),
+        };
+        // Tell the server which rank this connection is, so that it knows who is gone
+        // when the connection closes.
+        let r = client.request(&format!("hello {rank}"))?;
+        client.expect_ok(r)?;
+        Ok(Some(client))
     }
 
     fn request(&self, line: &str) -> Result<String, TransportError> {
         let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let (reader, writer) = &mut *c;
+        let (reader, writer, _) = &mut *c;
         writer
             .write_all(line.as_bytes())
             .and_then(|_| writer.write_all(b"\n"))
@@ -101,13 +116,34 @@ impl RunClient {
 
     fn expect_ok(&self, reply: String) -> Result<String, TransportError> {
         match reply.split_once(' ') {
-            Some(("err", msg)) => Err(TransportError::Failed(format!("rma-run: {msg}"))),
+            Some(("err", msg)) => Err(gone_error(msg)
+                .unwrap_or_else(|| TransportError::Failed(format!("rma-run: {msg}")))),
             _ if reply == "ok" => Ok(reply),
             Some(("val", _)) => Ok(reply),
             _ => Err(TransportError::Failed(format!(
                 "rma-run sent a garbled reply: {reply:.60}"
             ))),
         }
+    }
+}
+
+/// `gone RANK dead|departed`: the typed error for a request a gone rank made impossible.
+fn gone_error(msg: &str) -> Option<TransportError> {
+    let mut words = msg.split(' ');
+    if words.next() != Some("gone") {
+        return None;
+    }
+    let rank: Rank = words.next()?.parse().ok()?;
+    match words.next()? {
+        "dead" => Some(TransportError::PeerUnreachable(rank)),
+        "departed" => Some(TransportError::PeerDeparted(rank)),
+        _ => None,
+    }
+}
+
+impl Drop for RunClient {
+    fn drop(&mut self) {
+        self.depart();
     }
 }
 
@@ -139,13 +175,93 @@ impl Bootstrap for RunClient {
         let r = self.request("barrier")?;
         self.expect_ok(r).map(drop)
     }
+    /// Leaving normally: the server tells peers waiting on us in a collective that we
+    /// departed (not died). Best effort and once: a server that is gone has nobody to
+    /// tell.
+    fn depart(&self) {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if !std::mem::replace(&mut c.2, true) {
+            let _ = c.1.write_all(b"bye\n");
+        }
+    }
+    fn gone(&self) -> Vec<Rank> {
+        let reply = match self.request("gone") {
+            Ok(r) => r,
+            Err(_) => return Vec::new(),
+        };
+        reply
+            .strip_prefix("val")
+            .unwrap_or("")
+            .split([' ', ','])
+            .filter_map(|r| r.parse().ok())
+            .collect()
+    }
+}
+
+/// Why a rank is gone, as the server saw its connection close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gone {
+    /// Closed after `bye`: its World was dropped.
+    Departed,
+    /// Closed without `bye`: the process died.
+    Dead,
 }
 
 #[derive(Default)]
 struct State {
     kv: HashMap<String, String>,
-    arrived: usize,
+    /// Ranks in the current barrier generation.
+    arrived: Vec<bool>,
     generation: u64,
+    /// Ranks whose connection closed.
+    gone: Vec<Option<Gone>>,
+}
+
+impl State {
+    fn new(size: usize) -> State {
+        State {
+            arrived: vec![false; size],
+            gone: vec![None; size],
+            ..State::default()
+        }
+    }
+
+    /// The reply for a request that waits on `rank`, gone for `why`.
+    fn gone_reply(rank: usize, why: Gone) -> String {
+        let why = match why {
+            Gone::Dead => "dead",
+            Gone::Departed => "departed",
+        };
+        format!("err gone {rank} {why}")
+    }
+
+    /// A gone rank the current barrier waits for (dead ones first: they explain more).
+    fn barrier_blocker(&self) -> Option<String> {
+        let missing = |want: Gone| {
+            (0..self.gone.len()).find(|&r| !self.arrived[r] && self.gone[r] == Some(want))
+        };
+        missing(Gone::Dead)
+            .map(|r| Self::gone_reply(r, Gone::Dead))
+            .or_else(|| missing(Gone::Departed).map(|r| Self::gone_reply(r, Gone::Departed)))
+    }
+
+    /// A gone rank that makes `key` impossible: the rank it names (`TAG:RANK`, the
+    /// allgather convention) if that one is gone, or any dead rank (it may have been the
+    /// one to publish it).
+    fn get_blocker(&self, key: &str) -> Option<String> {
+        let owner = key
+            .rsplit_once(':')
+            .and_then(|(_, r)| r.parse::<usize>().ok())
+            .filter(|r| *r < self.gone.len());
+        if let Some(r) = owner {
+            if let Some(why) = self.gone[r] {
+                return Some(Self::gone_reply(r, why));
+            }
+        }
+        (0..self.gone.len())
+            .find(|&r| self.gone[r] == Some(Gone::Dead))
+            .map(|r| Self::gone_reply(r, Gone::Dead))
+    }
 }
 
 /// The launcher's side: serves the key-value space and barrier to `size` ranks.
@@ -159,7 +275,7 @@ impl RunServer {
     pub fn start(dir: &Path, size: usize) -> std::io::Result<RunServer> {
         let path = dir.join("rma-run.sock");
         let listener = UnixListener::bind(&path)?;
-        let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        let shared = Arc::new((Mutex::new(State::new(size)), Condvar::new()));
         let s = shared.clone();
         std::thread::Builder::new()
             .name("rma-run-server".into())
@@ -180,6 +296,18 @@ impl RunServer {
         &self.path
     }
 
+    /// The launcher saw `rank`'s process end (`clean`: exit status 0). A rank that dies
+    /// before it ever reached the server, or whose connection is still draining, is gone
+    /// from now on too; one already known gone keeps what its connection said.
+    pub fn rank_exited(&self, rank: usize, clean: bool) {
+        let (lock, cv) = &*self.shared;
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = st.gone.get_mut(rank) {
+            g.get_or_insert(if clean { Gone::Departed } else { Gone::Dead });
+        }
+        cv.notify_all();
+    }
+
     /// Wakes every waiting request (used when the job is torn down).
     pub fn shutdown(&self) {
         self.shared.1.notify_all();
@@ -191,10 +319,39 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
     let mut write = write;
     let reader = BufReader::new(conn);
     let (lock, cv) = &*shared;
+    // The rank this connection belongs to (after `hello`), and whether it said `bye`.
+    let mut rank: Option<usize> = None;
+    let mut said_bye = false;
     for line in reader.lines() {
         let Ok(line) = line else { break };
         let mut parts = line.splitn(3, ' ');
         let reply = match (parts.next(), parts.next(), parts.next()) {
+            (Some("hello"), Some(r), None) => match r.parse::<usize>() {
+                Ok(r) if r < size => {
+                    rank = Some(r);
+                    "ok".to_string()
+                }
+                _ => "err bad rank".to_string(),
+            },
+            (Some("bye"), None, None) => {
+                // No more collectives from this rank: whoever waits on it learns it now,
+                // not when its process ends (it may linger for its peers first).
+                said_bye = true;
+                if let Some(r) = rank {
+                    let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    st.gone[r].get_or_insert(Gone::Departed);
+                    cv.notify_all();
+                }
+                continue;
+            }
+            (Some("gone"), None, None) => {
+                let st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                let gone: Vec<String> = (0..st.gone.len())
+                    .filter(|r| st.gone[*r].is_some())
+                    .map(|r| r.to_string())
+                    .collect();
+                format!("val {}", gone.join(","))
+            }
             (Some("put"), Some(key), Some(val)) => {
                 lock.lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -210,6 +367,9 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
                     if let Some(v) = st.kv.get(key) {
                         break format!("val {v}");
                     }
+                    if let Some(err) = st.get_blocker(key) {
+                        break err;
+                    }
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         break format!("err key {key} never appeared");
@@ -223,9 +383,11 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
             (Some("barrier"), None, None) => {
                 let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
                 let generation = st.generation;
-                st.arrived += 1;
-                if st.arrived == size {
-                    st.arrived = 0;
+                // A connection that never said hello (an older client) counts by number.
+                let me = rank.unwrap_or_else(|| st.arrived.iter().position(|a| !a).unwrap_or(0));
+                st.arrived[me] = true;
+                if st.arrived.iter().all(|a| *a) {
+                    st.arrived.iter_mut().for_each(|a| *a = false);
                     st.generation += 1;
                     cv.notify_all();
                     "ok".to_string()
@@ -234,6 +396,9 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
                     loop {
                         if st.generation != generation {
                             break "ok".to_string();
+                        }
+                        if let Some(err) = st.barrier_blocker() {
+                            break err;
                         }
                         let left = deadline.saturating_duration_since(Instant::now());
                         if left.is_zero() {
@@ -255,6 +420,12 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
         {
             break;
         }
+    }
+    // The connection closed: the rank is gone, normally or not. Wake whoever waits on it.
+    if let Some(r) = rank {
+        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+        st.gone[r] = Some(if said_bye { Gone::Departed } else { Gone::Dead });
+        cv.notify_all();
     }
 }
 

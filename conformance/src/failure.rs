@@ -1,0 +1,188 @@
+//! Failure cases (issue #15): peers that die, leave or disagree during collectives, and
+//! window creation that fails on one rank. Each case checks that every rank gets a typed
+//! error naming the rank at fault, and that the ranks can go on afterwards where MPI
+//! says they can.
+
+use std::time::{Duration, Instant};
+
+use rma::{Assert, Error, PeerError, Rank, Result, UsageError, World};
+
+use crate::check;
+
+/// Work of the kill trials: window creation, epochs, free, barriers, over and over.
+/// The victim (the last rank) is killed by a thread at a moment drawn from the seed, so
+/// that over many trials it dies in every phase, init included (see [`before_init`]).
+pub fn kill_trial(world: &World) -> Result<()> {
+    for round in 0..200u64 {
+        let a = world.allocate::<u64>(64)?;
+        let d = world.create_dynamic::<u64>()?;
+        a.fence(Assert::NONE)?;
+        let right = (world.rank() + 1) % world.size() as Rank;
+        a.put(&[round], right, 0)?;
+        a.fence(Assert::NONE)?;
+        a.free()?;
+        d.free()?;
+        world.barrier()?;
+    }
+    if world.rank() + 1 == world.size() as Rank {
+        // The victim is always killed: if its killer has not fired yet, it waits for it.
+        std::thread::sleep(Duration::from_secs(30));
+    }
+    Ok(())
+}
+
+/// Before `World::init`: in a kill trial the victim arms its killer, a thread that
+/// SIGKILLs the process after `RMA_KILL_AFTER_US` microseconds (from the trial's seed),
+/// whatever the process is doing then.
+pub fn before_init(case: &str) {
+    if case != "kill_trial" {
+        return;
+    }
+    let size: Option<u32> = std::env::var("RMA_RUN_SIZE")
+        .or_else(|_| std::env::var("PMI_SIZE"))
+        .or_else(|_| std::env::var("SLURM_NTASKS"))
+        .or_else(|_| std::env::var("OMPI_COMM_WORLD_SIZE"))
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let rank: Option<u32> = std::env::var("RMA_RUN_RANK")
+        .or_else(|_| std::env::var("PMI_RANK"))
+        .or_else(|_| std::env::var("SLURM_PROCID"))
+        .or_else(|_| std::env::var("OMPI_COMM_WORLD_RANK"))
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let after: u64 = std::env::var("RMA_KILL_AFTER_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if let (Some(size), Some(rank)) = (size, rank) {
+        if rank + 1 == size {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(after));
+                // SAFETY: kill(2) on our own pid with SIGKILL: the process ends here.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            });
+        }
+    }
+}
+
+/// Window creation that fails on one rank: rank 1 asks for a window no memory can hold,
+/// in each creation call. It gets its own usage error; every other rank gets
+/// [`PeerError::CollectiveFailed`] naming rank 1, at once. Then every rank creates and
+/// uses a window as if nothing happened (no half-made window, ids still agree).
+pub fn creation_fails_on_one_rank(world: &World) -> Result<()> {
+    let me = world.rank();
+    let impossible = usize::MAX / 4;
+    for call in ["allocate", "allocate_shared"] {
+        let len = if me == 1 { impossible } else { 16 };
+        let start = Instant::now();
+        let r = match call {
+            "allocate" => world.allocate::<u64>(len).map(drop),
+            _ => world.allocate_shared::<u64>(len).map(drop),
+        };
+        check(
+            start.elapsed() < Duration::from_secs(10),
+            "the failure was agreed within 10 s",
+        )?;
+        match (me, r) {
+            (1, Err(Error::Usage(UsageError::Unsupported { .. }))) => {}
+            (
+                _,
+                Err(Error::Peer(PeerError::CollectiveFailed {
+                    rank: 1,
+                    call: c,
+                    reason,
+                })),
+            ) if me != 1 && c == call => {
+                check(reason.contains("isize::MAX"), "the reason travels")?;
+            }
+            (_, other) => {
+                return Err(rma::TransportError::Failed(format!(
+                    "rank {me}: {call} with an impossible size on rank 1 gave {other:?}"
+                ))
+                .into())
+            }
+        }
+    }
+    still_works(world)
+}
+
+/// Mismatched collectives: rank 0 calls `allocate` while the others call
+/// `create_dynamic`. Every rank gets [`PeerError::Mismatch`] naming a rank in the other
+/// call; then everyone goes on with matching calls.
+pub fn mismatched_creation(world: &World) -> Result<()> {
+    let me = world.rank();
+    let start = Instant::now();
+    let r = if me == 0 {
+        world.allocate::<u64>(8).map(drop)
+    } else {
+        world.create_dynamic::<u64>().map(drop)
+    };
+    check(
+        start.elapsed() < Duration::from_secs(10),
+        "the mismatch was found within 10 s",
+    )?;
+    match r {
+        Err(Error::Peer(PeerError::Mismatch { rank, call, theirs })) => {
+            let (mine, other) = if me == 0 {
+                ("allocate", "create_dynamic")
+            } else {
+                ("create_dynamic", "allocate")
+            };
+            check(
+                call == mine && theirs == other,
+                "the mismatch names both calls",
+            )?;
+            check(
+                (me == 0) != (rank == 0),
+                "the mismatch names a rank in the other call",
+            )?;
+        }
+        other => {
+            return Err(rma::TransportError::Failed(format!(
+                "rank {me}: mismatched creation gave {other:?}"
+            ))
+            .into())
+        }
+    }
+    still_works(world)
+}
+
+/// Rank 1 leaves (returns, dropping its World) while the others go into a window
+/// creation: they get [`PeerError::Departed`] naming rank 1 within 10 s. Returns
+/// `Ok(true)` on the departing rank (main exits at once).
+pub fn departs_before_collective(world: &World) -> Result<bool> {
+    if world.rank() == 1 {
+        return Ok(true);
+    }
+    let start = Instant::now();
+    let r = world.allocate::<u64>(8);
+    check(
+        start.elapsed() < Duration::from_secs(10),
+        "the departure was noticed within 10 s",
+    )?;
+    match r {
+        Err(Error::Peer(PeerError::Departed { rank: 1, .. })) => Ok(false),
+        other => Err(rma::TransportError::Failed(format!(
+            "allocate after rank 1 left gave {:?}",
+            other.map(drop)
+        ))
+        .into()),
+    }
+}
+
+/// A fence epoch with a put to the right neighbour on a fresh window: exact contents.
+fn still_works(world: &World) -> Result<()> {
+    let me = world.rank();
+    let size = world.size() as Rank;
+    let win = world.allocate::<u64>(4)?;
+    win.fence(Assert::NONE)?;
+    win.put(&[u64::from(me) + 100], (me + 1) % size, 1)?;
+    win.fence(Assert::NONE)?;
+    let left = (me + size - 1) % size;
+    check(
+        win.local_to_vec() == vec![0, u64::from(left) + 100, 0, 0],
+        "a window made after the failure works",
+    )?;
+    win.free()?;
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Failure is fast, agreed and bounded (issue #15), across real processes: ranks killed
+//! at random moments, a rank that leaves before a collective, window creation that fails
+//! on one rank, mismatched collectives. Every survivor must end by itself with a typed
+//! error within 10 s; nothing may be left in /dev/shm.
+
+use std::time::{Duration, Instant};
+
+use rma::launcher::{launch, Launch, Outcome};
+
+/// The case on `ranks` ranks under rma-run's engine, with `env`, a 60 s deadline for a
+/// hang (the cases themselves must end in 10 s), and the launcher's grace long enough
+/// that survivors are never killed for us.
+fn run(ranks: usize, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let mut l = Launch::new(
+        ranks,
+        env!("CARGO_BIN_EXE_rma-conformance"),
+        args.iter().map(|s| s.to_string()).collect(),
+    );
+    l.timeout = Some(Duration::from_secs(60));
+    l.grace = Duration::from_secs(30);
+    l.env
+        .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    launch(&l).expect("launch")
+}
+
+fn segments_left(job: &str) -> usize {
+    let prefix = format!("rma-{job}-");
+    std::fs::read_dir("/dev/shm").map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .count()
+    })
+}
+
+fn ok(ranks: usize, args: &[&str], env: &[(&str, &str)]) {
+    let out = run(ranks, args, env);
+    assert!(out.success(), "{args:?} on {ranks} ranks: {out:?}");
+    assert_eq!(segments_left(&out.job), 0, "segments left by {args:?}");
+}
+
+/// A small deterministic generator for the kill moments (no dependency for it).
+fn moments(seed: u64, n: usize, below_us: u64) -> Vec<u64> {
+    let mut x = seed;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % below_us
+        })
+        .collect()
+}
+
+/// 30 trials on `ranks` ranks with `env`: the last rank is SIGKILLed at a moment drawn
+/// in its first 400 ms (init, window creation, epochs, free). Every survivor must end by
+/// itself, seeing the dead peer (exit 3) or having finished before it mattered (exit 0),
+/// within 10 s of the kill. Returns the slowest trial.
+fn kill_trials(ranks: usize, env: &[(&str, &str)]) -> Duration {
+    use std::os::unix::process::ExitStatusExt;
+    let mut slowest = Duration::ZERO;
+    for (trial, at) in moments(0x5eed_1234, 30, 400_000).into_iter().enumerate() {
+        let at_s = at.to_string();
+        let mut env: Vec<(&str, &str)> = env.to_vec();
+        env.push(("RMA_KILL_AFTER_US", &at_s));
+        let start = Instant::now();
+        let out = run(ranks, &["kill_trial"], &env);
+        let took = start.elapsed();
+        slowest = slowest.max(took);
+        let victim = ranks - 1;
+        assert_eq!(
+            out.statuses[victim].signal(),
+            Some(9),
+            "trial {trial} (kill at {at} us): {out:?}"
+        );
+        for (r, s) in out.statuses[..victim].iter().enumerate() {
+            assert!(
+                matches!(s.code(), Some(0) | Some(3)),
+                "trial {trial} (kill at {at} us): survivor {r} ended with {s:?}: {out:?}"
+            );
+        }
+        assert!(
+            took < Duration::from_micros(at) + Duration::from_secs(10),
+            "trial {trial} (kill at {at} us): survivors took {took:?}"
+        );
+        assert_eq!(segments_left(&out.job), 0, "trial {trial}: segments left");
+    }
+    eprintln!("{ranks} ranks {env:?}: 30 kill trials, slowest {slowest:?}");
+    slowest
+}
+
+#[test]
+fn killed_at_random_moments_every_survivor_ends_within_10_seconds_shm() {
+    kill_trials(3, &[]);
+}
+
+#[test]
+fn window_creation_that_fails_on_one_rank_fails_on_every_rank() {
+    ok(2, &["creation_fails_on_one_rank"], &[]);
+    ok(4, &["creation_fails_on_one_rank"], &[]);
+}
+
+#[test]
+fn mismatched_creation_calls_are_a_typed_error_on_every_rank() {
+    ok(2, &["mismatched_creation"], &[]);
+    ok(3, &["mismatched_creation"], &[]);
+}
+
+#[test]
+fn a_rank_that_leaves_before_a_collective_is_named() {
+    let start = Instant::now();
+    ok(3, &["departs_before_collective"], &[]);
+    assert!(start.elapsed() < Duration::from_secs(12));
+}
+
+#[cfg(feature = "ofi")]
+mod ofi {
+    use super::*;
+
+    #[test]
+    fn killed_at_random_moments_every_survivor_ends_within_10_seconds_ofi_tcp() {
+        kill_trials(3, &[("RMA_BACKEND", "ofi"), ("FI_PROVIDER", "tcp;ofi_rxm")]);
+    }
+
+    #[test]
+    fn failures_in_window_creation_are_agreed_on_ofi_tcp() {
+        let env = [("RMA_BACKEND", "ofi"), ("FI_PROVIDER", "tcp;ofi_rxm")];
+        ok(3, &["creation_fails_on_one_rank"], &env);
+        ok(3, &["mismatched_creation"], &env);
+        ok(3, &["departs_before_collective"], &env);
+    }
+}
