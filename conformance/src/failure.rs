@@ -170,6 +170,77 @@ pub fn departs_before_collective(world: &World) -> Result<bool> {
     }
 }
 
+/// Rank 1 leaves the job between two fences of a window (`how`: "return" drops its
+/// window and World as a rank that returns an error does; "panic" unwinds), and between
+/// two barriers of the World. The others get [`PeerError::Departed`] naming rank 1 and
+/// the call, within 10 s, in the fence and then in the barrier.
+pub fn leaves_between_collectives(world: &World, how: &str) -> Result<()> {
+    let win = world.allocate::<u64>(8)?;
+    win.fence(Assert::NONE)?;
+    world.barrier()?;
+    if world.rank() == 1 {
+        match how {
+            "panic" => panic!("rank 1 panics on purpose, mid-job"),
+            _ => return Ok(()),
+        }
+    }
+    for (call, r) in [
+        ("fence", win.fence(Assert::NONE)),
+        ("barrier", {
+            let start = Instant::now();
+            let r = world.barrier();
+            check(start.elapsed() < Duration::from_secs(10), "barrier ended")?;
+            r
+        }),
+    ] {
+        match r {
+            Err(Error::Peer(PeerError::Departed { rank: 1, call: c })) if c == call => {}
+            other => {
+                return Err(rma::TransportError::Failed(format!(
+                    "{call} after rank 1 left gave {other:?}"
+                ))
+                .into())
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0 calls `fence` while the others call `free` on the same window: every rank
+/// gets [`PeerError::Mismatch`] naming a rank in the other call, within 10 s.
+pub fn fence_against_free(world: &World) -> Result<()> {
+    let me = world.rank();
+    let win = world.allocate::<u64>(8)?;
+    win.fence(Assert::NONE)?;
+    let start = Instant::now();
+    let r = if me == 0 {
+        win.fence(Assert::NONE).map(|()| None)
+    } else {
+        win.free()
+    };
+    check(
+        start.elapsed() < Duration::from_secs(10),
+        "the mismatch was found within 10 s",
+    )?;
+    let (mine, theirs) = if me == 0 {
+        ("fence", "free")
+    } else {
+        ("free", "fence")
+    };
+    match r {
+        Err(Error::Peer(PeerError::Mismatch {
+            rank,
+            call,
+            theirs: t,
+        })) if call == mine && t == theirs && (rank == 0) != (me == 0) => Ok(()),
+        other => Err(rma::TransportError::Failed(format!(
+            "rank {me}: {mine} against {theirs} gave {:?}",
+            other.map(drop)
+        ))
+        .into()),
+    }
+}
+
 /// A fence epoch with a put to the right neighbour on a fresh window: exact contents.
 fn still_works(world: &World) -> Result<()> {
     let me = world.rank();

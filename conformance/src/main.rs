@@ -48,6 +48,8 @@ fn main() {
         "creation_fails_on_one_rank" => failure::creation_fails_on_one_rank(&world),
         "mismatched_creation" => failure::mismatched_creation(&world),
         "departs_before_collective" => failure::departs_before_collective(&world).map(drop),
+        "leaves_between_collectives" => failure::leaves_between_collectives(&world, kind),
+        "fence_against_free" => failure::fence_against_free(&world),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);

@@ -112,6 +112,33 @@ fn a_rank_that_leaves_before_a_collective_is_named() {
     assert!(start.elapsed() < Duration::from_secs(12));
 }
 
+/// A rank that leaves (returns, or panics) between collectives: the others' fence and
+/// barrier fail naming it and the call, and the job ends within seconds.
+fn leaves(ranks: usize, env: &[(&str, &str)]) {
+    for how in ["return", "panic"] {
+        let start = Instant::now();
+        let out = run(ranks, &["leaves_between_collectives", how], env);
+        let leaver = if how == "panic" { Some(101) } else { Some(0) };
+        assert_eq!(out.statuses[1].code(), leaver, "{how}: {out:?}");
+        for r in (0..ranks).filter(|r| *r != 1) {
+            assert_eq!(out.statuses[r].code(), Some(0), "{how}: rank {r}: {out:?}");
+        }
+        assert!(start.elapsed() < Duration::from_secs(12), "{how}: slow");
+        assert_eq!(segments_left(&out.job), 0);
+    }
+}
+
+#[test]
+fn a_rank_that_leaves_between_collectives_is_named_in_fence_and_barrier() {
+    leaves(3, &[]);
+}
+
+#[test]
+fn fence_against_free_is_a_mismatch_on_every_rank() {
+    ok(2, &["fence_against_free"], &[]);
+    ok(4, &["fence_against_free"], &[]);
+}
+
 #[cfg(feature = "ofi")]
 mod ofi {
     use super::*;
@@ -127,5 +154,7 @@ mod ofi {
         ok(3, &["creation_fails_on_one_rank"], &env);
         ok(3, &["mismatched_creation"], &env);
         ok(3, &["departs_before_collective"], &env);
+        ok(3, &["fence_against_free"], &env);
+        leaves(3, &env);
     }
 }

@@ -2,8 +2,16 @@
 //! share its node, a key-value space and a barrier. Backends use it to exchange
 //! addresses; implementations (rma-run, PMI) live in the `rma` facade.
 
+use std::sync::Arc;
+
 use crate::error::TransportError;
 use crate::Rank;
+
+/// A check a bootstrap's blocking waits run now and then (every 100 ms or so): an error
+/// says the wait is hopeless (a peer died, or left the job and will make no more
+/// bootstrap calls), and the wait returns it. The engine provides one
+/// ([`Engine::liveness_watch`](crate::Engine::liveness_watch)).
+pub type LivenessWatch = Arc<dyn Fn() -> Result<(), TransportError> + Send + Sync>;
 
 /// Launcher services for one process of a job.
 pub trait Bootstrap: Send + Sync {
@@ -23,6 +31,13 @@ pub trait Bootstrap: Send + Sync {
     fn get(&self, key: &str) -> Result<Vec<u8>, TransportError>;
     /// Blocks until every rank has called it.
     fn barrier(&self) -> Result<(), TransportError>;
+
+    /// Installs the check that blocking waits run now and then, for launchers that cannot
+    /// tell a waiting process that a peer is gone (PMI). Ignored where the launcher tells
+    /// it (rma-run) or the wait cannot be interrupted.
+    fn set_watch(&self, watch: LivenessWatch) {
+        let _ = watch;
+    }
 
     /// This process leaves the job normally: it makes no more bootstrap calls. Peers
     /// blocked in a collective it will never join learn it from the launcher, where the

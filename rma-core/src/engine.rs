@@ -23,6 +23,12 @@ use crate::Rank;
 /// Window id used by the engine's own barrier.
 const ENGINE_WINDOW: u32 = u32::MAX;
 
+/// A peer that left the job: the engine barriers it had started, and the peer it blamed.
+type Departed = (u32, Option<Rank>);
+
+/// Bit of a blame word (a departure's done count): the blamed rank is dead.
+const BLAME_DEAD: u32 = 1 << 31;
+
 /// Process-wide state, shared by windows, requests and the progress thread.
 pub(crate) struct EngineShared {
     pub transport: Arc<dyn Transport>,
@@ -40,6 +46,13 @@ pub(crate) struct EngineShared {
     failed: AtomicU64,
     barrier: Mutex<EngineBarrier>,
     stop: AtomicBool,
+    /// Per peer that left the job (its World is gone): the engine barriers it started,
+    /// and the peer it blamed for leaving, if it left on an error naming one.
+    departed: Mutex<Vec<Option<Departed>>>,
+    /// This process left the job: it says so only once.
+    left: AtomicBool,
+    /// The peer this process's errors named first, plus one (0: none); see `blame`.
+    blamed: AtomicU64,
 }
 
 #[derive(Default)]
@@ -97,6 +110,9 @@ impl Engine {
             failed: AtomicU64::new(0),
             barrier: Mutex::new(EngineBarrier::default()),
             stop: AtomicBool::new(false),
+            departed: Mutex::new(Vec::new()),
+            left: AtomicBool::new(false),
+            blamed: AtomicU64::new(0),
             config,
         });
         if shared.config.async_progress {
@@ -151,20 +167,112 @@ impl Engine {
         let mut enc = wire::Encoder::default();
         e.wait_until("barrier", || {
             let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
-            bar.advance(e.rank, e.size, &mut b.arrivals, |peer, seq, round| {
-                enc.start(Kind::Barrier, 0, ENGINE_WINDOW, 0)
-                    .u32(seq)
-                    .u8(round);
+            let done = bar.advance::<crate::Error>(
+                e.rank,
+                e.size,
+                &mut b.arrivals,
+                |peer, seq, round| {
+                    enc.start(Kind::Barrier, 0, ENGINE_WINDOW, 0)
+                        .u32(seq)
+                        .u8(round);
+                    match e.transport.send(peer, enc.finish()) {
+                        Ok(()) => {
+                            e.stats.message(Kind::Barrier, enc.finish().len());
+                            Ok(true)
+                        }
+                        Err(TransportError::Busy) => Ok(false),
+                        Err(x) => Err(x.into()),
+                    }
+                },
+            )?;
+            drop(b);
+            if !done {
+                if let Some(rank) = e.failed_rank() {
+                    return Err(PeerError::Dead { rank }.into());
+                }
+                // A peer that left before starting this barrier never will.
+                let departed = e.departed.lock().unwrap_or_else(|x| x.into_inner());
+                let behind = (departed.iter().enumerate())
+                    .filter_map(|(r, s)| s.filter(|s| s.0 < bar.seq).map(|s| (s.0, r)))
+                    .min();
+                if let Some((_, rank)) = behind {
+                    return Err(PeerError::Departed {
+                        rank: rank as Rank,
+                        call: "barrier",
+                    }
+                    .into());
+                }
+            }
+            Ok(done)
+        })
+    }
+
+    /// The check a bootstrap's blocking waits run now and then
+    /// ([`Bootstrap::set_watch`](crate::Bootstrap::set_watch)): one progress pass (so that
+    /// peers' departures and deaths arrive), then an error if a peer died or left the job
+    /// (a departed peer makes no more bootstrap calls, so a bootstrap collective waiting
+    /// for it never ends). Holds the engine weakly.
+    pub fn liveness_watch(&self) -> crate::bootstrap::LivenessWatch {
+        let weak = Arc::downgrade(&self.shared);
+        Arc::new(move || {
+            let Some(e) = weak.upgrade() else {
+                return Ok(());
+            };
+            let _ = e.progress();
+            let failed = e.failed.load(Ordering::Acquire);
+            if failed != 0 {
+                return Err(TransportError::PeerUnreachable((failed - 1) as Rank));
+            }
+            let departed = e.departed.lock().unwrap_or_else(|x| x.into_inner());
+            // The cause rather than the messenger: a peer that left blaming nobody
+            // (or blaming a peer that is not gone) first.
+            let gone = |r: Rank| departed.get(r as usize).is_some_and(Option::is_some);
+            let cause = (0..departed.len())
+                .find(|&r| departed[r].is_some_and(|(_, blamed)| blamed.is_none_or(|b| !gone(b))));
+            let any = departed.iter().position(Option::is_some);
+            match cause.or(any) {
+                Some(rank) => {
+                    let err = TransportError::PeerDeparted(rank as Rank);
+                    e.blame(&err.clone().into());
+                    Err(err)
+                }
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// This process leaves the job normally (its World is dropped): every peer is told,
+    /// with the engine barriers this process started, so that a peer waiting in a
+    /// barrier this process never joins fails naming it instead of waiting for a
+    /// timeout. Best effort and bounded (a peer that cannot take the message within a
+    /// second of progress is not told). Only the first call does anything.
+    pub fn depart(&self) {
+        let e = &self.shared;
+        if e.left.swap(true, Ordering::AcqRel) || e.size == 1 {
+            return;
+        }
+        let seq = e.barrier.lock().unwrap_or_else(|x| x.into_inner()).seq;
+        let mut enc = wire::Encoder::default();
+        enc.start(Kind::Depart, 0, ENGINE_WINDOW, e.blame_word())
+            .u8(wire::Departure::Job as u8)
+            .u32(seq);
+        let start = Instant::now();
+        for peer in (0..e.size as Rank).filter(|r| *r != e.rank) {
+            loop {
                 match e.transport.send(peer, enc.finish()) {
                     Ok(()) => {
-                        e.stats.message(Kind::Barrier, enc.finish().len());
-                        Ok(true)
+                        e.stats.message(Kind::Depart, enc.finish().len());
+                        break;
                     }
-                    Err(TransportError::Busy) => Ok(false),
-                    Err(x) => Err(x.into()),
+                    Err(TransportError::Busy)
+                        if start.elapsed() < std::time::Duration::from_secs(1) =>
+                    {
+                        let _ = e.progress();
+                    }
+                    Err(_) => break,
                 }
-            })
-        })
+            }
+        }
     }
 
     /// Allocates a window of `len` elements on every rank (collective, MPI_Win_allocate).
@@ -308,6 +416,16 @@ impl Engine {
     /// failure comes back as it was; another's as [`PeerError::CollectiveFailed`]; a rank
     /// in another collective as [`PeerError::Mismatch`].
     fn agree(&self, kind: WindowKind, id: u32, mine: Result<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+        self.agree_inner(kind, id, mine)
+            .inspect_err(|e| self.shared.blame(e))
+    }
+
+    fn agree_inner(
+        &self,
+        kind: WindowKind,
+        id: u32,
+        mine: Result<Vec<u8>>,
+    ) -> Result<Vec<Vec<u8>>> {
         let call = creation_call(kind as u8);
         let (status, body) = match &mine {
             Ok(bytes) => (0u8, bytes.clone()),
@@ -461,11 +579,25 @@ impl EngineShared {
             }
         };
         if p.win == ENGINE_WINDOW {
-            if let Body::Barrier { seq, round } = p.body {
-                // Never a window lock and the barrier's at once.
-                held.release();
-                let mut b = self.barrier.lock().unwrap_or_else(|x| x.into_inner());
-                *b.arrivals.entry((seq, round)).or_default() += 1;
+            match p.body {
+                Body::Barrier { seq, round } => {
+                    // Never a window lock and the barrier's at once.
+                    held.release();
+                    let mut b = self.barrier.lock().unwrap_or_else(|x| x.into_inner());
+                    *b.arrivals.entry((seq, round)).or_default() += 1;
+                }
+                Body::Depart {
+                    what: wire::Departure::Job,
+                    seq,
+                } => {
+                    let mut d = self.departed.lock().unwrap_or_else(|x| x.into_inner());
+                    if (from as usize) < self.size {
+                        d.resize(self.size, None);
+                        let blamed = self.heard_blame(from, p.done_count);
+                        d[from as usize] = Some((seq, blamed));
+                    }
+                }
+                _ => {}
             }
             return;
         }
@@ -486,6 +618,67 @@ impl EngineShared {
     /// PROGRESS_WAIT: makes progress until `cond` holds, a peer fails, or the configured
     /// timeout passes without `cond` holding.
     pub(crate) fn wait_until(
+        &self,
+        call: &'static str,
+        cond: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        self.wait_until_inner(call, cond)
+            .inspect_err(|e| self.blame(e))
+    }
+
+    /// Remembers the first peer this process's errors named (dead, departed, in another
+    /// collective): when this process then leaves, its departure names that peer, so
+    /// that others blame the cause and not the messenger.
+    pub(crate) fn blame(&self, e: &Error) {
+        let (rank, dead) = match e {
+            Error::Peer(PeerError::Dead { rank }) => (*rank, BLAME_DEAD),
+            Error::Peer(
+                PeerError::Departed { rank, .. }
+                | PeerError::Mismatch { rank, .. }
+                | PeerError::CollectiveFailed { rank, .. },
+            ) => (*rank, 0),
+            _ => return,
+        };
+        let _ = self.blamed.compare_exchange(
+            0,
+            u64::from((rank + 1) | dead),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// The blame word a departure carries (the header's done count): see `blame`.
+    pub(crate) fn blame_word(&self) -> u32 {
+        self.blamed.load(Ordering::Acquire) as u32
+    }
+
+    /// A peer's departure that blames a dead rank: this process takes that rank for dead
+    /// too (the peer saw it die; our own liveness check may come later), so that every
+    /// survivor names the dead rank, not the survivors that left because of it. Returns
+    /// the peer the word blames, if any.
+    pub(crate) fn heard_blame(&self, from: Rank, word: u32) -> Option<Rank> {
+        let rank = (word & !BLAME_DEAD).checked_sub(1)?;
+        if rank == from || rank as usize >= self.size {
+            return None;
+        }
+        if word & BLAME_DEAD != 0 {
+            let _ = self.failed.compare_exchange(
+                0,
+                u64::from(rank) + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        Some(rank)
+    }
+
+    /// The rank known dead, if any.
+    pub(crate) fn failed_rank(&self) -> Option<Rank> {
+        let failed = self.failed.load(Ordering::Acquire);
+        (failed != 0).then(|| (failed - 1) as Rank)
+    }
+
+    fn wait_until_inner(
         &self,
         call: &'static str,
         mut cond: impl FnMut() -> Result<bool>,

@@ -22,7 +22,7 @@ use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};
 use crate::target::{Memory, Reply, TargetSide, Waiter, REGION_SHIFT};
 use crate::transport::{Fetched, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
-use crate::wire::{self, flags, Body, Encoder, Extent, Kind, Packet};
+use crate::wire::{self, flags, Body, Departure, Encoder, Extent, Kind, Packet};
 use crate::Rank;
 
 /// How a window's memory came to be.
@@ -104,6 +104,8 @@ pub(crate) struct WindowShared {
     /// A `create` window's user buffer, kept aside while its bytes live in backend
     /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
+    /// Freed collectively: its drop tells nobody (otherwise peers learn it was abandoned).
+    freed: std::sync::atomic::AtomicBool,
 }
 
 /// Token bit of native ops tracked by their target's count alone (no op element): the
@@ -165,6 +167,22 @@ pub(crate) struct WinState {
     pub target: TargetSide,
     outbox: VecDeque<(Rank, Kind, Vec<u8>)>,
     enc: Encoder,
+    /// What peers said of leaving this window (their `Depart` packets).
+    departures: PeerDepartures,
+}
+
+/// What peers said of leaving a window: the collectives on it that can no longer
+/// complete, and who is to blame.
+#[derive(Debug, Default)]
+struct PeerDepartures {
+    /// Per peer that dropped the window without freeing it: the barriers it had started
+    /// on it (the one furthest behind is the one to blame for a collective that cannot
+    /// complete; others may have dropped it only because that collective failed).
+    abandoned: Vec<Option<u32>>,
+    /// The first peer whose collective call failed as a mismatch, and that call.
+    mismatch: Option<(Rank, &'static str)>,
+    /// Per peer, in `free`: the barriers it had started on the window before.
+    freeing: Vec<Option<u32>>,
 }
 
 /// The locks of a PER_TARGET epoch: few (the ones the user holds at once), so a vector
@@ -258,6 +276,7 @@ impl WinState {
             target: TargetSide::default(),
             outbox: VecDeque::new(),
             enc: Encoder::default(),
+            departures: PeerDepartures::default(),
         }
     }
 
@@ -305,6 +324,65 @@ impl WinState {
     ) -> Result<()> {
         self.enc.start(kind, fl, w.id, done_count);
         self.send_encoded(w, to, kind)
+    }
+
+    /// Tells every peer what this rank does of the window (a [`Kind::Depart`] packet).
+    fn send_departure(&mut self, w: &WindowShared, what: Departure, seq: u32) -> Result<()> {
+        let blame = w.engine.blame_word();
+        for peer in (0..w.engine.size as Rank).filter(|r| *r != w.engine.rank) {
+            self.enc
+                .start(Kind::Depart, 0, w.id, blame)
+                .u8(what as u8)
+                .u32(seq);
+            self.send_encoded(w, peer, Kind::Depart)?;
+        }
+        Ok(())
+    }
+
+    /// For a wait of `call` on this window whose condition does not hold after a
+    /// progress pass: the error if a peer's departure means it never will. A peer that
+    /// abandoned the window joins no collective on it again; a peer that failed a
+    /// collective as a mismatch fails ours too; a peer in `free` while this rank is in
+    /// `fence` with fewer barriers behind it is in another collective.
+    fn departure_error(&mut self, w: &WindowShared, call: &'static str) -> Result<()> {
+        if let Some(rank) = w.engine.failed_rank() {
+            // The cause before its consequences (peers that left because of it).
+            return Err(PeerError::Dead { rank }.into());
+        }
+        if let Some((rank, theirs)) = self.departures.mismatch {
+            return Err(PeerError::Mismatch { rank, call, theirs }.into());
+        }
+        // A peer that dropped the window is blamed by a fence only if it never started
+        // this fence's barrier (one that did may still let it complete).
+        let mine = self.barrier_seq;
+        let behind = (self.departures.abandoned.iter().enumerate())
+            .filter_map(|(r, s)| s.map(|s| (s, r)))
+            .filter(|(s, _)| call != "fence" || *s < mine)
+            .min();
+        if let Some((_, rank)) = behind {
+            return Err(PeerError::Departed {
+                rank: rank as Rank,
+                call,
+            }
+            .into());
+        }
+        if call == "fence" {
+            let early = self
+                .departures
+                .freeing
+                .iter()
+                .position(|s| s.is_some_and(|s| s < mine));
+            if let Some(rank) = early {
+                self.send_departure(w, Departure::Mismatch, Departure::call_code(call))?;
+                return Err(PeerError::Mismatch {
+                    rank: rank as Rank,
+                    call,
+                    theirs: "free",
+                }
+                .into());
+            }
+        }
+        Ok(())
     }
 
     // ----- elements --------------------------------------------------------------------
@@ -1181,6 +1259,30 @@ impl WinState {
                         .or_default() += 1;
                 }
             }
+            Kind::Depart => {
+                if let Body::Depart { what, seq } = p.body {
+                    w.engine.heard_blame(from, p.done_count);
+                    let d = &mut self.departures;
+                    match what {
+                        Departure::Abandoned => {
+                            if d.abandoned.len() < w.engine.size {
+                                d.abandoned.resize(w.engine.size, None);
+                            }
+                            d.abandoned[from as usize] = Some(seq);
+                        }
+                        Departure::Mismatch => {
+                            d.mismatch.get_or_insert((from, Departure::call_of(seq)));
+                        }
+                        Departure::Free => {
+                            if d.freeing.len() < w.engine.size {
+                                d.freeing.resize(w.engine.size, None);
+                            }
+                            d.freeing[from as usize] = Some(seq);
+                        }
+                        Departure::Job => {}
+                    }
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -1512,6 +1614,7 @@ impl WindowShared {
             counters: Counters::default(),
             next_region: Mutex::new(1),
             user_copy: Mutex::new(None),
+            freed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -1542,8 +1645,13 @@ impl WindowShared {
         call: &'static str,
         mut cond: impl FnMut(&mut WinState) -> Result<bool>,
     ) -> Result<()> {
-        self.engine
-            .wait_until(call, || cond(&mut self.lock_state()))
+        self.engine.wait_until(call, || {
+            let mut st = self.lock_state();
+            if cond(&mut st)? {
+                return Ok(true);
+            }
+            st.departure_error(self, call).map(|()| false)
+        })
     }
 
     fn check_rank(&self, rank: Rank) -> Result<()> {
@@ -2917,15 +3025,42 @@ impl<T: Element> Window<T> {
                 return Err(UsageError::EpochOpen.into());
             }
         }
-        // Outstanding barriers first, then one more so no peer still needs us.
+        // Outstanding barriers first; then every rank tells every other that it frees the
+        // window, with the barriers it started on it: once all have said so with the same
+        // count, no peer needs this window any more (each said it last, after everything
+        // else it sent on it). A peer in another collective (a fence) or with another
+        // count is a mismatch, on both sides.
         w.wait_for("free", |st| {
-            Ok(st.barrier.is_none() && st.background_barriers.is_empty())
+            Ok(st.barrier.is_none() && st.background_barriers.is_empty() && st.outbox.is_empty())
         })?;
-        w.lock_state().start_barrier(w)?;
-        w.wait_for(
-            "free",
-            |st| Ok(st.barrier.is_none() && st.outbox.is_empty()),
-        )?;
+        let mine = {
+            let mut st = w.lock_state();
+            let mine = st.barrier_seq;
+            st.send_departure(w, Departure::Free, mine)?;
+            mine
+        };
+        let (me, size) = (w.engine.rank as usize, w.engine.size);
+        w.wait_for("free", |st| {
+            let freeing = &st.departures.freeing;
+            let all = size == 1
+                || (freeing.len() == size && (0..size).all(|r| r == me || freeing[r].is_some()));
+            if !all || !st.outbox.is_empty() {
+                return Ok(false);
+            }
+            match (0..size).find(|&r| r != me && freeing[r] != Some(mine)) {
+                None => Ok(true),
+                Some(rank) => {
+                    st.send_departure(w, Departure::Mismatch, Departure::call_code("free"))?;
+                    Err(PeerError::Mismatch {
+                        rank: rank as Rank,
+                        call: "free",
+                        theirs: "fence",
+                    }
+                    .into())
+                }
+            }
+        })?;
+        w.freed.store(true, std::sync::atomic::Ordering::Relaxed);
         w.engine.unregister(w.id);
         let mut st = w.lock_state();
         let WinState {
@@ -2990,7 +3125,25 @@ impl<T: Element> Drop for Window<T> {
     /// A window dropped without [`free`](Window::free) leaves the engine's registry (no
     /// collective, no message): peers that still address it get their packets refused.
     fn drop(&mut self) {
-        self.shared.engine.unregister(self.shared.id);
+        let w = &self.shared;
+        if !w.freed.load(std::sync::atomic::Ordering::Relaxed) && w.engine.size > 1 {
+            // Peers waiting in a collective on this window learn that it will never
+            // complete. Best effort, bounded: what the transport cannot take now is given
+            // a few progress passes, then dropped with the window.
+            let mut st = w.lock_state();
+            let seq = st.barrier_seq;
+            if st.send_departure(w, Departure::Abandoned, seq).is_ok() {
+                for _ in 0..1000 {
+                    if st.outbox.is_empty() || st.flush_outbox(w).is_err() {
+                        break;
+                    }
+                    drop(st);
+                    let _ = w.engine.progress();
+                    st = w.lock_state();
+                }
+            }
+        }
+        w.engine.unregister(w.id);
     }
 }
 

@@ -50,11 +50,12 @@ pub enum Kind {
     Ack,
     Post,
     Barrier,
+    Depart,
 }
 
 impl Kind {
     /// Number of kinds (for counter arrays).
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
 
     fn from_code(c: u8) -> Option<Kind> {
         use Kind::*;
@@ -71,6 +72,7 @@ impl Kind {
             10 => Ack,
             11 => Post,
             12 => Barrier,
+            13 => Depart,
             _ => return None,
         })
     }
@@ -90,6 +92,7 @@ impl Kind {
             Kind::Ack => "ack",
             Kind::Post => "post",
             Kind::Barrier => "barrier",
+            Kind::Depart => "depart",
         }
     }
 
@@ -207,6 +210,59 @@ pub enum Body<'a> {
         seq: u32,
         round: u8,
     },
+    /// The sender leaves a collective context: see [`Departure`].
+    Depart {
+        what: Departure,
+        seq: u32,
+    },
+}
+
+/// What a [`Kind::Depart`] packet says the sender did; `seq` is how many barriers it
+/// started in that context (the engine's, or the window's) before. For
+/// [`Departure::Job`], the header's done count is the peer the sender blamed for leaving
+/// plus one (0: it left without an error naming a peer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Departure {
+    /// The sender's World is gone (window id: the engine's).
+    Job = 0,
+    /// The sender dropped the window without freeing it.
+    Abandoned = 1,
+    /// The sender is in `free` of the window.
+    Free = 2,
+    /// The sender found the others' collective calls on the window do not match its own,
+    /// which `seq` names ([`Departure::call_code`]); its call failed.
+    Mismatch = 3,
+}
+
+impl Departure {
+    fn from_code(c: u8) -> Option<Departure> {
+        Some(match c {
+            0 => Departure::Job,
+            1 => Departure::Abandoned,
+            2 => Departure::Free,
+            3 => Departure::Mismatch,
+            _ => return None,
+        })
+    }
+
+    /// The code a [`Departure::Mismatch`] carries in `seq` for a window's collective call.
+    pub fn call_code(call: &str) -> u32 {
+        match call {
+            "fence" => 1,
+            "free" => 2,
+            _ => 0,
+        }
+    }
+
+    /// The call of a [`call_code`](Self::call_code).
+    pub fn call_of(code: u32) -> &'static str {
+        match code {
+            1 => "fence",
+            2 => "free",
+            _ => "another collective",
+        }
+    }
 }
 
 /// Why a packet was refused.
@@ -371,6 +427,12 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
             let round = r.u8()?;
             r.end()?;
             Body::Barrier { seq, round }
+        }
+        Kind::Depart => {
+            let what = Departure::from_code(r.u8()?).ok_or("unknown departure")?;
+            let seq = r.u32()?;
+            r.end()?;
+            Body::Depart { what, seq }
         }
         Kind::Lock | Kind::LockGranted | Kind::Done | Kind::Ack | Kind::Post => {
             r.end()?;

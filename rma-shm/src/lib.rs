@@ -231,20 +231,22 @@ impl ShmTransport {
                 ));
             }
             let pids: Vec<u32> = hellos.iter().map(|h| h.pid).collect();
-            let mut inboxes = Vec::with_capacity(size);
-            for r in 0..size as Rank {
-                if r == rank {
-                    inboxes.push(own.clone());
-                } else {
+            let inboxes = (0..size as Rank)
+                .map(|r| {
+                    if r == rank {
+                        return Ok(own.clone());
+                    }
                     let n = inbox_name(&job, r);
-                    inboxes.push(Arc::new(
-                        Mapping::open(&n, inbox_len(size))
-                            .map_err(|e| fail(&format!("open {n}"), e))?,
-                    ));
-                }
-            }
+                    Mapping::open(&n, inbox_len(size))
+                        .map(Arc::new)
+                        .map_err(|e| fail(&format!("open {n}"), e))
+                })
+                .collect::<Result<Vec<_>, _>>();
+            // The barrier even when an inbox could not be opened: a peer that already
+            // unlinked its name did so because a rank died or left, and the barrier says
+            // which (a typed error), where the failed open says only "no such file".
             boot.barrier()?;
-            Ok::<_, TransportError>((pids, inboxes))
+            Ok::<_, TransportError>((pids, inboxes?))
         })();
         let _ = sys::unlink(&name);
         let (pids, inboxes) = joined?;

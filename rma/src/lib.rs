@@ -165,8 +165,12 @@ impl World {
                 .into())
             }
         };
+        let engine = Engine::new(transport, config);
+        // PMI's blocking waits now notice peers that die or leave (rma-run's server tells
+        // its ranks itself).
+        bootstrap.set_watch(engine.liveness_watch());
         Ok(World {
-            engine: Engine::new(transport, config),
+            engine,
             bootstrap,
             backend,
         })
@@ -218,6 +222,8 @@ impl Drop for World {
         // First the launcher: peers blocked in a bootstrap collective we will never join
         // learn it now, and do not keep us lingering for their goodbyes below.
         self.bootstrap.depart();
+        // Then the peers: one in a barrier this process never joins fails at once.
+        self.engine.depart();
         match &self.backend {
             Backend::SharedMemory(shm) => shm.depart(),
             #[cfg(any(feature = "ofi", feature = "verbs"))]

@@ -59,10 +59,78 @@ pub(crate) fn pmi_socket() -> Result<Option<std::os::unix::net::UnixStream>, Err
     }
     // SAFETY: the launcher handed this socket to us; we own it from here on.
     let stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .ok();
+    // Waits poll in steps and ask their watch in between (Watch::readable); this is the
+    // backstop for a read that starts and then stalls.
+    stream.set_read_timeout(Some(WAIT_LIMIT)).ok();
     Ok(Some(stream))
+}
+
+/// How long a bootstrap wait may go on without an answer (the launcher's own timeout).
+const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How often a waiting bootstrap asks its [`Watch`].
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The liveness check a PMI bootstrap's blocking waits run ([`Bootstrap::set_watch`]).
+#[derive(Default)]
+pub(crate) struct Watch(std::sync::Mutex<Option<rma_core::bootstrap::LivenessWatch>>);
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watch")
+    }
+}
+
+impl Watch {
+    pub(crate) fn set(&self, w: rma_core::bootstrap::LivenessWatch) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(w);
+    }
+
+    /// The watch's verdict now (`Ok` when none is installed).
+    pub(crate) fn check(&self) -> Result<(), TransportError> {
+        let w = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        w.map_or(Ok(()), |w| w())
+    }
+
+    /// Waits until the launcher's socket has bytes to read (or is closed), asking the
+    /// watch every [`WATCH_EVERY`], for at most [`WAIT_LIMIT`].
+    pub(crate) fn readable(
+        &self,
+        stream: &std::os::unix::net::UnixStream,
+        what: &str,
+    ) -> Result<(), TransportError> {
+        use std::os::fd::AsRawFd;
+        let start = std::time::Instant::now();
+        loop {
+            let mut p = libc::pollfd {
+                fd: stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for an open descriptor the stream owns, count 1;
+            // poll only writes `revents`.
+            let r = unsafe { libc::poll(&mut p, 1, WATCH_EVERY.as_millis() as libc::c_int) };
+            if r > 0 {
+                // Readable, or hung up / failed: the read that follows says which.
+                return Ok(());
+            }
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(TransportError::Failed(format!(
+                        "the launcher's socket failed waiting for `{what:.30}`: {e}"
+                    )));
+                }
+            }
+            self.check()?;
+            if start.elapsed() > WAIT_LIMIT {
+                return Err(TransportError::Failed(format!(
+                    "the launcher did not answer `{what:.30}` within {WAIT_LIMIT:?}: a peer \
+                     never arrived or died"
+                )));
+            }
+        }
+    }
 }
 
 /// Values travel as lowercase hex in the launchers' text protocols.

@@ -19,6 +19,7 @@ pub struct Pmi1 {
     node: String,
     vallen_max: usize,
     conn: Mutex<(BufReader<UnixStream>, UnixStream)>,
+    watch: super::Watch,
 }
 
 fn err(msg: impl Into<String>) -> TransportError {
@@ -47,6 +48,7 @@ impl Pmi1 {
             node: super::node_id(),
             vallen_max: 1024,
             conn: Mutex::new((reader, stream)),
+            watch: super::Watch::default(),
         };
         let r = me.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
@@ -85,6 +87,9 @@ impl Pmi1 {
         writer
             .write_all(format!("{line}\n").as_bytes())
             .map_err(|e| err(format!("launcher gone: {e}")))?;
+        if reader.buffer().is_empty() {
+            self.watch.readable(reader.get_ref(), line)?;
+        }
         let mut reply = String::new();
         match reader.read_line(&mut reply) {
             Ok(0) => return Err(err("launcher closed the connection")),
@@ -151,6 +156,9 @@ impl Bootstrap for Pmi1 {
     }
     fn barrier(&self) -> Result<(), TransportError> {
         self.call("cmd=barrier_in", "barrier_out").map(drop)
+    }
+    fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
+        self.watch.set(watch);
     }
 }
 

@@ -19,6 +19,7 @@ pub struct Pmi2 {
     job: String,
     node: String,
     conn: Mutex<UnixStream>,
+    watch: super::Watch,
     barriers: std::sync::atomic::AtomicU64,
 }
 
@@ -69,6 +70,7 @@ impl Pmi2 {
             job: String::new(),
             node: super::node_id(),
             conn: Mutex::new(stream),
+            watch: super::Watch::default(),
             barriers: std::sync::atomic::AtomicU64::new(0),
         };
         // The PMI-2 handshake starts in PMI-1's line format (what Slurm's pmi2 plugin and
@@ -109,6 +111,7 @@ impl Pmi2 {
             .map_err(|e| err(format!("launcher gone: {e}")))?;
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
+        self.watch.readable(&s, "init")?;
         while byte[0] != b'\n' {
             s.read_exact(&mut byte)
                 .map_err(|e| err(format!("no answer to init: {e}")))?;
@@ -132,6 +135,7 @@ impl Pmi2 {
         let mut s = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         s.write_all(format!("{:<6}{cmd}", cmd.len()).as_bytes())
             .map_err(|e| err(format!("launcher gone: {e}")))?;
+        self.watch.readable(&s, cmd)?;
         let mut len = [0u8; 6];
         s.read_exact(&mut len)
             .map_err(|e| err(format!("no answer to `{cmd:.30}`: {e}")))?;
@@ -184,6 +188,7 @@ impl Bootstrap for Pmi2 {
         // A key another rank put before its fence may not be there yet: Hydra's PMI-2
         // fence does not wait for the other ranks. Ask again until it is, or time out.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut polls = 0u32;
         loop {
             let r = self.call(
                 &format!("cmd=kvs-get;jobid={};srcid=-1;key={key};", self.jobid),
@@ -200,6 +205,11 @@ impl Bootstrap for Pmi2 {
                     "key {key} never appeared: a rank never arrived or died"
                 )));
             }
+            if polls % 100 == 99 {
+                // About every 100 ms: is a peer gone that this wait depends on?
+                self.watch.check()?;
+            }
+            polls += 1;
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
@@ -215,6 +225,9 @@ impl Bootstrap for Pmi2 {
             self.get(&format!("rma-bar{n}-{r}"))?;
         }
         Ok(())
+    }
+    fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
+        self.watch.set(watch);
     }
 }
 
