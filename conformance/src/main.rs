@@ -630,6 +630,20 @@ fn no_segments_left(world: &World) -> Result<()> {
         left.is_empty(),
         &format!("segments unlinked once mapped, found {left:?}"),
     )?;
+    // Anonymous segments: their descriptors are closed once every rank mapped them.
+    let open: Vec<String> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .map(|t| t.to_string_lossy().into_owned())
+                .filter(|t| t.starts_with("/memfd:rma-segment"))
+                .collect()
+        })
+        .unwrap_or_default();
+    check(
+        open.is_empty(),
+        &format!("segment descriptors closed once mapped, found {open:?}"),
+    )?;
     a.free()?;
     s.free()?;
     Ok(())

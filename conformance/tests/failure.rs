@@ -139,6 +139,119 @@ fn fence_against_free_is_a_mismatch_on_every_rank() {
     ok(4, &["fence_against_free"], &[]);
 }
 
+/// MPICH's Hydra, if installed (CI installs it and sets `RMA_REQUIRE_MPIEXEC=1`).
+fn mpiexec() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("mpiexec.hydra"))
+            .find(|f| f.is_file())
+    });
+    assert!(
+        found.is_some() || std::env::var_os("RMA_REQUIRE_MPIEXEC").is_none(),
+        "mpiexec.hydra is required but not installed"
+    );
+    found
+}
+
+/// Names rma left in /dev/shm (none: its segments are anonymous).
+fn rma_names() -> Vec<String> {
+    std::fs::read_dir("/dev/shm").map_or(Vec::new(), |d| {
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("rma-"))
+            .collect()
+    })
+}
+
+/// Runs `mpiexec -n ranks conformance args` in a process group of its own; kills the
+/// whole group with SIGKILL after `kill_after` if given. Returns (exit status, stderr,
+/// time taken); fails past 30 s.
+fn hydra(
+    mpiexec: &std::path::Path,
+    ranks: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+    kill_after: Option<Duration>,
+) -> (std::process::ExitStatus, String, Duration) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(mpiexec);
+    cmd.arg("-n")
+        .arg(ranks.to_string())
+        .arg(env!("CARGO_BIN_EXE_rma-conformance"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn mpiexec");
+    let group = child.id() as i32;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            child.stderr.take().map(|mut s| s.read_to_string(&mut err));
+            return (status, err, start.elapsed());
+        }
+        let kill_now = kill_after.is_some_and(|k| start.elapsed() >= k);
+        if kill_now || start.elapsed() > Duration::from_secs(30) {
+            // SAFETY: kill(2) of the process group we created for this job.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+            let _ = child.wait();
+            assert!(kill_now, "mpiexec {args:?} passed its 30 s deadline");
+            // Let the kernel finish tearing the group down before anyone counts.
+            std::thread::sleep(Duration::from_millis(50));
+            return (child.wait().expect("wait"), String::new(), start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn under_hydra_departures_and_failed_creation_are_typed_errors_within_seconds() {
+    let Some(mpiexec) = mpiexec() else { return };
+    for boot in ["pmi1", "pmi2"] {
+        let env = [("RMA_BOOTSTRAP", boot)];
+        for args in [
+            &["departs_before_collective"][..],
+            &["creation_fails_on_one_rank"][..],
+            &["mismatched_creation"][..],
+            &["leaves_between_collectives", "return"][..],
+            &["fence_against_free"][..],
+        ] {
+            let (status, err, took) = hydra(&mpiexec, 3, args, &env, None);
+            assert!(status.success(), "{boot} {args:?}: {err}");
+            assert!(took < Duration::from_secs(10), "{boot} {args:?}: {took:?}");
+        }
+    }
+}
+
+/// Whole jobs SIGKILLed at random moments (init, window creation, epochs): nothing of
+/// rma is left in /dev/shm, under Hydra as under rma-run (whose launcher would clean up
+/// after a job, so these run under Hydra, which does not).
+#[test]
+fn whole_jobs_killed_at_random_moments_leave_nothing_in_dev_shm() {
+    let Some(mpiexec) = mpiexec() else { return };
+    let before = rma_names();
+    for (trial, at) in moments(0xdead_beef, 30, 300_000).into_iter().enumerate() {
+        // The victim's own killer is off (far in the future): the whole group dies.
+        let env = [("RMA_KILL_AFTER_US", "100000000")];
+        hydra(
+            &mpiexec,
+            3,
+            &["kill_trial"],
+            &env,
+            Some(Duration::from_micros(at)),
+        );
+        let now = rma_names();
+        let new: Vec<_> = now.iter().filter(|n| !before.contains(n)).collect();
+        assert!(
+            new.is_empty(),
+            "trial {trial} (kill at {at} us) left {new:?}"
+        );
+    }
+}
+
 #[cfg(feature = "ofi")]
 mod ofi {
     use super::*;

@@ -1,7 +1,7 @@
 //! rma-shm: the shared-memory transport of rma, for ranks on one node.
 //!
-//! - **Window memory** from `allocate`/`allocate_shared` lives in POSIX shared memory
-//!   that every local rank maps; put and get are copies into or out of the peer's
+//! - **Window memory** from `allocate`/`allocate_shared` lives in shared memory that
+//!   every local rank maps; put and get are copies into or out of the peer's
 //!   mapping, accumulates, fetch-and-op and compare-and-swap are CPU atomics per element
 //!   (all integer widths natively, other ops and floats by compare-exchange loops), so
 //!   accumulates stay atomic with respect to each other across processes.
@@ -11,8 +11,11 @@
 //!   and unlock complete while the target computes, with no action by the target.
 //! - **Control** (fence barriers, PSCW post/complete, RMA_DONE, acks) travels through
 //!   single-producer single-consumer rings in shared memory, one per ordered pair.
-//! - **Segments** are named per job, created with mode 0600 and unlinked as soon as
-//!   every rank has mapped them, so nothing stays in /dev/shm after an exit or a crash.
+//! - **Segments** (window memory and each rank's inbox) are anonymous: memfds that peers
+//!   of the same user open through `/proc/<pid>/fd/<fd>` while window creation runs, and
+//!   whose descriptor the owner closes once every rank has mapped them. They have no name,
+//!   so nothing stays in /dev/shm whatever ends the job (an exit, a crash, SIGKILL of every
+//!   rank at once), and a process's descriptors stay flat however many windows it makes.
 //! - **Memory barriers** are the engine's `Transport::memory_sync` calls, placed per the
 //!   "RMA + shared memory" rows of seed 004 (see rma-core's `window` module); the rings
 //!   publish with Release/Acquire.
@@ -66,11 +69,9 @@ struct LocalSegment {
     region: Region,
     /// Shared-memory mapping (allocate, allocate_shared); `None` for user memory.
     mapping: Option<Arc<Mapping>>,
-    /// For shared-memory segments: (name, offset of this rank's part, bytes of the
-    /// whole segment), what peers need to map it.
+    /// For shared-memory segments: (where peers open it, offset of this rank's part,
+    /// bytes of the whole segment), what peers need to map it.
     shm: Option<(String, u64, u64)>,
-    /// The name this process created and must unlink.
-    name: Option<String>,
     user: Mutex<Option<Box<dyn UserMemory>>>,
     lock_slot: u32,
     slots: Arc<Mutex<SlotTable>>,
@@ -78,10 +79,6 @@ struct LocalSegment {
 
 impl Drop for LocalSegment {
     fn drop(&mut self) {
-        if let Some(name) = &self.name {
-            // Normally gone already (unlinked once every rank mapped it).
-            let _ = sys::unlink(name);
-        }
         self.slots.lock().unwrap_or_else(|e| e.into_inner()).used[self.lock_slot as usize] = false;
     }
 }
@@ -170,7 +167,6 @@ pub struct ShmTransport {
     boot: Arc<dyn Bootstrap>,
     rank: Rank,
     size: usize,
-    job: String,
     /// Every rank's inbox, mapped here (ours included).
     inboxes: Vec<Arc<Mapping>>,
     /// Per destination: the producer lock of our ring in its inbox, holding our cached
@@ -199,10 +195,6 @@ impl std::fmt::Debug for ShmTransport {
     }
 }
 
-fn inbox_name(job: &str, rank: Rank) -> String {
-    format!("/rma-{job}-{rank}-inbox")
-}
-
 fn inbox_len(size: usize) -> usize {
     LOCK_TABLE + size * Ring::footprint(RING_BYTES)
 }
@@ -212,19 +204,18 @@ impl ShmTransport {
     /// peer's, and unlinks the names once all are mapped. Every rank must be on this node.
     pub fn new(boot: Arc<dyn Bootstrap>) -> Result<ShmTransport, TransportError> {
         let (rank, size) = (boot.rank(), boot.size());
-        let job = boot.job_id().to_string();
         sys::allow_cross_memory_attach();
-        let name = inbox_name(&job, rank);
         let own = Arc::new(
-            Mapping::create(&name, inbox_len(size))
-                .map_err(|e| fail(&format!("create {name}"), e))?,
+            Mapping::create_anonymous(inbox_len(size))
+                .map_err(|e| fail("create this rank's inbox", e))?,
         );
+        let path = own.path().unwrap_or_default();
         // Whatever fails from here on, the name must not outlive this call.
         let joined = (|| {
             // One collective says who is where (every rank's pid and node) and that every
             // inbox exists: the inbox is created before it, and unlinked again below if
             // the ranks turn out not to share a node.
-            let hellos = rma_core::exchange_hellos(&*boot, "shm-hello", &[])?;
+            let hellos = rma_core::exchange_hellos(&*boot, "shm-hello", path.as_bytes())?;
             if hellos.iter().any(|h| h.node != boot.node_id().as_bytes()) {
                 return Err(TransportError::Unsupported(
                     "shared memory needs every rank on one node",
@@ -236,10 +227,10 @@ impl ShmTransport {
                     if r == rank {
                         return Ok(own.clone());
                     }
-                    let n = inbox_name(&job, r);
+                    let n = String::from_utf8_lossy(&hellos[r as usize].address);
                     Mapping::open(&n, inbox_len(size))
                         .map(Arc::new)
-                        .map_err(|e| fail(&format!("open {n}"), e))
+                        .map_err(|e| fail(&format!("open rank {r}'s inbox {n}"), e))
                 })
                 .collect::<Result<Vec<_>, _>>();
             // The barrier even when an inbox could not be opened: a peer that already
@@ -248,13 +239,13 @@ impl ShmTransport {
             boot.barrier()?;
             Ok::<_, TransportError>((pids, inboxes?))
         })();
-        let _ = sys::unlink(&name);
+        // Every peer has opened it (or the job failed): the descriptor can go.
+        own.unpublish();
         let (pids, inboxes) = joined?;
         Ok(ShmTransport {
             boot,
             rank,
             size,
-            job,
             inboxes,
             send_locks: (0..size).map(|_| Mutex::new(0)).collect(),
             pids,
@@ -438,11 +429,13 @@ impl Transport for ShmTransport {
         let n = self.next_segment.fetch_add(1, Ordering::Relaxed);
         // allocate_shared: one segment for the node, each rank's part after the previous
         // rank's (contiguous, each part rounded up to 8 bytes for aligned atomics), created
-        // by the lowest rank. Otherwise one segment per rank. The shared case is
-        // collective: every rank goes through both of its steps (the allgather of lengths,
-        // the barrier after the creation) whatever failed before, so that a failure on one
-        // rank is an error on every rank (the engine agrees on the outcome), not a hang.
-        let (name, offset, total, creator) = if shared {
+        // by the lowest rank, which then tells the others where to open it. Otherwise one
+        // segment per rank. Segments are anonymous (memfd): nothing is left behind however
+        // the job ends. The shared case is collective: every rank goes through both of its
+        // steps (the allgather of lengths, the allgather of where to open the segment)
+        // whatever failed before, so that a failure on one rank is an error on every rank
+        // (the engine agrees on the outcome), not a hang.
+        let (offset, total, mapping, at) = if shared {
             let lens = self
                 .boot
                 .allgather(&format!("shm-shared{n}"), &(len as u64).to_le_bytes())?;
@@ -457,55 +450,62 @@ impl Transport for ShmTransport {
                     .try_fold(0u64, |acc, l| acc.checked_add(rounded(l)?))
                     .filter(|t| isize::try_from(*t).is_ok())
             };
-            let (offset, total) = (sum(&lens[..self.rank as usize]), sum(&lens));
-            (
-                format!("/rma-{}-0-c{n}", self.job),
-                offset,
-                total,
-                self.rank == 0,
-            )
+            let too_large = || {
+                TransportError::Failed("the shared window's parts add up past isize::MAX".into())
+            };
+            let (offset, total) = (
+                sum(&lens[..self.rank as usize]).ok_or_else(too_large),
+                sum(&lens).ok_or_else(too_large),
+            );
+            let created = match (self.rank, &total) {
+                (0, Ok(total)) => Some(
+                    Mapping::create_anonymous(*total as usize)
+                        .map_err(|e| fail("create the shared segment", e)),
+                ),
+                (0, Err(e)) => Some(Err(e.clone())),
+                _ => None,
+            };
+            // Rank 0 says where its segment is, or why there is none; the others say
+            // nothing (a non-empty nothing: some launchers refuse empty values).
+            let said = match &created {
+                Some(Ok(m)) => format!("at {}", m.path().unwrap_or_default()),
+                Some(Err(e)) => format!("failed {e}"),
+                None => "-".into(),
+            };
+            let at = self
+                .boot
+                .allgather(&format!("shm-shared{n}-at"), said.as_bytes())?;
+            let (offset, total) = (offset?, total?);
+            // Where every rank's part of the window is (rank 0's segment), kept in the
+            // descriptor: the ranks of this node find each other's parts in the mapping
+            // they have, contiguous (window_ready).
+            let zero = String::from_utf8_lossy(&at[0]);
+            let at = zero.strip_prefix("at ").unwrap_or_default().to_string();
+            let mapping = match created {
+                Some(m) => m?,
+                None if at.is_empty() => {
+                    return Err(TransportError::Failed(format!(
+                        "rank 0 could not create the shared segment: {zero}"
+                    )))
+                }
+                None => Mapping::open(&at, total as usize)
+                    .map_err(|e| fail(&format!("open rank 0's shared segment {at}"), e))?,
+            };
+            (offset, total, mapping, at)
         } else {
-            (
-                format!("/rma-{}-{}-s{n}", self.job, self.rank),
-                Some(0),
-                Some(len as u64),
-                true,
-            )
+            let m = Mapping::create_anonymous(len).map_err(|e| fail("create a segment", e))?;
+            let at = m.path().unwrap_or_default();
+            (0, len as u64, m, at)
         };
-        let too_large =
-            || TransportError::Failed("the shared window's parts add up past isize::MAX".into());
-        let mapping = if creator {
-            let created = total.ok_or_else(too_large).and_then(|total| {
-                Mapping::create(&name, total as usize)
-                    .map_err(|e| fail(&format!("create {name}"), e))
-            });
-            if shared {
-                self.boot.barrier()?;
-            }
-            Arc::new(created?)
-        } else {
-            // The creator made it before this barrier.
-            self.boot.barrier()?;
-            let total = total.ok_or_else(too_large)?;
-            Arc::new(
-                Mapping::open(&name, total as usize)
-                    .map_err(|e| fail(&format!("open {name}"), e))?,
-            )
-        };
-        let (offset, total) = (offset.ok_or_else(too_large)?, total.ok_or_else(too_large)?);
-        let lock_slot = self.take_slot().inspect_err(|_| {
-            if creator {
-                let _ = sys::unlink(&name);
-            }
-        })?;
+        let mapping = Arc::new(mapping);
+        let lock_slot = self.take_slot()?;
         // SAFETY: offset + len <= total by construction; the mapping lives as long as the
         // segment (held in `mapping`).
         let region = unsafe { Region::new(mapping.ptr().add(offset as usize), len) };
         Ok(Arc::new(LocalSegment {
             region,
             mapping: Some(mapping),
-            shm: Some((name.clone(), offset, total)),
-            name: creator.then_some(name),
+            shm: Some((at, offset, total)),
             user: Mutex::new(None),
             lock_slot,
             slots: self.slots.clone(),
@@ -528,7 +528,6 @@ impl Transport for ShmTransport {
             region,
             mapping: None,
             shm: None,
-            name: None,
             user: Mutex::new(Some(memory)),
             lock_slot,
             slots: self.slots.clone(),
@@ -658,14 +657,14 @@ impl Transport for ShmTransport {
     }
 
     fn window_established(&self, _win: u32, local: Option<&Arc<dyn Segment>>) {
-        // Everyone has mapped every segment: the names can go.
+        // Everyone has mapped every segment: its descriptor can go.
         if let Some(seg) = local {
             let any: &dyn std::any::Any = seg.as_ref();
-            if let Some(name) = any
+            if let Some(m) = any
                 .downcast_ref::<LocalSegment>()
-                .and_then(|l| l.name.as_deref())
+                .and_then(|l| l.mapping.as_ref())
             {
-                let _ = sys::unlink(name);
+                m.unpublish();
             }
         }
     }

@@ -10,6 +10,9 @@ use std::ptr::NonNull;
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// An anonymous segment's descriptor while peers may still open it (see
+    /// [`Mapping::create_anonymous`]).
+    published: std::sync::Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 // SAFETY: the mapping is plain shared memory; every access goes through raw pointers
@@ -24,40 +27,56 @@ fn c_name(name: &str) -> io::Result<CString> {
 }
 
 impl Mapping {
-    /// Creates segment `name` (mode 0600, must not exist) of `len` bytes, zeroed, mapped.
-    pub fn create(name: &str, len: usize) -> io::Result<Mapping> {
-        let c = c_name(name)?;
-        // SAFETY: `c` is a valid NUL-terminated string; flags and mode are constants.
-        let fd = unsafe {
-            libc::shm_open(
-                c.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
+    /// Creates an anonymous segment (a memfd) of `len` bytes, zeroed, mapped. It has no
+    /// name, so nothing of it outlives the processes that map it, however they end.
+    /// Processes of the same user open it through [`path`](Self::path) until
+    /// [`unpublish`](Self::unpublish) closes the descriptor that path names.
+    pub fn create_anonymous(len: usize) -> io::Result<Mapping> {
+        // SAFETY: a constant NUL-terminated name (shown in /proc/<pid>/maps) and flags.
+        let fd = unsafe { libc::memfd_create(c"rma-segment".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` is the descriptor just opened; ftruncate zero-fills the new size.
-        let r = unsafe { libc::ftruncate(fd, len.max(1) as libc::off_t) };
-        let out = if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Self::map(fd, len)
-        };
-        // SAFETY: `fd` is ours and no longer needed once mapped (or on error).
-        unsafe { libc::close(fd) };
-        if out.is_err() {
-            let _ = unlink(name);
+        // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+        let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // SAFETY: `fd` is open (owned above); ftruncate zero-fills the new size.
+        if unsafe { libc::ftruncate(fd, len.max(1) as libc::off_t) } < 0 {
+            return Err(io::Error::last_os_error());
         }
-        out
+        let m = Self::map(fd, len)?;
+        *m.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(owned);
+        Ok(m)
     }
 
-    /// Opens and maps an existing segment of `len` bytes.
+    /// Where other processes of this user open an anonymous segment while it is
+    /// published: `/proc/<pid>/fd/<fd>`.
+    pub fn path(&self) -> Option<String> {
+        use std::os::fd::AsRawFd;
+        let fd = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        fd.as_ref()
+            .map(|fd| format!("/proc/{}/fd/{}", pid(), fd.as_raw_fd()))
+    }
+
+    /// Closes an anonymous segment's descriptor once every peer has mapped it: the
+    /// descriptors a process holds stay flat however many windows it makes.
+    pub fn unpublish(&self) {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+    }
+
+    /// Opens and maps an existing segment of `len` bytes: a peer's anonymous segment by
+    /// its [`path`](Self::path), or a named POSIX segment.
     pub fn open(name: &str, len: usize) -> io::Result<Mapping> {
         let c = c_name(name)?;
-        // SAFETY: `c` is a valid NUL-terminated string.
-        let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0o600) };
+        let fd = if name.starts_with("/proc/") {
+            // SAFETY: `c` is a valid NUL-terminated path; constant flags.
+            unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) }
+        } else {
+            // SAFETY: `c` is a valid NUL-terminated string.
+            unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR, 0o600) }
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -85,6 +104,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
+            published: std::sync::Mutex::new(None),
         })
     }
 
@@ -104,16 +124,6 @@ impl Drop for Mapping {
         // (holders keep the mapping alive through an Arc).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len.max(1)) };
     }
-}
-
-/// Removes a segment's name (mappings stay valid).
-pub fn unlink(name: &str) -> io::Result<()> {
-    let c = c_name(name)?;
-    // SAFETY: `c` is a valid NUL-terminated string.
-    if unsafe { libc::shm_unlink(c.as_ptr()) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// This process's id.

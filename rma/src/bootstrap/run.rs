@@ -97,7 +97,8 @@ impl RunClient {
             Ok(0) => Err(TransportError::Failed(
                 "rma-run closed the connection".into(),
             )),
-            Ok(_) => Ok(reply.trim_end().to_string()),
+            // Only the line end: `val ` (an empty value) keeps its space.
+            Ok(_) => Ok(reply.trim_end_matches(['\n', '\r']).to_string()),
             Err(e)
                 if matches!(
                     e.kind(),
