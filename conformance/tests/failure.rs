@@ -163,11 +163,11 @@ fn rma_names() -> Vec<String> {
     })
 }
 
-/// Runs `mpiexec -n ranks conformance args` in a process group of its own; kills the
-/// whole group with SIGKILL after `kill_after` if given. Returns (exit status, stderr,
-/// time taken); fails past 30 s.
-fn hydra(
-    mpiexec: &std::path::Path,
+/// Runs `LAUNCHER... -n ranks conformance args` in a process group of its own; kills
+/// the whole group with SIGKILL after `kill_after` if given. Returns (exit status,
+/// stderr, time taken); fails past 30 s.
+fn launched(
+    launcher: &[&str],
     ranks: usize,
     args: &[&str],
     env: &[(&str, &str)],
@@ -175,8 +175,9 @@ fn hydra(
 ) -> (std::process::ExitStatus, String, Duration) {
     use std::io::Read;
     use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(mpiexec);
-    cmd.arg("-n")
+    let mut cmd = std::process::Command::new(launcher[0]);
+    cmd.args(&launcher[1..])
+        .arg("-n")
         .arg(ranks.to_string())
         .arg(env!("CARGO_BIN_EXE_rma-conformance"))
         .args(args)
@@ -185,7 +186,7 @@ fn hydra(
         .stderr(std::process::Stdio::piped())
         .process_group(0);
     let start = Instant::now();
-    let mut child = cmd.spawn().expect("spawn mpiexec");
+    let mut child = cmd.spawn().expect("spawn the launcher");
     let group = child.id() as i32;
     loop {
         if let Some(status) = child.try_wait().expect("wait") {
@@ -198,7 +199,7 @@ fn hydra(
             // SAFETY: kill(2) of the process group we created for this job.
             unsafe { libc::kill(-group, libc::SIGKILL) };
             let _ = child.wait();
-            assert!(kill_now, "mpiexec {args:?} passed its 30 s deadline");
+            assert!(kill_now, "{launcher:?} {args:?} passed its 30 s deadline");
             // Let the kernel finish tearing the group down before anyone counts.
             std::thread::sleep(Duration::from_millis(50));
             return (child.wait().expect("wait"), String::new(), start.elapsed());
@@ -207,22 +208,65 @@ fn hydra(
     }
 }
 
+/// The departure, failed-creation and mismatch cases under another launcher: every
+/// rank ends with the expected typed error (exit 0 of the case) within 10 s.
+fn failure_cases_under(launcher: &[&str], env: &[(&str, &str)]) {
+    for args in [
+        &["departs_before_collective"][..],
+        &["creation_fails_on_one_rank"][..],
+        &["mismatched_creation"][..],
+        &["leaves_between_collectives", "return"][..],
+        &["fence_against_free"][..],
+    ] {
+        let (status, err, took) = launched(launcher, 3, args, env, None);
+        assert!(status.success(), "{launcher:?} {env:?} {args:?}: {err}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{launcher:?} {args:?}: {took:?}"
+        );
+    }
+}
+
 #[test]
 fn under_hydra_departures_and_failed_creation_are_typed_errors_within_seconds() {
     let Some(mpiexec) = mpiexec() else { return };
-    for boot in ["pmi1", "pmi2"] {
-        let env = [("RMA_BOOTSTRAP", boot)];
-        for args in [
-            &["departs_before_collective"][..],
-            &["creation_fails_on_one_rank"][..],
-            &["mismatched_creation"][..],
-            &["leaves_between_collectives", "return"][..],
-            &["fence_against_free"][..],
-        ] {
-            let (status, err, took) = hydra(&mpiexec, 3, args, &env, None);
-            assert!(status.success(), "{boot} {args:?}: {err}");
-            assert!(took < Duration::from_secs(10), "{boot} {args:?}: {took:?}");
-        }
+    let mpiexec = mpiexec.to_string_lossy().into_owned();
+    failure_cases_under(&[&mpiexec], &[("RMA_BOOTSTRAP", "pmi1")]);
+    failure_cases_under(&[&mpiexec], &[("RMA_BOOTSTRAP", "pmi2")]);
+}
+
+/// Under Open MPI's mpirun (PMIx; CI sets `RMA_REQUIRE_MPIRUN=1`).
+#[cfg(feature = "pmix")]
+#[test]
+fn under_mpirun_departures_and_failed_creation_are_typed_errors_within_seconds() {
+    let open_mpi = std::process::Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"));
+    if !open_mpi {
+        assert!(
+            std::env::var_os("RMA_REQUIRE_MPIRUN").is_none(),
+            "Open MPI's mpirun is required but not installed"
+        );
+        return;
+    }
+    failure_cases_under(&["mpirun", "--allow-run-as-root", "--oversubscribe"], &[]);
+}
+
+/// Under srun on the test cluster (`ci/slurm/start.sh`; CI sets `RMA_REQUIRE_SLURM=1`),
+/// with PMI-2 and PMIx.
+#[test]
+fn under_srun_departures_and_failed_creation_are_typed_errors_within_seconds() {
+    if std::env::var_os("SLURM_CONF").is_none() {
+        assert!(
+            std::env::var_os("RMA_REQUIRE_SLURM").is_none(),
+            "Slurm is required but SLURM_CONF is not set"
+        );
+        return;
+    }
+    failure_cases_under(&["srun", "-N", "1", "--mpi=pmi2"], &[]);
+    if cfg!(feature = "pmix") {
+        failure_cases_under(&["srun", "-N", "1", "--mpi=pmix"], &[]);
     }
 }
 
@@ -236,8 +280,8 @@ fn whole_jobs_killed_at_random_moments_leave_nothing_in_dev_shm() {
     for (trial, at) in moments(0xdead_beef, 30, 300_000).into_iter().enumerate() {
         // The victim's own killer is off (far in the future): the whole group dies.
         let env = [("RMA_KILL_AFTER_US", "100000000")];
-        hydra(
-            &mpiexec,
+        launched(
+            &[&mpiexec.to_string_lossy()],
             3,
             &["kill_trial"],
             &env,

@@ -219,6 +219,18 @@ impl Engine {
                 return Ok(());
             };
             let _ = e.progress();
+            let mut found = Vec::new();
+            e.transport.check_peers(&mut found);
+            for ev in found {
+                if let Event::PeerFailed { rank } = ev {
+                    let _ = e.failed.compare_exchange(
+                        0,
+                        u64::from(rank) + 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+            }
             let failed = e.failed.load(Ordering::Acquire);
             if failed != 0 {
                 return Err(TransportError::PeerUnreachable((failed - 1) as Rank));
@@ -427,8 +439,14 @@ impl Engine {
         mine: Result<Vec<u8>>,
     ) -> Result<Vec<Vec<u8>>> {
         let call = creation_call(kind as u8);
+        // Status 0: ok, with the bytes; 1: failed, with the reason; 2 and 3: failed because
+        // a peer is dead or left, with its rank (every rank then names that peer).
         let (status, body) = match &mine {
             Ok(bytes) => (0u8, bytes.clone()),
+            Err(Error::Peer(PeerError::Dead { rank })) => (2u8, rank.to_le_bytes().to_vec()),
+            Err(Error::Peer(PeerError::Departed { rank, .. })) => {
+                (3u8, rank.to_le_bytes().to_vec())
+            }
             Err(err) => (1u8, err.to_string().into_bytes()),
         };
         let mut msg = Vec::with_capacity(6 + body.len());
@@ -466,9 +484,30 @@ impl Engine {
                 };
                 return Err(PeerError::Mismatch { rank, call, theirs }.into());
             }
-            if theirs[0] != 0 && failed.is_none() {
-                let reason = String::from_utf8_lossy(&theirs[6..]).into_owned();
-                failed = Some(PeerError::CollectiveFailed { rank, call, reason });
+            let named = || -> Option<Rank> {
+                Some(Rank::from_le_bytes(theirs.get(6..10)?.try_into().ok()?))
+            };
+            let why = match theirs[0] {
+                0 => None,
+                2 => named().map(|rank| PeerError::Dead { rank }),
+                3 => named().map(|rank| PeerError::Departed { rank, call }),
+                _ => None,
+            };
+            if theirs[0] != 0 && !matches!(failed, Some(PeerError::Dead { .. })) {
+                // A dead peer explains the most; then the first other failure.
+                let reason = || String::from_utf8_lossy(&theirs[6..]).into_owned();
+                match why {
+                    Some(w @ PeerError::Dead { .. }) => failed = Some(w),
+                    Some(w) if failed.is_none() => failed = Some(w),
+                    None if failed.is_none() => {
+                        failed = Some(PeerError::CollectiveFailed {
+                            rank,
+                            call,
+                            reason: reason(),
+                        })
+                    }
+                    _ => {}
+                }
             }
             out.push(theirs[6..].to_vec());
         }

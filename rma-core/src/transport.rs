@@ -564,6 +564,14 @@ pub trait Transport: Send + Sync {
         Ok(true)
     }
 
+    /// Checks now whether the peers are alive, appending [`Event::PeerFailed`] for the
+    /// ones found dead (what [`poll`](Self::poll) does now and then by itself). For a
+    /// process blocked outside the engine (in a launcher's collective), whose polls are
+    /// too rare for the now-and-then.
+    fn check_peers(&self, events: &mut Vec<Event>) {
+        let _ = events;
+    }
+
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
 

@@ -1166,6 +1166,10 @@ impl Transport for OfiTransport {
         self.windows.remove(win);
     }
 
+    fn check_peers(&self, events: &mut Vec<Event>) {
+        self.check_liveness(events);
+    }
+
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
         let n = self.collective.fetch_add(1, Ordering::Relaxed);
         self.boot.allgather(&format!("ofi-ag{n}"), mine)

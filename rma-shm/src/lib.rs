@@ -605,10 +605,14 @@ impl Transport for ShmTransport {
                     let m = match opened.iter().find(|(n, _)| n == name) {
                         Some((_, m)) => Arc::clone(m),
                         None => {
-                            let m = Arc::new(
-                                Mapping::open(name, total as usize)
-                                    .map_err(|e| fail(&format!("open {name}"), e))?,
-                            );
+                            let m = Arc::new(Mapping::open(name, total as usize).map_err(|e| {
+                                // A peer's segment gone from under us: it died.
+                                if sys::alive(self.pids[r]) {
+                                    fail(&format!("open {name}"), e)
+                                } else {
+                                    TransportError::PeerUnreachable(r as Rank)
+                                }
+                            })?);
                             opened.push((name.to_string(), m.clone()));
                             mappings.push(m.clone());
                             m
@@ -915,6 +919,10 @@ impl Transport for ShmTransport {
             word.fetch_sub(1, Ordering::Release);
         }
         Ok(())
+    }
+
+    fn check_peers(&self, events: &mut Vec<Event>) {
+        self.check_liveness(events);
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {

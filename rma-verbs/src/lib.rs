@@ -1225,11 +1225,17 @@ impl VerbsTransport {
         if env_usize("RMA_VERBS_VERBOSE", 0) == 1 {
             eprintln!("rma-verbs: rank {me}: {found} of {looks} polls right after a post found the op complete");
         }
-        let gone = |inner: &Inner, r: usize| {
-            inner.peers[r].dead || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
+        // Peers the launcher knows are gone (dead, or left without waiting for us) send
+        // no goodbye: asked again now and then while lingering.
+        let mut left = self.boot.gone();
+        let mut asked = std::time::Instant::now();
+        let gone = |inner: &Inner, left: &[Rank], r: usize| {
+            inner.peers[r].dead
+                || left.contains(&(r as Rank))
+                || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
         };
         for t in (0..size).filter(|t| *t != me) {
-            while !gone(&inner, t) && start.elapsed() < linger {
+            while !gone(&inner, &left, t) && start.elapsed() < linger {
                 match inner.try_send(t, &[], true) {
                     Ok(true) | Err(_) => break,
                     Ok(false) => {
@@ -1244,11 +1250,17 @@ impl VerbsTransport {
         while start.elapsed() < linger {
             let all = (0..size).all(|r| {
                 r == me
-                    || gone(&inner, r)
+                    || gone(&inner, &left, r)
                     || (inner.peers[r].bye && inner.peers[r].posted.is_empty())
             });
             if all {
                 break;
+            }
+            if asked.elapsed() > std::time::Duration::from_millis(200) {
+                drop(inner);
+                left = self.boot.gone();
+                asked = std::time::Instant::now();
+                inner = self.lock();
             }
             if inner.drive().is_err() {
                 break;
@@ -1476,6 +1488,10 @@ impl Transport for VerbsTransport {
 
     fn window_freed(&self, win: u32) {
         self.windows.remove(win);
+    }
+
+    fn check_peers(&self, events: &mut Vec<Event>) {
+        self.check_liveness(events);
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {

@@ -505,6 +505,10 @@ impl Transport for HybridTransport {
         self.node.window_established(win, node_local.as_ref());
         self.net.window_established(win, node_local.as_ref());
     }
+    fn check_peers(&self, events: &mut Vec<Event>) {
+        self.node.check_peers(events);
+        self.net.check_peers(events);
+    }
     fn window_freed(&self, win: u32) {
         self.node.window_freed(win);
         self.net.window_freed(win);

@@ -66,10 +66,10 @@ pub(crate) fn pmi_socket() -> Result<Option<std::os::unix::net::UnixStream>, Err
 }
 
 /// How long a bootstrap wait may go on without an answer (the launcher's own timeout).
-const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How often a waiting bootstrap asks its [`Watch`].
-const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+pub(crate) const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The liveness check a PMI bootstrap's blocking waits run ([`Bootstrap::set_watch`]).
 #[derive(Default)]

@@ -2,7 +2,8 @@
 //! `mpirun`). FFI lives in the generated `sys` module; this module is the thin safe layer.
 
 use std::ffi::{c_char, CStr, CString};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rma_core::{Bootstrap, Error, Rank, TransportError};
 
@@ -45,6 +46,7 @@ pub struct Pmix {
     // PMIx calls of one process are thread-safe, but our fences and gets must not
     // interleave with each other's collectives.
     lock: Mutex<u64>,
+    watch: super::Watch,
 }
 
 impl std::fmt::Debug for Pmix {
@@ -116,6 +118,7 @@ impl Pmix {
             job,
             node,
             lock: Mutex::new(0),
+            watch: super::Watch::default(),
         }))
     }
 
@@ -186,13 +189,62 @@ impl Pmix {
         if rc != sys::PMIX_SUCCESS as sys::pmix_status_t {
             return Err(err("info load", rc));
         }
-        // SAFETY: no proc array means all procs of our namespace; `info` is one valid entry.
-        let rc = unsafe { sys::PMIx_Fence(std::ptr::null(), 0, &info, 1) };
+        // Non-blocking, so that the wait asks the watch now and then: a peer that died or
+        // left never joins, and some PMIx servers then never complete the fence.
+        let done = Arc::new(FenceDone::default());
+        let cbdata = Arc::into_raw(done.clone())
+            .cast_mut()
+            .cast::<std::ffi::c_void>();
+        // SAFETY: no proc array means all procs of our namespace; `info` is one valid entry
+        // that PMIx copies before returning; `cbdata` is one strong count of `done`, taken
+        // back by `fence_done` (when PMIx calls it) or below (when it will not).
+        let rc =
+            unsafe { sys::PMIx_Fence_nb(std::ptr::null(), 0, &info, 1, Some(fence_done), cbdata) };
         if rc != sys::PMIX_SUCCESS as sys::pmix_status_t {
-            return Err(err("fence", rc));
+            // SAFETY: the callback will not run: the count handed over is ours again.
+            drop(unsafe { Arc::from_raw(cbdata.cast::<FenceDone>()) });
+            return Err(self.watch.check().err().unwrap_or_else(|| err("fence", rc)));
+        }
+        let start = std::time::Instant::now();
+        let mut last_check = start;
+        while !done.done.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            if last_check.elapsed() >= super::WATCH_EVERY {
+                last_check = std::time::Instant::now();
+                // The fence stays posted: its callback keeps its own count of `done`.
+                self.watch.check()?;
+                if start.elapsed() > super::WAIT_LIMIT {
+                    return Err(TransportError::Failed(format!(
+                        "PMIx: the fence did not complete within {:?}: a peer never arrived \
+                         or died",
+                        super::WAIT_LIMIT
+                    )));
+                }
+            }
+        }
+        let rc = done.status.load(Ordering::Acquire);
+        if rc != sys::PMIX_SUCCESS as sys::pmix_status_t {
+            // Open MPI's server says PARTIAL_SUCCESS when a peer left: say which.
+            return Err(self.watch.check().err().unwrap_or_else(|| err("fence", rc)));
         }
         Ok(())
     }
+}
+
+/// Completion of a non-blocking fence, written by PMIx's progress thread.
+#[derive(Default)]
+struct FenceDone {
+    done: AtomicBool,
+    status: AtomicI32,
+}
+
+/// PMIx's completion callback of `PMIx_Fence_nb`.
+unsafe extern "C" fn fence_done(status: sys::pmix_status_t, cbdata: *mut std::ffi::c_void) {
+    // SAFETY: `cbdata` is the strong count `fence` handed over with Arc::into_raw, and
+    // PMIx calls this once per fence: taking it back here is its only release.
+    let done = unsafe { Arc::from_raw(cbdata.cast::<FenceDone>()) };
+    done.status.store(status, Ordering::Release);
+    done.done.store(true, Ordering::Release);
 }
 
 impl Bootstrap for Pmix {
@@ -246,6 +298,9 @@ impl Bootstrap for Pmix {
     fn barrier(&self) -> Result<(), TransportError> {
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.fence(false)
+    }
+    fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
+        self.watch.set(watch);
     }
     fn allgather(&self, tag: &str, value: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
