@@ -241,6 +241,57 @@ pub fn fence_against_free(world: &World) -> Result<()> {
     }
 }
 
+/// The last rank computes (no library call) for 3 s while the others, with
+/// `RMA_TIMEOUT_MS=1000`, wait for it in a World barrier and then in a fence: each
+/// gets [`PeerError::Timeout`] naming the call and the rank it waited for (the last
+/// one, directly or through the barrier's rounds). The late rank finds them gone.
+pub fn timeout_names_the_rank(world: &World) -> Result<()> {
+    let (me, last) = (world.rank(), world.size() as Rank - 1);
+    let win = world.allocate::<u64>(4)?;
+    if me == last {
+        std::thread::sleep(Duration::from_secs(3));
+        // The others' barrier messages may all be there (it completes), or they left.
+        let r = world.barrier();
+        return match r {
+            Ok(()) | Err(Error::Peer(PeerError::Departed { .. } | PeerError::Timeout { .. })) => {
+                Ok(())
+            }
+            other => Err(rma::TransportError::Failed(format!(
+                "the late rank's barrier gave {other:?}"
+            ))
+            .into()),
+        };
+    }
+    let r = world.barrier();
+    match r {
+        Err(Error::Peer(PeerError::Timeout {
+            call: "barrier",
+            rank: Some(r),
+        })) if r == last || (world.size() > 2 && r != me) => {}
+        other => {
+            return Err(rma::TransportError::Failed(format!(
+                "rank {me}: barrier against a computing rank gave {other:?}"
+            ))
+            .into())
+        }
+    }
+    if world.size() == 2 {
+        match win.fence(Assert::NONE) {
+            Err(Error::Peer(PeerError::Timeout {
+                call: "fence",
+                rank: Some(1),
+            })) => {}
+            other => {
+                return Err(rma::TransportError::Failed(format!(
+                    "fence against a computing rank gave {other:?}"
+                ))
+                .into())
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A fence epoch with a put to the right neighbour on a fresh window: exact contents.
 fn still_works(world: &World) -> Result<()> {
     let me = world.rank();

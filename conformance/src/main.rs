@@ -50,6 +50,7 @@ fn main() {
         "departs_before_collective" => failure::departs_before_collective(&world).map(drop),
         "leaves_between_collectives" => failure::leaves_between_collectives(&world, kind),
         "fence_against_free" => failure::fence_against_free(&world),
+        "timeout_names_the_rank" => failure::timeout_names_the_rank(&world),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);

@@ -134,6 +134,13 @@ fn a_rank_that_leaves_between_collectives_is_named_in_fence_and_barrier() {
 }
 
 #[test]
+fn a_timeout_names_the_call_and_the_rank_waited_for() {
+    let env = [("RMA_TIMEOUT_MS", "1000")];
+    ok(2, &["timeout_names_the_rank"], &env);
+    ok(3, &["timeout_names_the_rank"], &env);
+}
+
+#[test]
 fn fence_against_free_is_a_mismatch_on_every_rank() {
     ok(2, &["fence_against_free"], &[]);
     ok(4, &["fence_against_free"], &[]);

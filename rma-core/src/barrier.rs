@@ -30,6 +30,15 @@ impl Dissemination {
         self.round >= self.rounds
     }
 
+    /// The peer whose message the current round waits for (`rank - 2^round`), if any.
+    pub(crate) fn awaited(&self, rank: Rank, size: usize) -> Option<Rank> {
+        if self.is_done() || size < 2 {
+            return None;
+        }
+        let step = (1usize << self.round) % size;
+        Some(((rank as usize + size - step) % size) as Rank)
+    }
+
     /// Advances as far as arrivals allow. `send(peer, seq, round)` sends one barrier
     /// message and says whether it went (false: retry later). Returns whether it is done.
     pub(crate) fn advance<E>(

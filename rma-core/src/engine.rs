@@ -205,6 +205,14 @@ impl Engine {
             }
             Ok(done)
         })
+        .map_err(|err| match err {
+            Error::Peer(PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
+                call,
+                rank: bar.awaited(e.rank, e.size),
+            }
+            .into(),
+            err => err,
+        })
     }
 
     /// The check a bootstrap's blocking waits run now and then

@@ -326,6 +326,42 @@ impl WinState {
         self.send_encoded(w, to, kind)
     }
 
+    /// The peer a blocked synchronization call most likely waits for, to name in its
+    /// timeout: the sender of the barrier round under way, a target with work or
+    /// acknowledgements outstanding, a PSCW peer whose post or complete has not come,
+    /// or a peer that has not announced its `free`.
+    fn awaited_rank(&self, w: &WindowShared) -> Option<Rank> {
+        let (me, size) = (w.engine.rank, w.engine.size);
+        if let Some(Barrier::Messages(d)) = &self.barrier {
+            return d.awaited(me, size);
+        }
+        if let Some(t) = self.table.iter().find(|t| !t.is_idle()) {
+            return Some(t.rank);
+        }
+        if let WindowEpoch::Pscw(p) = &self.epoch {
+            let waiting = (p.group.iter().zip(&p.granted))
+                .find(|(r, granted)| !**granted && !self.target.posts.contains_key(*r));
+            if let Some((r, _)) = waiting {
+                return Some(*r);
+            }
+        }
+        if let Some(group) = &self.target.exposure {
+            if let Some(r) = group
+                .iter()
+                .find(|r| !self.target.completes.contains_key(*r))
+            {
+                return Some(*r);
+            }
+        }
+        let freeing = &self.departures.freeing;
+        if !freeing.is_empty() {
+            return (0..size as Rank).find(|r| *r != me && freeing[*r as usize].is_none());
+        }
+        // A backend's own barrier does not say who is missing; between two ranks it is
+        // the other one.
+        (size == 2).then_some(1 - me)
+    }
+
     /// Tells every peer what this rank does of the window (a [`Kind::Depart`] packet).
     fn send_departure(&mut self, w: &WindowShared, what: Departure, seq: u32) -> Result<()> {
         let blame = w.engine.blame_word();
@@ -1645,13 +1681,22 @@ impl WindowShared {
         call: &'static str,
         mut cond: impl FnMut(&mut WinState) -> Result<bool>,
     ) -> Result<()> {
-        self.engine.wait_until(call, || {
-            let mut st = self.lock_state();
-            if cond(&mut st)? {
-                return Ok(true);
-            }
-            st.departure_error(self, call).map(|()| false)
-        })
+        self.engine
+            .wait_until(call, || {
+                let mut st = self.lock_state();
+                if cond(&mut st)? {
+                    return Ok(true);
+                }
+                st.departure_error(self, call).map(|()| false)
+            })
+            .map_err(|e| match e {
+                Error::Peer(PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
+                    call,
+                    rank: self.lock_state().awaited_rank(self),
+                }
+                .into(),
+                e => e,
+            })
     }
 
     fn check_rank(&self, rank: Rank) -> Result<()> {
