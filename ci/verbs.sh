@@ -98,6 +98,18 @@ cmds+=("$blocking RMA_VERBS_NATIVE_LOCKS=0 RMA_CONFORMANCE_DIVISOR=20 $(run 2 li
 for pid_check in 0 1; do
   cmds+=("s=\$(date +%s); RMA_VERBS_PID_CHECK=$pid_check $(run 3 dead_peer); rc=\$?; t=\$((\$(date +%s) - s)); echo \"dead_peer (pid check $pid_check): rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ]")
 done
+# Failure is agreed (issue #15): window creation failing on one rank, mismatched
+# collectives, a rank leaving before or between collectives: typed errors on every rank.
+for c in creation_fails_on_one_rank mismatched_creation departs_before_collective \
+  fence_against_free "leaves_between_collectives return"; do
+  cmds+=("$(run 3 $c)")
+done
+# Kill trials: the last rank SIGKILLed at a moment in init, window creation or epochs;
+# the survivors see it dead (3) within 10 s of the kill, or had finished before it
+# mattered (rma-run then reports the victim's SIGKILL: 137).
+for at in 0 40000 150000 400000 900000; do
+  cmds+=("s=\$(date +%s); RMA_KILL_AFTER_US=$at RMA_CONFORMANCE_DIVISOR=10 $(run 3 kill_trial); rc=\$?; t=\$((\$(date +%s) - s)); echo \"kill_trial at $at us: rc \$rc after \$t s\"; { [ \$rc = 3 ] || [ \$rc = 137 ]; } && [ \$t -le 12 ]")
+done
 # Hybrid worlds: two simulated hosts (UTS namespaces, each with its own host name, so
 # its own node id) on the VM's one network stack: shared memory inside a host, verbs
 # between them. Not network namespaces: rxe before Linux 7.1 serves init_net only (its

@@ -13,7 +13,7 @@ use crate::check;
 /// The victim (the last rank) is killed by a thread at a moment drawn from the seed, so
 /// that over many trials it dies in every phase, init included (see [`before_init`]).
 pub fn kill_trial(world: &World) -> Result<()> {
-    for round in 0..200u64 {
+    for round in 0..crate::reps(200) {
         let a = world.allocate::<u64>(64)?;
         let d = world.create_dynamic::<u64>()?;
         a.fence(Assert::NONE)?;
