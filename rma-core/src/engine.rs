@@ -239,6 +239,9 @@ impl Engine {
                     );
                 }
             }
+            if let Some(rank) = e.failed_rank() {
+                e.transport.peer_gone(rank);
+            }
             let failed = e.failed.load(Ordering::Acquire);
             if failed != 0 {
                 return Err(TransportError::PeerUnreachable((failed - 1) as Rank));
@@ -692,6 +695,17 @@ impl EngineShared {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
+        if dead != 0 {
+            // Known dead from now on (the launcher or a peer said so): every wait on it
+            // fails, and the transport neither sends to it nor waits for its goodbye.
+            let _ = self.failed.compare_exchange(
+                0,
+                u64::from(rank) + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            self.transport.peer_gone(rank);
+        }
     }
 
     /// The blame word a departure carries (the header's done count): see `blame`.
@@ -715,6 +729,7 @@ impl EngineShared {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
+            self.transport.peer_gone(rank);
         }
         Some(rank)
     }

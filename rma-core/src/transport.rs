@@ -572,6 +572,13 @@ pub trait Transport: Send + Sync {
         let _ = events;
     }
 
+    /// The engine learned that `rank` is dead by other means (a peer's word, the
+    /// launcher): nothing more is to be sent to it or awaited from it (a closing
+    /// transport does not wait for its goodbye).
+    fn peer_gone(&self, rank: Rank) {
+        let _ = rank;
+    }
+
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
 

@@ -1166,6 +1166,13 @@ impl Transport for OfiTransport {
         self.windows.remove(win);
     }
 
+    fn peer_gone(&self, rank: Rank) {
+        let mut inner = self.lock();
+        if let Some(d) = inner.dead.get_mut(rank as usize) {
+            *d = true;
+        }
+    }
+
     fn check_peers(&self, events: &mut Vec<Event>) {
         self.check_liveness(events);
     }

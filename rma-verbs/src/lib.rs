@@ -1490,6 +1490,12 @@ impl Transport for VerbsTransport {
         self.windows.remove(win);
     }
 
+    fn peer_gone(&self, rank: Rank) {
+        if let Some(p) = self.lock().peers.get_mut(rank as usize) {
+            p.dead = true;
+        }
+    }
+
     fn check_peers(&self, events: &mut Vec<Event>) {
         self.check_liveness(events);
     }

@@ -505,6 +505,10 @@ impl Transport for HybridTransport {
         self.node.window_established(win, node_local.as_ref());
         self.net.window_established(win, node_local.as_ref());
     }
+    fn peer_gone(&self, rank: Rank) {
+        self.node.peer_gone(rank);
+        self.net.peer_gone(rank);
+    }
     fn check_peers(&self, events: &mut Vec<Event>) {
         self.node.check_peers(events);
         self.net.check_peers(events);
