@@ -543,8 +543,44 @@ fn bad_input(world: &World) -> Result<()> {
         ),
         "nested epochs",
     )?;
+    // Sizes no memory holds, and what MPI does not define (issue #15).
+    check(
+        matches!(
+            usage(win.get(peer, 0, 1 << 61))?,
+            UsageError::TooLarge { .. }
+        ),
+        "a get whose bytes overflow",
+    )?;
+    check(
+        matches!(
+            usage(win.get_strided(peer, 0, rma::Layout::strided(2, 1, (1 << 32) + 1)))?,
+            UsageError::OutOfBounds { .. }
+        ),
+        "a stride past 32 bits is not cut to 32 bits",
+    )?;
+    check(
+        matches!(
+            usage(win.read_local(1 << 61, &mut [0.0]))?,
+            UsageError::OutOfBounds { .. }
+        ),
+        "read_local past the window does not wrap",
+    )?;
+    check(
+        matches!(
+            usage(win.compare_and_swap(0.0, 1.0, peer, 0))?,
+            UsageError::Unsupported { .. }
+        ),
+        "compare_and_swap on floats",
+    )?;
     win.unlock(peer)?;
     world.barrier()?;
+    check(
+        matches!(
+            usage(world.allocate::<u64>((1 << 61) + 16).map(drop))?,
+            UsageError::Unsupported { .. }
+        ),
+        "a window whose bytes overflow, refused on every rank",
+    )?;
     win.start(&[peer], Assert::NONE)?;
     check(
         matches!(

@@ -104,6 +104,12 @@ pub enum UsageError {
     NotAttached,
     /// The window still has an epoch open where the call needs none (for example `free`).
     EpochOpen,
+    /// A size that no memory can hold or no address reach: a count, layout or
+    /// displacement whose bytes overflow (past `isize::MAX`, or 64 bits).
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+    },
 }
 
 /// A peer at fault: it died, or sent something this process refuses to apply.
@@ -262,6 +268,10 @@ impl fmt::Display for UsageError {
             Unsupported { what } => write!(f, "not supported: {what}"),
             NotAttached => f.write_str(
                 "no memory attached to the dynamic window holds that address: attach it first",
+            ),
+            TooLarge { what } => write!(
+                f,
+                "{what} is too large: its size in bytes overflows what memory can hold"
             ),
             EpochOpen => f.write_str(
                 "an epoch is still open on the window: close it (fence with NOSUCCEED, \

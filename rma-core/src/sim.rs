@@ -8,6 +8,9 @@
 //! native) and [`Profile::Rdma`] (native put, get, some atomics, completed
 //! asynchronously). It proves protocol logic; real multi-process proof is the backends'.
 
+/// The largest window a simulated rank allocates (1 GiB).
+const SIM_MAX_WINDOW: usize = 1 << 30;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -334,6 +337,12 @@ impl Transport for SimTransport {
             return Err(TransportError::Unsupported(
                 "shared memory in the active-message profile",
             ));
+        }
+        // Threads of one process share its memory: a bound instead of an abort.
+        if len > SIM_MAX_WINDOW {
+            return Err(TransportError::Failed(format!(
+                "the simulated transport allocates at most {SIM_MAX_WINDOW} bytes per window"
+            )));
         }
         Ok(Arc::new(SimSegment {
             bytes: Mutex::new(Bytes::Owned(vec![0; len])),

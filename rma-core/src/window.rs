@@ -68,18 +68,22 @@ impl Layout {
             stride,
         }
     }
-    /// Elements described.
+    /// Elements described (`usize::MAX` when that overflows: such a layout is refused
+    /// by every call).
     pub fn elements(&self) -> usize {
-        self.count * self.block
+        self.count.saturating_mul(self.block)
     }
+    /// Blocks in order and not overlapping, and every count computable.
     fn valid(&self) -> bool {
-        self.count <= 1 || self.stride >= self.block
+        (self.count <= 1 || self.stride >= self.block)
+            && self.count.checked_mul(self.block).is_some()
+            && self.span().is_some()
     }
-    fn span(&self) -> usize {
-        if self.count == 0 {
-            0
-        } else {
-            (self.count - 1) * self.stride + self.block
+    /// Elements from the first to one past the last, if that fits.
+    fn span(&self) -> Option<usize> {
+        match self.count {
+            0 => Some(0),
+            n => (n - 1).checked_mul(self.stride)?.checked_add(self.block),
         }
     }
 }
@@ -1718,21 +1722,41 @@ impl WindowShared {
         if !layout.valid() {
             return Err(UsageError::BadLayout.into());
         }
-        let e = |x: usize| (x * elem) as u32;
+        // Every size in bytes, checked: a layout whose bytes overflow is an error, never
+        // a wrapped or truncated extent.
+        let bytes = |x: usize| {
+            x.checked_mul(elem)
+                .map(|b| b as u64)
+                .ok_or(UsageError::TooLarge { what: "the layout" })
+        };
+        let extent = |offset: u64| -> Result<Extent> {
+            let e = Extent {
+                offset,
+                count: layout.count as u64,
+                block: bytes(layout.block)?,
+                stride: bytes(layout.stride)?,
+            };
+            if e.is_well_formed() {
+                Ok(e)
+            } else {
+                Err(UsageError::TooLarge { what: "the layout" }.into())
+            }
+        };
         if self.kind == WindowKind::Dynamic {
             // Addresses come from `attach`; the target checks them against its regions.
-            return Ok(Extent {
-                offset: disp,
-                count: layout.count as u32,
-                block: e(layout.block),
-                stride: e(layout.stride),
-            });
+            return extent(disp);
         }
         let r = &self.remote[target as usize];
         let offset = disp
             .checked_mul(u64::from(r.disp_unit))
-            .ok_or(UsageError::BadLayout)?;
-        let len = (layout.span() * elem) as u64;
+            .ok_or(UsageError::TooLarge {
+                what: "the displacement",
+            })?;
+        let len = layout
+            .span()
+            .and_then(|s| s.checked_mul(elem))
+            .map(|b| b as u64)
+            .ok_or(UsageError::TooLarge { what: "the layout" })?;
         if offset.checked_add(len).is_none_or(|end| end > r.len) {
             return Err(UsageError::OutOfBounds {
                 target,
@@ -1742,12 +1766,7 @@ impl WindowShared {
             }
             .into());
         }
-        Ok(Extent {
-            offset,
-            count: layout.count as u32,
-            block: e(layout.block),
-            stride: e(layout.stride),
-        })
+        extent(offset)
     }
 
     /// The backend's native capabilities toward `target` on this window.
@@ -1780,14 +1799,8 @@ impl WindowShared {
     fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let contiguous = d.extent.count <= 1;
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, contiguous);
-        if d.kind == OpKind::Put
-            && !native
-            && d.extent.bytes() as usize + 64 > self.caps(d.target).max_message
-        {
-            return Err(TransportError::Unsupported(
-                "active message larger than the transport carries",
-            )
-            .into());
+        if !native {
+            self.check_active_message(d.target, d.extent)?;
         }
         // Most ops post at the first try: no waiting machinery for them.
         if let Step::Done(p) = self.lock_state().try_post(self, &d, native)? {
@@ -1810,6 +1823,19 @@ impl WindowShared {
             }
         })?;
         result
+    }
+
+    /// An op that goes as an active message must fit in one (its request, or its reply
+    /// for a get): what does not is refused here, before anything is sent or allocated.
+    fn check_active_message(&self, target: Rank, extent: Extent) -> Result<()> {
+        let max = self.caps(target).max_message as u64;
+        if extent.bytes().saturating_add(64) > max {
+            return Err(TransportError::Unsupported(
+                "active message larger than the transport carries",
+            )
+            .into());
+        }
+        Ok(())
     }
 
     fn enter_sync(&self, st: &mut WinState, call: &'static str) -> Result<()> {
@@ -2627,10 +2653,15 @@ impl<T: Element> Window<T> {
     /// Gets the elements `layout` selects at `disp`, packed.
     pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if self.shared.kind == WindowKind::Dynamic {
+            // Bounded at the origin only by what one message carries (active messages):
+            // checked before the result's buffer is allocated.
+            self.shared.check_active_message(target, extent)?;
+        }
         // Contiguous gets land straight in the result where the backend completes them in
         // the call: one buffer, one copy.
         let mut out = if extent.count <= 1 {
-            vec![T::zeroed(); layout.elements()]
+            zeroed_vec::<T>(layout.elements())?
         } else {
             Vec::new()
         };
@@ -2815,6 +2846,15 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<T>> {
+        if !T::DATATYPE.is_integer() {
+            // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
+            // not bitwise: -0.0 == 0.0, NaN != NaN).
+            return Err(UsageError::Unsupported {
+                what: "compare_and_swap on floating-point elements (MPI allows integer \
+                       types only)",
+            }
+            .into());
+        }
         let extent = self
             .shared
             .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
@@ -2922,9 +2962,9 @@ impl<T: Element> Window<T> {
             }
             .into());
         };
-        let off = disp * Self::SIZE;
+        let off = disp.saturating_mul(Self::SIZE);
         let len = std::mem::size_of_val(out);
-        if off + len > seg.len() {
+        if off.checked_add(len).is_none_or(|end| end > seg.len()) {
             return Err(UsageError::OutOfBounds {
                 target: self.shared.engine.rank,
                 offset: off as u64,
@@ -2946,8 +2986,9 @@ impl<T: Element> Window<T> {
             }
             .into());
         };
-        let off = disp * Self::SIZE;
-        if off + std::mem::size_of_val(data) > seg.len() {
+        let off = disp.saturating_mul(Self::SIZE);
+        let len = std::mem::size_of_val(data);
+        if off.checked_add(len).is_none_or(|end| end > seg.len()) {
             return Err(UsageError::OutOfBounds {
                 target: self.shared.engine.rank,
                 offset: off as u64,
@@ -3192,6 +3233,16 @@ impl<T: Element> Drop for Window<T> {
     }
 }
 
+/// `n` zeroed elements, or the typed error for a count no memory can hold (a get of a
+/// dynamic window is bounded only at the target).
+fn zeroed_vec<T: Element>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| UsageError::TooLarge { what: "the result" })?;
+    v.resize(n, T::zeroed());
+    Ok(v)
+}
+
 fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
     let user: Box<dyn UserMemory> = seg.into_user_memory()?;
     user.into_any().downcast::<Vec<T>>().ok().map(|b| *b)
@@ -3203,7 +3254,11 @@ fn gather<T: Element>(
     origin: Layout,
     target: Layout,
 ) -> Result<std::borrow::Cow<'_, [T]>> {
-    if !origin.valid() || origin.elements() != target.elements() || origin.span() > data.len() {
+    if !origin.valid()
+        || !target.valid()
+        || origin.elements() != target.elements()
+        || origin.span().is_none_or(|s| s > data.len())
+    {
         return Err(UsageError::BadLayout.into());
     }
     if origin.count <= 1 {

@@ -8,8 +8,10 @@
 
 use crate::datatype::{AccOp, DataType};
 
-/// Version of this format; a packet of another version is refused.
-pub const VERSION: u8 = 1;
+/// Version of this format; a packet of another version is refused. Version 2: extents
+/// are u64 throughout (no size of a window or an op is cut to 32 bits), and
+/// [`Kind::Depart`].
+pub const VERSION: u8 = 2;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 12;
 
@@ -106,17 +108,19 @@ impl Kind {
 }
 
 /// Where in the target window an op lands: `count` blocks of `block` bytes, `stride`
-/// bytes apart, from byte `offset`.
+/// bytes apart, from byte `offset`. Built by the origin with checked arithmetic and
+/// decoded only when [`is_well_formed`](Self::is_well_formed), so that `bytes` and `span`
+/// never overflow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
     /// First byte (or a dynamic window address).
     pub offset: u64,
     /// Number of blocks.
-    pub count: u32,
+    pub count: u64,
     /// Bytes per block.
-    pub block: u32,
+    pub block: u64,
     /// Bytes from the start of one block to the next.
-    pub stride: u32,
+    pub stride: u64,
 }
 
 impl Extent {
@@ -125,29 +129,43 @@ impl Extent {
         Extent {
             offset,
             count: 1,
-            block: len as u32,
-            stride: len as u32,
+            block: len as u64,
+            stride: len as u64,
         }
     }
-    /// Bytes of payload.
+    /// Bytes of payload (of a well-formed extent).
     pub fn bytes(&self) -> u64 {
-        self.count as u64 * self.block as u64
+        self.checked_bytes().unwrap_or(u64::MAX)
     }
-    /// Bytes from the first to one past the last touched byte.
+    /// Bytes from the first to one past the last touched byte (of a well-formed extent).
     pub fn span(&self) -> u64 {
-        if self.count == 0 {
-            0
-        } else {
-            (self.count as u64 - 1) * self.stride as u64 + self.block as u64
-        }
+        self.checked_span().unwrap_or(u64::MAX)
     }
-    /// Whether blocks are disjoint and in order.
+    /// Bytes of payload, if they fit in 64 bits.
+    pub fn checked_bytes(&self) -> Option<u64> {
+        self.count.checked_mul(self.block)
+    }
+    /// Bytes spanned, if they fit in 64 bits (also past `offset`).
+    pub fn checked_span(&self) -> Option<u64> {
+        let span = match self.count {
+            0 => 0,
+            n => (n - 1).checked_mul(self.stride)?.checked_add(self.block)?,
+        };
+        self.offset.checked_add(span)?;
+        Some(span)
+    }
+    /// Whether blocks are disjoint and in order, and every size fits (bytes and span in
+    /// 64 bits, the payload in this machine's address space).
     pub fn is_well_formed(&self) -> bool {
-        self.count <= 1 || self.stride >= self.block
+        (self.count <= 1 || self.stride >= self.block)
+            && self.checked_span().is_some()
+            && self
+                .checked_bytes()
+                .is_some_and(|b| isize::try_from(b).is_ok())
     }
     /// Byte offsets of each block, relative to `offset`.
     pub fn blocks(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
-        (0..self.count as u64).map(|i| (i * self.stride as u64, self.block as usize))
+        (0..self.count).map(|i| (i * self.stride, self.block as usize))
     }
 }
 
@@ -297,12 +315,12 @@ impl<'a> Reader<'a> {
     fn extent(&mut self) -> Result<Extent, DecodeError> {
         let e = Extent {
             offset: self.u64()?,
-            count: self.u32()?,
-            block: self.u32()?,
-            stride: self.u32()?,
+            count: self.u64()?,
+            block: self.u64()?,
+            stride: self.u64()?,
         };
         if !e.is_well_formed() {
-            return Err("overlapping strided blocks");
+            return Err("overlapping strided blocks or sizes past 64 bits");
         }
         Ok(e)
     }
@@ -396,6 +414,9 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
         Kind::CompareAndSwap => {
             let token = r.u64()?;
             let datatype = DataType::from_code(r.u8()?).ok_or("unknown datatype")?;
+            if !datatype.is_integer() {
+                return Err("compare_and_swap on a floating-point type");
+            }
             let offset = r.u64()?;
             let n = datatype.size();
             let compare = r.take(n)?;
@@ -482,7 +503,7 @@ impl Encoder {
     }
     /// Appends an extent.
     pub fn extent(&mut self, e: Extent) -> &mut Self {
-        self.u64(e.offset).u32(e.count).u32(e.block).u32(e.stride)
+        self.u64(e.offset).u64(e.count).u64(e.block).u64(e.stride)
     }
     /// Appends raw bytes.
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {

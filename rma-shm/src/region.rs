@@ -101,17 +101,34 @@ impl std::fmt::Debug for LocalMemory {
 }
 
 impl LocalMemory {
-    /// `len` zero bytes of our own, 8-byte aligned (for native 8-byte atomics).
-    pub fn allocate(len: usize) -> LocalMemory {
-        let mut own = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+    /// `len` zero bytes of our own, 8-byte aligned (for native 8-byte atomics), or an
+    /// error when the system has not that much memory to give (a typed failure of window
+    /// creation, not an abort). Zeroed by the allocator (fresh pages are not touched).
+    pub fn allocate(len: usize) -> std::io::Result<LocalMemory> {
+        let words = len.div_ceil(8);
+        let mut own: Box<[u64]> = if words == 0 {
+            Box::new([])
+        } else {
+            let layout = std::alloc::Layout::array::<u64>(words)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+            // SAFETY: `layout` has a non-zero size (words > 0).
+            let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+            if p.is_null() {
+                return Err(std::io::Error::from(std::io::ErrorKind::OutOfMemory));
+            }
+            // SAFETY: `p` was allocated by the global allocator with the layout of
+            // `[u64; words]` and zeroed (a valid u64 array); the box takes sole ownership
+            // and frees it with that same layout.
+            unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, words)) }
+        };
         // SAFETY: the boxed slice does not move and lives in `_own` as long as the
         // region is used (this value), and holds at least `len` bytes.
         let region = unsafe { Region::new(own.as_mut_ptr().cast(), len) };
-        LocalMemory {
+        Ok(LocalMemory {
             region,
             _own: Some(own),
             user: std::sync::Mutex::new(None),
-        }
+        })
     }
 
     /// The user's memory, in place.

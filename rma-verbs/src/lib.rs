@@ -1415,7 +1415,9 @@ impl Transport for VerbsTransport {
     }
 
     fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
-        let memory = rma_shm::LocalMemory::allocate(len);
+        let memory = rma_shm::LocalMemory::allocate(len).map_err(|e| {
+            TransportError::Failed(format!("cannot allocate a window of {len} bytes: {e}"))
+        })?;
         // SAFETY: the memory is owned by the segment and freed after the region (field
         // order).
         let mr = unsafe { self.register(memory.base(), len)? };
