@@ -115,7 +115,7 @@ fn run_shm(
         }
         return Ok(ExitCode::from(out.code().clamp(0, 255) as u8));
     }
-    let config = Config::from_env();
+    let config = Config::from_env().map_err(|e| e.to_string())?;
     let world = rma::World::init_with(config.clone()).map_err(|e| format!("init: {e}"))?;
     let rank = world.rank();
     if world.size() != 2 {
@@ -159,7 +159,7 @@ fn run_shm(
 
 fn run_sim(bench: &'static Benchmark, mut opts: Options) -> Result<ExitCode, String> {
     let profile = opts.backend.profile().expect("a simulated backend");
-    let config = Config::from_env();
+    let config = Config::from_env().map_err(|e| e.to_string())?;
     let net = Network::new(2, profile, SEED);
     fit_to_path(bench, &mut opts, &config, true)?;
     let sink = Sink::open(&opts)?;

@@ -292,6 +292,32 @@ pub fn timeout_names_the_rank(world: &World) -> Result<()> {
     Ok(())
 }
 
+/// Shared memory's live-window limit: 1023 windows alive at once work, the 1024th fails
+/// on every rank with an error that says the limit (a message naming 1023), and after
+/// freeing one a window can be made again.
+pub fn window_limit(world: &World) -> Result<()> {
+    let mut live = Vec::new();
+    for _ in 0..1023 {
+        live.push(world.allocate::<u64>(1)?);
+    }
+    match world.allocate::<u64>(1) {
+        Err(e) if e.to_string().contains("more than 1023 live windows") => {}
+        other => {
+            return Err(rma::TransportError::Failed(format!(
+                "the 1024th live window gave {:?}",
+                other.map(drop)
+            ))
+            .into())
+        }
+    }
+    live.pop().expect("1023 windows").free()?;
+    live.push(world.allocate::<u64>(1)?);
+    for w in live {
+        w.free()?;
+    }
+    Ok(())
+}
+
 /// A fence epoch with a put to the right neighbour on a fresh window: exact contents.
 fn still_works(world: &World) -> Result<()> {
     let me = world.rank();

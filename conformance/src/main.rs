@@ -51,6 +51,7 @@ fn main() {
         "leaves_between_collectives" => failure::leaves_between_collectives(&world, kind),
         "fence_against_free" => failure::fence_against_free(&world),
         "timeout_names_the_rank" => failure::timeout_names_the_rank(&world),
+        "window_limit" => failure::window_limit(&world),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);

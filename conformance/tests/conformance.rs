@@ -255,6 +255,22 @@ fn bad_environments_are_typed_errors_not_hangs() {
             &[("RMA_BACKEND", "carrier-pigeon")],
             "RMA_BACKEND=carrier-pigeon",
         ),
+        // Every variable parsed strictly: the error names the variable (issue #15).
+        (&[("RMA_TIMEOUT_MS", "abc")], "RMA_TIMEOUT_MS=\"abc\""),
+        (&[("RMA_TIMEOUT_MS", "-5")], "RMA_TIMEOUT_MS=\"-5\""),
+        (&[("RMA_TIMEOUT_MS", "0")], "or none (no deadline at all)"),
+        (
+            &[("RMA_BOOT_TIMEOUT_MS", "abc")],
+            "RMA_BOOT_TIMEOUT_MS=\"abc\"",
+        ),
+        (&[("RMA_PIGGYBACK", "maybe")], "RMA_PIGGYBACK=\"maybe\""),
+        (&[("RMA_NATIVE", "2")], "RMA_NATIVE=\"2\""),
+        (
+            &[("RMA_SLOTS", "99999999999999999999")],
+            "RMA_SLOTS=\"99999999999999999999\"",
+        ),
+        (&[("RMA_OP_POOL_GLOBAL", "1e12")], "RMA_OP_POOL_GLOBAL"),
+        (&[("RMA_SHM_CMA", "yes please")], "RMA_SHM_CMA"),
     ];
     for (env, expect) in cases {
         let mut cmd = std::process::Command::new(bin);

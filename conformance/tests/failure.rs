@@ -141,6 +141,11 @@ fn a_timeout_names_the_call_and_the_rank_waited_for() {
 }
 
 #[test]
+fn the_live_window_limit_is_1023_and_says_so() {
+    ok(2, &["window_limit"], &[]);
+}
+
+#[test]
 fn fence_against_free_is_a_mismatch_on_every_rank() {
     ok(2, &["fence_against_free"], &[]);
     ok(4, &["fence_against_free"], &[]);

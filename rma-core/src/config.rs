@@ -44,7 +44,8 @@ pub struct Config {
     /// Interval of the background progress thread (`RMA_ASYNC_PROGRESS_US`).
     pub async_progress_interval: Duration,
     /// A blocking call that sees no completion for this long returns
-    /// [`PeerError::Timeout`](crate::PeerError::Timeout) (`RMA_TIMEOUT_MS`; 0 = never).
+    /// [`PeerError::Timeout`](crate::PeerError::Timeout) (`RMA_TIMEOUT_MS`, or `none` for
+    /// no deadline at all; `None` here).
     pub timeout: Option<Duration>,
     /// Let the transport do ops natively where it can (`RMA_NATIVE`, 0 or 1); off, every op
     /// is an active message.
@@ -74,77 +75,208 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The defaults, overridden by any `RMA_*` variable that is set and parses.
-    pub fn from_env() -> Self {
+    /// The defaults, overridden by every `RMA_*` variable that is set; a value that does
+    /// not parse, or lies outside what the field accepts, is
+    /// [`UsageError::BadEnvironment`](crate::UsageError::BadEnvironment) naming the
+    /// variable and what it accepts (never ignored, never a later panic).
+    pub fn from_env() -> crate::Result<Self> {
         Self::default().with_env(|k| std::env::var(k).ok())
     }
 
     /// Overrides fields from a variable lookup (testable without touching the process
-    /// environment). A value that does not parse leaves the field as it was.
-    pub fn with_env(mut self, get: impl Fn(&str) -> Option<String>) -> Self {
-        fn num(get: &impl Fn(&str) -> Option<String>, k: &str, field: &mut usize) {
-            if let Some(v) = get(k).and_then(|v| v.trim().parse().ok()) {
-                *field = v;
+    /// environment); see [`from_env`](Self::from_env).
+    ///
+    /// ```
+    /// use rma_core::{Config, Error, UsageError};
+    /// let c = Config::default().with_env(|k| (k == "RMA_SLOTS").then(|| "8".into()));
+    /// assert_eq!(c.unwrap().slots, 8);
+    /// let bad = Config::default().with_env(|k| (k == "RMA_PIGGYBACK").then(|| "maybe".into()));
+    /// assert!(matches!(
+    ///     bad,
+    ///     Err(Error::Usage(UsageError::BadEnvironment { variable: "RMA_PIGGYBACK", .. }))
+    /// ));
+    /// ```
+    pub fn with_env(mut self, get: impl Fn(&str) -> Option<String>) -> crate::Result<Self> {
+        let bad = |variable: &'static str, value: &str, expected: &'static str| {
+            crate::UsageError::BadEnvironment {
+                variable,
+                value: value.chars().take(64).collect(),
+                expected,
             }
-        }
-        fn flag(get: &impl Fn(&str) -> Option<String>, k: &str, field: &mut bool) {
-            match get(k).as_deref().map(str::trim) {
-                Some("1" | "true" | "on" | "yes") => *field = true,
-                Some("0" | "false" | "off" | "no") => *field = false,
-                _ => {}
+        };
+        // A whole number in `range`, or the error saying which.
+        let num = |k: &'static str,
+                   range: std::ops::RangeInclusive<usize>,
+                   expected: &'static str,
+                   field: &mut usize|
+         -> crate::Result<()> {
+            if let Some(v) = get(k) {
+                match v.trim().parse::<usize>() {
+                    Ok(n) if range.contains(&n) => *field = n,
+                    _ => return Err(bad(k, &v, expected).into()),
+                }
             }
-        }
-        num(&get, "RMA_SLOTS", &mut self.slots);
-        num(&get, "RMA_OP_POOL_LOCAL", &mut self.op_pool_local);
-        num(&get, "RMA_OP_POOL_GLOBAL", &mut self.op_pool_global);
-        num(&get, "RMA_TARGET_POOL_LOCAL", &mut self.target_pool_local);
-        num(&get, "RMA_TARGET_POOL_GLOBAL", &mut self.target_pool_global);
+            Ok(())
+        };
+        let flag = |k: &'static str, field: &mut bool| -> crate::Result<()> {
+            if let Some(v) = get(k) {
+                *field = match v.trim() {
+                    "1" | "true" | "on" | "yes" => true,
+                    "0" | "false" | "off" | "no" => false,
+                    _ => return Err(bad(k, &v, "0 or 1 (or true/false, on/off, yes/no)").into()),
+                };
+            }
+            Ok(())
+        };
+        // Bounds: what a process can hold (pools and slots are allocated up front).
+        const MANY: usize = 1 << 20;
+        const BYTES: usize = 1 << 30;
+        let pool = "a whole number from 1 to 1048576";
+        num("RMA_SLOTS", 1..=MANY, pool, &mut self.slots)?;
+        num("RMA_OP_POOL_LOCAL", 1..=MANY, pool, &mut self.op_pool_local)?;
         num(
-            &get,
+            "RMA_TARGET_POOL_LOCAL",
+            1..=MANY,
+            pool,
+            &mut self.target_pool_local,
+        )?;
+        let global = "a whole number from 0 to 1048576";
+        num(
+            "RMA_OP_POOL_GLOBAL",
+            0..=MANY,
+            global,
+            &mut self.op_pool_global,
+        )?;
+        num(
+            "RMA_TARGET_POOL_GLOBAL",
+            0..=MANY,
+            global,
+            &mut self.target_pool_global,
+        )?;
+        let count = "a whole number from 0 to 1048576";
+        num(
             "RMA_PIGGYBACK_THRESHOLD",
+            0..=MANY,
+            count,
             &mut self.piggyback_threshold,
-        );
+        )?;
+        let bytes = "a number of bytes from 0 to 1073741824";
         num(
-            &get,
             "RMA_SINGLE_OP_THRESHOLD",
+            0..=BYTES,
+            bytes,
             &mut self.single_op_threshold,
-        );
-        num(&get, "RMA_QUEUE_MAX_BYTES", &mut self.queue_max_bytes);
-        flag(&get, "RMA_PIGGYBACK", &mut self.piggyback);
-        flag(&get, "RMA_SINGLE_OP", &mut self.single_op);
-        flag(&get, "RMA_LAZY_TARGET_FREE", &mut self.lazy_target_free);
-        flag(&get, "RMA_ASYNC_PROGRESS", &mut self.async_progress);
-        flag(&get, "RMA_NATIVE", &mut self.native_ops);
+        )?;
+        num(
+            "RMA_QUEUE_MAX_BYTES",
+            0..=BYTES,
+            bytes,
+            &mut self.queue_max_bytes,
+        )?;
+        flag("RMA_PIGGYBACK", &mut self.piggyback)?;
+        flag("RMA_SINGLE_OP", &mut self.single_op)?;
+        flag("RMA_LAZY_TARGET_FREE", &mut self.lazy_target_free)?;
+        flag("RMA_ASYNC_PROGRESS", &mut self.async_progress)?;
+        flag("RMA_NATIVE", &mut self.native_ops)?;
         let mut us = self.async_progress_interval.as_micros() as usize;
-        num(&get, "RMA_ASYNC_PROGRESS_US", &mut us);
+        num(
+            "RMA_ASYNC_PROGRESS_US",
+            1..=10_000_000,
+            "microseconds from 1 to 10000000",
+            &mut us,
+        )?;
         self.async_progress_interval = Duration::from_micros(us as u64);
-        let mut ms = self.timeout.map_or(0, |t| t.as_millis() as usize);
-        num(&get, "RMA_TIMEOUT_MS", &mut ms);
-        self.timeout = (ms > 0).then(|| Duration::from_millis(ms as u64));
-        // A pool or slot array of size zero could never hold an element.
-        self.slots = self.slots.max(1);
-        self.op_pool_local = self.op_pool_local.max(1);
-        self.target_pool_local = self.target_pool_local.max(1);
-        self
+        // Deadlines are what turns a lost peer into an error: 0 does not switch them off
+        // by accident; `none` does, on purpose.
+        match get("RMA_TIMEOUT_MS") {
+            Some(v) if v.trim() == "none" => self.timeout = None,
+            Some(_) => {
+                let mut ms = 0;
+                num(
+                    "RMA_TIMEOUT_MS",
+                    1..=86_400_000,
+                    "milliseconds from 1 to 86400000, or none (no deadline at all)",
+                    &mut ms,
+                )?;
+                self.timeout = Some(Duration::from_millis(ms as u64));
+            }
+            None => {}
+        }
+        Ok(self)
     }
+}
+
+/// A backend's numeric `RMA_*` variables, checked once when it starts: each one that is
+/// set must be a whole number in its range, or the start fails with
+/// [`UsageError::BadEnvironment`](crate::UsageError::BadEnvironment) naming it (the
+/// backend then reads them where it needs them, knowing they parse).
+///
+/// ```
+/// std::env::set_var("RMA_DOC_EXAMPLE_DEPTH", "lots");
+/// let r = rma_core::config::check_env_numbers(&[("RMA_DOC_EXAMPLE_DEPTH", 1, 64, "1 to 64")]);
+/// assert!(r.is_err());
+/// ```
+pub fn check_env_numbers(vars: &[(&'static str, usize, usize, &'static str)]) -> crate::Result<()> {
+    for &(variable, low, high, expected) in vars {
+        if let Ok(v) = std::env::var(variable) {
+            let ok = v
+                .trim()
+                .parse::<usize>()
+                .is_ok_and(|n| (low..=high).contains(&n));
+            if !ok {
+                return Err(crate::UsageError::BadEnvironment {
+                    variable,
+                    value: v.chars().take(64).collect(),
+                    expected,
+                }
+                .into());
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Error, UsageError};
+
+    fn with(k: &'static str, v: &str) -> crate::Result<Config> {
+        let v = v.to_string();
+        Config::default().with_env(move |key| (key == k).then(|| v.clone()))
+    }
 
     #[test]
-    fn env_overrides_and_ignores_garbage() {
-        let c = Config::default().with_env(|k| match k {
-            "RMA_SLOTS" => Some("8".into()),
-            "RMA_SINGLE_OP" => Some("0".into()),
-            "RMA_OP_POOL_LOCAL" => Some("many".into()),
-            "RMA_TIMEOUT_MS" => Some("0".into()),
-            _ => None,
-        });
-        assert_eq!(c.slots, 8);
-        assert!(!c.single_op);
-        assert_eq!(c.op_pool_local, Config::default().op_pool_local);
-        assert_eq!(c.timeout, None);
+    fn env_overrides_and_refuses_garbage_naming_the_variable() {
+        assert_eq!(with("RMA_SLOTS", "8").unwrap().slots, 8);
+        assert!(!with("RMA_SINGLE_OP", "0").unwrap().single_op);
+        assert_eq!(with("RMA_TIMEOUT_MS", "none").unwrap().timeout, None);
+        assert_eq!(
+            with("RMA_TIMEOUT_MS", "250").unwrap().timeout,
+            Some(Duration::from_millis(250))
+        );
+        for (k, v) in [
+            ("RMA_TIMEOUT_MS", "abc"),
+            ("RMA_TIMEOUT_MS", "-5"),
+            ("RMA_TIMEOUT_MS", "0"),
+            ("RMA_PIGGYBACK", "maybe"),
+            ("RMA_NATIVE", "2"),
+            ("RMA_SLOTS", "0"),
+            ("RMA_SLOTS", "99999999999999999999"),
+            ("RMA_OP_POOL_LOCAL", "many"),
+            ("RMA_OP_POOL_GLOBAL", "18446744073709551615"),
+            ("RMA_QUEUE_MAX_BYTES", "1e9"),
+            ("RMA_ASYNC_PROGRESS_US", "0"),
+        ] {
+            match with(k, v) {
+                Err(Error::Usage(UsageError::BadEnvironment {
+                    variable, value, ..
+                })) => {
+                    assert_eq!(variable, k);
+                    assert_eq!(value, v);
+                }
+                other => panic!("{k}={v}: {other:?}"),
+            }
+        }
     }
 }

@@ -104,6 +104,15 @@ pub enum UsageError {
     NotAttached,
     /// The window still has an epoch open where the call needs none (for example `free`).
     EpochOpen,
+    /// An `RMA_*` environment variable with a value rma does not accept.
+    BadEnvironment {
+        /// The variable.
+        variable: &'static str,
+        /// Its value (the first 64 characters).
+        value: String,
+        /// What it accepts.
+        expected: &'static str,
+    },
     /// A size that no memory can hold or no address reach: a count, layout or
     /// displacement whose bytes overflow (past `isize::MAX`, or 64 bits).
     TooLarge {
@@ -268,6 +277,14 @@ impl fmt::Display for UsageError {
             Unsupported { what } => write!(f, "not supported: {what}"),
             NotAttached => f.write_str(
                 "no memory attached to the dynamic window holds that address: attach it first",
+            ),
+            BadEnvironment {
+                variable,
+                value,
+                expected,
+            } => write!(
+                f,
+                "{variable}={value:?} is not accepted: it takes {expected}"
             ),
             TooLarge { what } => write!(
                 f,

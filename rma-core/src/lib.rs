@@ -41,7 +41,7 @@
 
 mod barrier;
 pub mod bootstrap;
-mod config;
+pub mod config;
 mod datatype;
 mod engine;
 mod epoch;

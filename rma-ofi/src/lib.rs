@@ -102,6 +102,37 @@ const KIND_MASK: u64 = 0xff << 56;
 /// Send buffers in flight at most (beyond that: Busy).
 const SEND_BUFFERS: usize = 256;
 
+/// The numeric variables this backend reads, with what each accepts: checked when a
+/// World starts ([`rma_core::config::check_env_numbers`]), so that a typo is an error,
+/// not a silent default.
+pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
+    (
+        "RMA_OFI_MAX_MESSAGE",
+        1024,
+        1 << 30,
+        "bytes from 1024 to 1073741824",
+    ),
+    ("RMA_OFI_RECV_BUFFERS", 1, 65536, "a count from 1 to 65536"),
+    (
+        "RMA_OFI_LINGER_MS",
+        0,
+        600_000,
+        "milliseconds from 0 to 600000",
+    ),
+    (
+        "RMA_OFI_YIELD_EVERY",
+        0,
+        1 << 20,
+        "a count from 0 to 1048576",
+    ),
+    ("RMA_OFI_MULTI_RECV", 0, 1, "0 or 1"),
+    ("RMA_OFI_MR_LOCAL", 0, 1, "0 or 1"),
+    ("RMA_OFI_DISABLE_RMA", 0, 1, "0 or 1"),
+    ("RMA_OFI_DISABLE_ATOMICS", 0, 1, "0 or 1"),
+    ("RMA_OFI_SHM_ATOMICS", 0, 1, "0 or 1"),
+    ("RMA_OFI_VERBOSE", 0, 1, "0 or 1"),
+];
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()

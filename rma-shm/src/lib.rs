@@ -8,7 +8,9 @@
 //! - **Windows over user memory** (`create`) are reached by cross-memory attach
 //!   (process_vm_writev/readv); their accumulates are active messages.
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
-//!   and unlock complete while the target computes, with no action by the target.
+//!   and unlock complete while the target computes, with no action by the target. Each
+//!   live window (allocated, shared or over user memory) takes one of a process's 1023
+//!   lock slots ([`MAX_LIVE_WINDOWS`]); the 1024th window alive at once is an error.
 //! - **Control** (fence barriers, PSCW post/complete, RMA_DONE, acks) travels through
 //!   single-producer single-consumer rings in shared memory, one per ordered pair.
 //! - **Segments** (window memory and each rank's inbox) are anonymous: memfds that peers
@@ -48,11 +50,17 @@ use sys::Mapping;
 /// is not a lock but this process's departure word.
 const LOCK_SLOTS: usize = 1024;
 const DEPARTURE_SLOT: usize = LOCK_SLOTS - 1;
+/// Windows a process can have alive at once: one lock slot each, the last slot being the
+/// departure word.
+pub const MAX_LIVE_WINDOWS: usize = LOCK_SLOTS - 1;
 const DEPARTED: u64 = 0x6465_7061_7274_6564;
 const LOCK_TABLE: usize = LOCK_SLOTS * 64;
 /// Bytes of each ring (one per sender in every inbox).
 const RING_BYTES: usize = 256 * 1024;
 const EXCLUSIVE: u64 = 1 << 63;
+
+/// The numeric variables this backend reads (see rma-ofi's `ENV_NUMBERS`).
+pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[("RMA_SHM_CMA", 0, 1, "0 or 1")];
 
 fn fail(what: &str, e: std::io::Error) -> TransportError {
     TransportError::Failed(format!("{what}: {e}"))
@@ -288,11 +296,12 @@ impl ShmTransport {
 
     fn take_slot(&self) -> Result<u32, TransportError> {
         let mut t = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let i = t
-            .used
-            .iter()
-            .position(|u| !u)
-            .ok_or(TransportError::Failed("more than 1024 live windows".into()))?;
+        let i = t.used.iter().position(|u| !u).ok_or_else(|| {
+            TransportError::Failed(format!(
+                "more than {MAX_LIVE_WINDOWS} live windows in this process (shared \
+                     memory's limit): free some first"
+            ))
+        })?;
         t.used[i] = true;
         // A fresh lock word (nobody holds it) and barrier count. The barrier generation is
         // never reset: a rank still leaving the previous window's last barrier compares

@@ -116,6 +116,63 @@ const SIGNAL_EVERY: u32 = 16;
 /// `IBV_WC_WITH_IMM`.
 const WC_WITH_IMM: u32 = 1 << 1;
 
+/// The numeric variables this backend reads, with what each accepts: checked when a
+/// World starts ([`rma_core::config::check_env_numbers`]), so that a typo is an error,
+/// not a silent default.
+pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
+    ("RMA_VERBS_PORT", 1, 255, "a port number from 1 to 255"),
+    (
+        "RMA_VERBS_TIMEOUT",
+        0,
+        31,
+        "a QP timeout exponent from 0 to 31",
+    ),
+    ("RMA_VERBS_RETRY", 0, 7, "a retry count from 0 to 7"),
+    (
+        "RMA_VERBS_MAX_MESSAGE",
+        1024,
+        1 << 30,
+        "bytes from 1024 to 1073741824",
+    ),
+    (
+        "RMA_VERBS_RECV_BUFFERS",
+        1,
+        65536,
+        "a count from 1 to 65536",
+    ),
+    ("RMA_VERBS_SEND_DEPTH", 1, 65536, "a count from 1 to 65536"),
+    (
+        "RMA_VERBS_LINGER_MS",
+        0,
+        600_000,
+        "milliseconds from 0 to 600000",
+    ),
+    (
+        "RMA_VERBS_YIELD_EVERY",
+        0,
+        1 << 20,
+        "a count from 0 to 1048576",
+    ),
+    (
+        "RMA_VERBS_BLOCK_AFTER",
+        0,
+        1 << 30,
+        "a count from 0 to 1073741824",
+    ),
+    (
+        "RMA_VERBS_KEEPALIVE_MS",
+        0,
+        600_000,
+        "milliseconds from 0 to 600000",
+    ),
+    ("RMA_VERBS_DISABLE_RMA", 0, 1, "0 or 1"),
+    ("RMA_VERBS_DISABLE_ATOMICS", 0, 1, "0 or 1"),
+    ("RMA_VERBS_NATIVE_LOCKS", 0, 1, "0 or 1"),
+    ("RMA_VERBS_PID_CHECK", 0, 1, "0 or 1"),
+    ("RMA_VERBS_POLL_AFTER_POST", 0, 1, "0 or 1"),
+    ("RMA_VERBS_VERBOSE", 0, 1, "0 or 1"),
+];
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()

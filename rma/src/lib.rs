@@ -91,7 +91,7 @@ impl std::fmt::Debug for World {
 impl World {
     /// Initializes from the launcher's environment with [`Config::from_env`].
     pub fn init() -> Result<World> {
-        Self::init_with(Config::from_env())
+        Self::init_with(Config::from_env()?)
     }
 
     /// Initializes with the given configuration.
@@ -105,6 +105,14 @@ impl World {
     /// (libibverbs toward every rank, with the `verbs` cargo feature; device from
     /// `RMA_VERBS_DEVICE`).
     pub fn init_with(config: Config) -> Result<World> {
+        // Every numeric variable of the backends built in, before anything starts: a
+        // value that does not parse is an error naming it, not a silent default.
+        rma_core::config::check_env_numbers(bootstrap::ENV_NUMBERS)?;
+        rma_core::config::check_env_numbers(rma_shm::ENV_NUMBERS)?;
+        #[cfg(feature = "ofi")]
+        rma_core::config::check_env_numbers(rma_ofi::ENV_NUMBERS)?;
+        #[cfg(feature = "verbs")]
+        rma_core::config::check_env_numbers(rma_verbs::ENV_NUMBERS)?;
         let bootstrap = bootstrap::detect()?;
         let forced = std::env::var("RMA_BACKEND").ok().filter(|b| !b.is_empty());
         let nodes = match forced.as_deref() {

@@ -21,6 +21,14 @@ pub use pmix::Pmix;
 pub use run::{RunClient, RunServer};
 pub use single::Single;
 
+/// The launchers' numeric variables (see rma-ofi's `ENV_NUMBERS`).
+pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[(
+    "RMA_BOOT_TIMEOUT_MS",
+    1,
+    86_400_000,
+    "milliseconds from 1 to 86400000",
+)];
+
 /// Environment variables `rma-run` gives each process it starts.
 pub mod env {
     /// Path of the launcher's Unix socket.
