@@ -1248,11 +1248,24 @@ impl WinState {
                         .position(|o| o.token == *token && !o.native)
                     {
                         let op = elem.issued.swap_remove(i);
+                        // What the request asked back, to the byte: a peer that answers
+                        // with more or less is malformed, whatever it claims.
+                        let expected = match op.kind {
+                            OpKind::CompareAndSwap => op.datatype.map_or(0, |d| d.size() as u64),
+                            OpKind::Get | OpKind::GetAccumulate => op.extent.bytes(),
+                            OpKind::Put | OpKind::Accumulate => 0,
+                        };
                         if let Some(r) = &op.request {
-                            r.complete(if *ok {
-                                Ok(Fetched::copy_of(data))
-                            } else {
+                            r.complete(if !*ok {
                                 Err(PeerError::Refused { rank: from }.into())
+                            } else if data.len() as u64 != expected {
+                                Err(PeerError::Malformed {
+                                    from,
+                                    reason: "a reply whose length differs from the request",
+                                }
+                                .into())
+                            } else {
+                                Ok(Fetched::copy_of(data))
                             });
                         }
                         self.free_op(w, op);
@@ -2547,7 +2560,13 @@ fn to_vec<T: Element>(bytes: Fetched) -> Vec<T> {
 }
 
 fn to_one<T: Element>(bytes: Fetched) -> T {
-    bytemuck::pod_read_unaligned(&bytes[..std::mem::size_of::<T>()])
+    // Replies are checked against their request's length when they arrive; a short one
+    // (never expected here) reads as zero rather than panicking.
+    let mut one = T::zeroed();
+    let out: &mut [u8] = bytemuck::bytes_of_mut(&mut one);
+    let n = out.len().min(bytes.len());
+    out[..n].copy_from_slice(&bytes[..n]);
+    one
 }
 
 impl<T: Element> Window<T> {
