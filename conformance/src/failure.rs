@@ -318,6 +318,24 @@ pub fn window_limit(world: &World) -> Result<()> {
     Ok(())
 }
 
+/// The launcher's key-value space: an allgather of empty contributions gives empty
+/// values (not a garbled reply), and an allgather tag used twice is an error.
+pub fn launcher_values(world: &World) -> Result<()> {
+    let boot = world.bootstrap();
+    let all = boot.allgather("conformance-empty", b"")?;
+    check(all == vec![Vec::<u8>::new(); world.size()], "empty values")?;
+    let mine = [world.rank() as u8; 3];
+    let all = boot.allgather("conformance-bytes", &mine)?;
+    check(
+        all.iter().enumerate().all(|(r, v)| v == &[r as u8; 3]),
+        "every rank's value in rank order",
+    )?;
+    check(
+        boot.allgather("conformance-bytes", &mine).is_err(),
+        "a reused tag is an error",
+    )
+}
+
 /// A fence epoch with a put to the right neighbour on a fresh window: exact contents.
 fn still_works(world: &World) -> Result<()> {
     let me = world.rank();

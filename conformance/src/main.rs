@@ -52,6 +52,7 @@ fn main() {
         "fence_against_free" => failure::fence_against_free(&world),
         "timeout_names_the_rank" => failure::timeout_names_the_rank(&world),
         "window_limit" => failure::window_limit(&world),
+        "launcher_values" => failure::launcher_values(&world),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);

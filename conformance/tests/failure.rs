@@ -141,6 +141,11 @@ fn a_timeout_names_the_call_and_the_rank_waited_for() {
 }
 
 #[test]
+fn empty_launcher_values_work_and_a_reused_tag_is_an_error() {
+    ok(3, &["launcher_values"], &[]);
+}
+
+#[test]
 fn the_live_window_limit_is_1023_and_says_so() {
     ok(2, &["window_limit"], &[]);
 }
@@ -229,6 +234,7 @@ fn failure_cases_under(launcher: &[&str], env: &[(&str, &str)]) {
         &["mismatched_creation"][..],
         &["leaves_between_collectives", "return"][..],
         &["fence_against_free"][..],
+        &["launcher_values"][..],
     ] {
         let (status, err, took) = launched(launcher, 3, args, env, None);
         assert!(status.success(), "{launcher:?} {env:?} {args:?}: {err}");

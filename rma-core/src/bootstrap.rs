@@ -50,13 +50,49 @@ pub trait Bootstrap: Send + Sync {
         Vec::new()
     }
 
-    /// Every rank's `value`, in rank order (put, barrier, get each).
+    /// The tags this bootstrap's allgathers have used, where it keeps them (see
+    /// [`Tags`]).
+    fn tags(&self) -> Option<&Tags> {
+        None
+    }
+
+    /// Every rank's `value`, in rank order (put, barrier, get each). A tag names one
+    /// allgather: using it again is an error (the keys of the first would answer the
+    /// second, silently mixing their results).
     fn allgather(&self, tag: &str, value: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
+        if let Some(tags) = self.tags() {
+            tags.claim(tag)?;
+        }
         self.put(&format!("{tag}:{}", self.rank()), value)?;
         self.barrier()?;
         (0..self.size())
             .map(|r| self.get(&format!("{tag}:{r}")))
             .collect()
+    }
+}
+
+/// The allgather tags a bootstrap has used: a second allgather under one tag is an
+/// error.
+///
+/// ```
+/// let tags = rma_core::bootstrap::Tags::default();
+/// assert!(tags.claim("hello").is_ok());
+/// assert!(tags.claim("hello").is_err());
+/// ```
+#[derive(Debug, Default)]
+pub struct Tags(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl Tags {
+    /// Takes `tag` for one allgather; an error if it was taken before.
+    pub fn claim(&self, tag: &str) -> Result<(), TransportError> {
+        let mut used = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if used.insert(tag.to_string()) {
+            Ok(())
+        } else {
+            Err(TransportError::Failed(format!(
+                "allgather tag {tag:?} used twice: each allgather needs a tag of its own"
+            )))
+        }
     }
 }
 

@@ -5,8 +5,12 @@
 //!   mapping, accumulates, fetch-and-op and compare-and-swap are CPU atomics per element
 //!   (all integer widths natively, other ops and floats by compare-exchange loops), so
 //!   accumulates stay atomic with respect to each other across processes.
-//! - **Windows over user memory** (`create`) are reached by cross-memory attach
-//!   (process_vm_writev/readv); their accumulates are active messages.
+//! - **Windows over user memory** (`create`) live in shared memory too: the user's bytes
+//!   are copied in at creation and back at free. With `RMA_SHM_CMA=1` they stay in the
+//!   user's memory instead and are reached by cross-memory attach
+//!   (process_vm_writev/readv; their accumulates are active messages): for that, and only
+//!   then, each rank lifts Yama's ptrace restriction for processes of the same user
+//!   (`PR_SET_PTRACER_ANY`), which lets any of them attach to it.
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
 //!   and unlock complete while the target computes, with no action by the target. Each
 //!   live window (allocated, shared or over user memory) takes one of a process's 1023
@@ -212,7 +216,13 @@ impl ShmTransport {
     /// peer's, and unlinks the names once all are mapped. Every rank must be on this node.
     pub fn new(boot: Arc<dyn Bootstrap>) -> Result<ShmTransport, TransportError> {
         let (rank, size) = (boot.rank(), boot.size());
-        sys::allow_cross_memory_attach();
+        let cross_memory_only = std::env::var("RMA_SHM_CMA").is_ok_and(|v| v.trim() == "1");
+        if cross_memory_only {
+            // Peers read and write windows over our user memory with process_vm_*: Yama's
+            // ptrace scope must let them. Only then: it lets any process of this user
+            // attach to this one.
+            sys::allow_cross_memory_attach();
+        }
         let own = Arc::new(
             Mapping::create_anonymous(inbox_len(size))
                 .map_err(|e| fail("create this rank's inbox", e))?,
@@ -267,7 +277,7 @@ impl ShmTransport {
             polls: AtomicU64::new(0),
             reported_dead: Mutex::new(vec![false; size]),
             scratch: Mutex::new(Vec::new()),
-            cross_memory_only: std::env::var("RMA_SHM_CMA").is_ok_and(|v| v == "1"),
+            cross_memory_only,
         })
     }
 
@@ -939,11 +949,26 @@ impl Transport for ShmTransport {
         let mut buf = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         for from in 0..self.size as Rank {
             let ring = self.ring(from, self.rank);
-            while ring.pop(&mut buf) {
-                events.push(Event::Received {
-                    from,
-                    data: buf.clone(),
-                });
+            loop {
+                match ring.pop(&mut buf) {
+                    Ok(true) => events.push(Event::Received {
+                        from,
+                        data: buf.clone(),
+                    }),
+                    Ok(false) => break,
+                    Err(ring::Corrupt) => {
+                        // A peer that writes nonsense into its ring is broken or hostile:
+                        // it fails, once, and nothing more is read from it.
+                        let mut reported =
+                            self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
+                        if !reported[from as usize] {
+                            reported[from as usize] = true;
+                            tracing::warn!(rank = from, "corrupt ring: peer taken as failed");
+                            events.push(Event::PeerFailed { rank: from });
+                        }
+                        break;
+                    }
+                }
             }
         }
         // Liveness is a syscall per peer: check it now and then, not on every poll.

@@ -98,17 +98,28 @@ impl Ring {
         true
     }
 
-    /// Takes the next record into `out` (cleared first); false if the ring is empty.
-    /// Only one consumer may call this at a time.
-    pub fn pop(&self, out: &mut Vec<u8>) -> bool {
+    /// Takes the next record into `out` (cleared first): `Ok(false)` if the ring is
+    /// empty, [`Corrupt`] if its indices or a record's length say something no producer
+    /// of ours writes (the peer is broken or hostile: nothing past the ring is read, and
+    /// the call returns at once, whatever the indices say). Only one consumer may call
+    /// this at a time.
+    pub fn pop(&self, out: &mut Vec<u8>) -> Result<bool, Corrupt> {
         let cap = self.capacity as u64;
-        loop {
+        // At most one wrap marker before a record: a ring that says more is corrupt.
+        for _ in 0..2 {
             let head = self.head().load(Ordering::Relaxed);
             let tail = self.tail().load(Ordering::Acquire);
             if head == tail {
-                return false;
+                return Ok(false);
+            }
+            if tail.wrapping_sub(head) > cap {
+                return Err(Corrupt);
             }
             let pos = (head % cap) as usize;
+            if self.capacity - pos < 8 {
+                // Records are 8-byte aligned and at least 8 bytes: no room for one here.
+                return Err(Corrupt);
+            }
             let mut len = [0u8; 4];
             self.region.read(self.data(pos), &mut len);
             let len = u32::from_ne_bytes(len);
@@ -118,9 +129,12 @@ impl Ring {
                 continue;
             }
             let len = len as usize;
-            if len > self.max_payload() {
-                // A corrupt ring: refuse to read past it (the peer wrote nonsense).
-                return false;
+            let used = tail - head;
+            if len > self.max_payload()
+                || pos + record_len(len) > self.capacity
+                || record_len(len) as u64 > used
+            {
+                return Err(Corrupt);
             }
             out.clear();
             out.resize(len, 0);
@@ -128,14 +142,54 @@ impl Ring {
             // Free the space only after the copy is done.
             self.head()
                 .store(head + record_len(len) as u64, Ordering::Release);
-            return true;
+            return Ok(true);
         }
+        Err(Corrupt)
     }
 }
+
+/// A ring whose indices or records no producer of ours writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Corrupt;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A ring in plain memory, and that memory to corrupt.
+    fn ring_in(buf: &mut [u64], cap: usize) -> Ring {
+        // SAFETY: every caller keeps `buf` alive as long as the ring it returns.
+        let region = unsafe { Region::new(buf.as_mut_ptr().cast(), buf.len() * 8) };
+        Ring::new(region, 0, cap)
+    }
+
+    #[test]
+    fn corrupt_indices_and_lengths_are_refused_at_once() {
+        let cap = 256;
+        let words = Ring::footprint(cap) / 8;
+        // (tail, head, first length word): what a broken or hostile producer leaves.
+        let cases: [(u64, u64, u32); 6] = [
+            (u64::MAX, 0, WRAP), // a tail far ahead, wrap markers everywhere
+            (1 << 40, 0, 8),     // more than the ring holds
+            (16, 0, 10_000),     // a record longer than any payload
+            (16, 0, 200),        // a record running past the ring's end
+            (0, 16, 8),          // the tail behind the head
+            (264, 248, 8),       // a record running past the ring's end
+        ];
+        for (tail, head, len) in cases {
+            let mut buf = vec![0u64; words];
+            let ring = ring_in(&mut buf, cap);
+            ring.tail().store(tail, Ordering::Relaxed);
+            ring.head().store(head, Ordering::Relaxed);
+            ring.region
+                .write(ring.data((head % cap as u64) as usize), &len.to_ne_bytes());
+            let mut out = Vec::new();
+            let start = std::time::Instant::now();
+            let r = ring.pop(&mut out);
+            assert!(start.elapsed() < std::time::Duration::from_millis(100));
+            assert_eq!(r, Err(Corrupt), "tail {tail} head {head} len {len}");
+        }
+    }
 
     #[test]
     fn wraps_and_keeps_order_across_threads() {
@@ -158,7 +212,7 @@ mod tests {
             });
             let mut out = Vec::new();
             for i in 0u32..10_000 {
-                while !ring.pop(&mut out) {
+                while !ring.pop(&mut out).unwrap() {
                     std::thread::yield_now();
                 }
                 assert_eq!(u32::from_ne_bytes(out[..4].try_into().unwrap()), i);

@@ -80,7 +80,23 @@ impl Mapping {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let out = Self::map(fd, len);
+        // A segment smaller than the peer claims would fault (SIGBUS) on the first access
+        // past its end: refuse it before mapping.
+        // SAFETY: `libc::stat` is plain old data; all-zero is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open (checked above); `st` is a valid out-pointer.
+        let size_ok = unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_size as u64 >= len as u64;
+        let out = if size_ok {
+            Self::map(fd, len)
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the segment has {} bytes, fewer than the {len} its descriptor claims",
+                    st.st_size
+                ),
+            ))
+        };
         // SAFETY: `fd` is ours.
         unsafe { libc::close(fd) };
         out
@@ -197,5 +213,29 @@ pub fn read_remote(pid: u32, remote: u64, local: &mut [u8]) -> io::Result<()> {
             "partial cross-memory read",
         )),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_descriptor_claiming_more_than_the_segment_is_refused_not_a_sigbus() {
+        let m = Mapping::create_anonymous(4096).unwrap();
+        let path = m.path().unwrap();
+        let err = Mapping::open(&path, 1 << 20).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        // The truth is fine, and it is the same memory.
+        let peer = Mapping::open(&path, 4096).unwrap();
+        // SAFETY: both mappings are 4096 bytes long and alive; one byte through each.
+        unsafe {
+            *m.ptr().add(4095) = 7;
+            assert_eq!(*peer.ptr().add(4095), 7);
+        }
+        // Once unpublished, nobody opens it any more.
+        m.unpublish();
+        assert!(m.path().is_none());
+        assert!(Mapping::open(&path, 4096).is_err());
     }
 }

@@ -110,6 +110,14 @@ fn cleanup_pid_segments(pids: &[u32]) {
     }
 }
 
+/// Creates `dir` for this user alone (0700, whatever the umask); an existing one is an
+/// error (never adopted).
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 fn kill(child: &mut Child) {
     let _ = child.kill();
 }
@@ -118,7 +126,7 @@ fn kill(child: &mut Child) {
 pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
     let job = job_id();
     let dir = std::env::temp_dir().join(format!("rma-run-{job}"));
-    std::fs::create_dir_all(&dir)?;
+    private_dir(&dir)?;
     let server = RunServer::start(&dir, l.ranks)?;
     let mut children = Vec::with_capacity(l.ranks);
     for rank in 0..l.ranks {

@@ -20,6 +20,7 @@ pub struct Pmi1 {
     vallen_max: usize,
     conn: Mutex<(BufReader<UnixStream>, UnixStream)>,
     watch: super::Watch,
+    tags: rma_core::bootstrap::Tags,
 }
 
 fn err(msg: impl Into<String>) -> TransportError {
@@ -49,6 +50,7 @@ impl Pmi1 {
             vallen_max: 1024,
             conn: Mutex::new((reader, stream)),
             watch: super::Watch::default(),
+            tags: rma_core::bootstrap::Tags::default(),
         };
         let r = me.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
@@ -112,6 +114,9 @@ impl Pmi1 {
 }
 
 impl Bootstrap for Pmi1 {
+    fn tags(&self) -> Option<&rma_core::bootstrap::Tags> {
+        Some(&self.tags)
+    }
     fn rank(&self) -> Rank {
         self.rank
     }

@@ -20,6 +20,7 @@ pub struct Pmi2 {
     node: String,
     conn: Mutex<UnixStream>,
     watch: super::Watch,
+    tags: rma_core::bootstrap::Tags,
     barriers: std::sync::atomic::AtomicU64,
 }
 
@@ -71,6 +72,7 @@ impl Pmi2 {
             node: super::node_id(),
             conn: Mutex::new(stream),
             watch: super::Watch::default(),
+            tags: rma_core::bootstrap::Tags::default(),
             barriers: std::sync::atomic::AtomicU64::new(0),
         };
         // The PMI-2 handshake starts in PMI-1's line format (what Slurm's pmi2 plugin and
@@ -165,6 +167,9 @@ impl Pmi2 {
 }
 
 impl Bootstrap for Pmi2 {
+    fn tags(&self) -> Option<&rma_core::bootstrap::Tags> {
+        Some(&self.tags)
+    }
     fn rank(&self) -> Rank {
         self.rank
     }

@@ -47,6 +47,7 @@ pub struct Pmix {
     // interleave with each other's collectives.
     lock: Mutex<u64>,
     watch: super::Watch,
+    tags: rma_core::bootstrap::Tags,
 }
 
 impl std::fmt::Debug for Pmix {
@@ -119,6 +120,7 @@ impl Pmix {
             node,
             lock: Mutex::new(0),
             watch: super::Watch::default(),
+            tags: rma_core::bootstrap::Tags::default(),
         }))
     }
 
@@ -248,6 +250,9 @@ unsafe extern "C" fn fence_done(status: sys::pmix_status_t, cbdata: *mut std::ff
 }
 
 impl Bootstrap for Pmix {
+    fn tags(&self) -> Option<&rma_core::bootstrap::Tags> {
+        Some(&self.tags)
+    }
     fn rank(&self) -> Rank {
         self.me.rank
     }
@@ -303,6 +308,7 @@ impl Bootstrap for Pmix {
         self.watch.set(watch);
     }
     fn allgather(&self, tag: &str, value: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
+        self.tags.claim(tag)?;
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.put(tag, value)?;
         self.fence(true)?;

@@ -39,6 +39,7 @@ pub struct RunClient {
     node: String,
     /// Reader, writer, and whether `bye` was sent.
     conn: Mutex<(BufReader<UnixStream>, UnixStream, bool)>,
+    tags: rma_core::bootstrap::Tags,
 }
 
 impl RunClient {
@@ -62,7 +63,18 @@ impl RunClient {
         if rank as usize >= size || !job.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Err(bad("rank or job id"));
         }
-        let stream = UnixStream::connect(&socket).map_err(|e| {
+        Self::connect(Path::new(&socket), rank, size, job).map(Some)
+    }
+
+    /// Connects to the rma-run server at `socket` as `rank` of `size` in `job`.
+    pub fn connect(
+        socket: &Path,
+        rank: Rank,
+        size: usize,
+        job: String,
+    ) -> Result<RunClient, Error> {
+        let socket = socket.display();
+        let stream = UnixStream::connect(socket.to_string()).map_err(|e| {
             TransportError::Failed(format!("cannot reach rma-run at {socket}: {e}"))
         })?;
         stream.set_read_timeout(Some(boot_timeout())).ok();
@@ -77,12 +89,13 @@ impl RunClient {
             job,
             node: super::node_id(),
             conn: Mutex::new((reader, stream, false)),
+            tags: rma_core::bootstrap::Tags::default(),
         };
         // Tell the server which rank this connection is, so that it knows who is gone
         // when the connection closes.
         let r = client.request(&format!("hello {rank}"))?;
         client.expect_ok(r)?;
-        Ok(Some(client))
+        Ok(client)
     }
 
     fn request(&self, line: &str) -> Result<String, TransportError> {
@@ -149,6 +162,9 @@ impl Drop for RunClient {
 }
 
 impl Bootstrap for RunClient {
+    fn tags(&self) -> Option<&rma_core::bootstrap::Tags> {
+        Some(&self.tags)
+    }
     fn rank(&self) -> Rank {
         self.rank
     }
@@ -274,8 +290,11 @@ pub struct RunServer {
 impl RunServer {
     /// Listens on a fresh socket in `dir` for a job of `size` ranks.
     pub fn start(dir: &Path, size: usize) -> std::io::Result<RunServer> {
+        use std::os::unix::fs::PermissionsExt;
         let path = dir.join("rma-run.sock");
         let listener = UnixListener::bind(&path)?;
+        // Only this user may talk to the job's key-value store, whatever the umask.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let shared = Arc::new((Mutex::new(State::new(size)), Condvar::new()));
         let s = shared.clone();
         std::thread::Builder::new()
@@ -433,6 +452,47 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_socket_and_its_directory_are_private_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("rma-run-perm-test-{}", std::process::id()));
+        // SAFETY: umask(2) only swaps the process's file mode mask; restored below.
+        let old = unsafe { libc::umask(0) };
+        let made = crate::launcher::private_dir(&dir);
+        let server = made.and_then(|()| RunServer::start(&dir, 1));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let server = server.unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(server.path()), 0o600);
+        // An existing directory (someone else's, say) is never adopted.
+        assert!(crate::launcher::private_dir(&dir).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn empty_values_round_trip_and_a_reused_tag_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("rma-run-kv-test-{}", std::process::id()));
+        crate::launcher::private_dir(&dir).unwrap();
+        let server = RunServer::start(&dir, 1).unwrap();
+        let client = RunClient::connect(server.path(), 0, 1, "kvtest".into()).unwrap();
+        client.put("empty", b"").unwrap();
+        assert_eq!(client.get("empty").unwrap(), Vec::<u8>::new());
+        assert_eq!(
+            client.allgather("nothing", b"").unwrap(),
+            vec![Vec::<u8>::new()]
+        );
+        assert_eq!(client.allgather("one", b"\x01").unwrap(), vec![vec![1u8]]);
+        let again = client.allgather("one", b"\x02");
+        assert!(
+            matches!(&again, Err(TransportError::Failed(m)) if m.contains("used twice")),
+            "{again:?}"
+        );
+        drop(client);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn hex_round_trips_and_rejects_garbage() {

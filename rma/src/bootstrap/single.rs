@@ -11,6 +11,7 @@ pub struct Single {
     job: String,
     node: String,
     kv: Mutex<HashMap<String, Vec<u8>>>,
+    tags: rma_core::bootstrap::Tags,
 }
 
 impl Single {
@@ -23,6 +24,7 @@ impl Single {
             job: format!("s{}x{nanos}", std::process::id()),
             node: super::node_id(),
             kv: Mutex::new(HashMap::new()),
+            tags: rma_core::bootstrap::Tags::default(),
         }
     }
 }
@@ -34,6 +36,9 @@ impl Default for Single {
 }
 
 impl Bootstrap for Single {
+    fn tags(&self) -> Option<&rma_core::bootstrap::Tags> {
+        Some(&self.tags)
+    }
     fn rank(&self) -> Rank {
         0
     }
