@@ -324,6 +324,18 @@ mod ofi {
     }
 
     #[test]
+    fn allocate_shared_over_libfabric_fails_on_every_rank() {
+        let env = [("RMA_BACKEND", "ofi"), ("FI_PROVIDER", "tcp;ofi_rxm")];
+        let start = Instant::now();
+        let out = run(3, &["ops", "shared"], &env);
+        assert!(
+            out.statuses.iter().all(|s| s.code() == Some(1)),
+            "every rank reports the error and exits: {out:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
     fn failures_in_window_creation_are_agreed_on_ofi_tcp() {
         let env = [("RMA_BACKEND", "ofi"), ("FI_PROVIDER", "tcp;ofi_rxm")];
         ok(3, &["creation_fails_on_one_rank"], &env);

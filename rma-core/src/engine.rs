@@ -314,7 +314,9 @@ impl Engine {
     }
 
     /// Allocates a window whose memory the ranks of a node share for direct load/store
-    /// (collective, MPI_Win_allocate_shared). Fails if the transport cannot share memory.
+    /// (collective, MPI_Win_allocate_shared). Fails on every rank, with
+    /// [`TransportError::Unsupported`], where some ranks of the window share no memory
+    /// (a network backend, a job over several nodes).
     pub fn allocate_shared<T: Element>(&self, len: usize) -> Result<Window<T>> {
         // The backend's allocation of shared memory is itself collective: every rank
         // must know beforehand that every other will take part.

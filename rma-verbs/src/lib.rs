@@ -1471,7 +1471,15 @@ impl Transport for VerbsTransport {
         self.caps
     }
 
-    fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+        if shared {
+            // MPI_Win_allocate_shared needs memory every rank loads and stores; this
+            // backend's ranks reach each other through the device only. Every rank sees
+            // the same backend: all fail alike, and the engine agrees on it.
+            return Err(TransportError::Unsupported(
+                "allocate_shared: the verbs backend shares no memory between ranks (run the ranks of one node on shared memory)",
+            ));
+        }
         let memory = rma_shm::LocalMemory::allocate(len).map_err(|e| {
             TransportError::Failed(format!("cannot allocate a window of {len} bytes: {e}"))
         })?;
