@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rma::{Assert, Error, PeerError, Rank, Result, UsageError, World};
+use rma::{Assert, Error, LockType, PeerError, Rank, Result, UsageError, World};
 
 use crate::check;
 
@@ -216,7 +216,7 @@ pub fn fence_against_free(world: &World) -> Result<()> {
     let r = if me == 0 {
         win.fence(Assert::NONE).map(|()| None)
     } else {
-        win.free()
+        win.free().map_err(Error::from)
     };
     check(
         start.elapsed() < Duration::from_secs(10),
@@ -334,6 +334,91 @@ pub fn launcher_values(world: &World) -> Result<()> {
         boot.allgather("conformance-bytes", &mine).is_err(),
         "a reused tag is an error",
     )
+}
+
+/// A window dropped while it holds an exclusive lock gives the lock up: rank 0 locks
+/// rank 1 exclusively, puts, and drops its window without unlocking; rank 2 then takes
+/// the same lock within seconds and finds rank 0's put there (the drop completed it
+/// where the backend allows, else the value is refused or lost, never half-applied).
+/// Shared memory releases the word in the drop; by message, rank 1 revokes the lock
+/// when it hears the window is gone.
+pub fn dropped_lock_holder(world: &World) -> Result<()> {
+    let me = world.rank();
+    let win = world.allocate::<u64>(4)?;
+    world.barrier()?;
+    match me {
+        0 => {
+            win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+            win.put(&[77], 1, 0)?;
+            win.flush(1)?;
+            drop(win);
+            world.barrier()?;
+        }
+        2 => {
+            world.barrier()?;
+            let start = Instant::now();
+            win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+            let got = win.get(1, 0, 1)?;
+            win.unlock(1)?;
+            check(
+                start.elapsed() < Duration::from_secs(5),
+                "the dropped window's lock was given up within 5 s",
+            )?;
+            check(got.wait()? == vec![77], "the flushed put is there")?;
+        }
+        _ => world.barrier()?,
+    }
+    // The window is abandoned by rank 0: the others drop theirs too (a free would fail
+    // naming rank 0), after a last barrier that keeps rank 1 serving rank 2's lock.
+    world.barrier()?;
+    Ok(())
+}
+
+/// An op too large for one active message under an exclusive lock (a strided
+/// accumulate of 40,000 elements, 320 KB: more than shared memory's ring or
+/// libfabric's largest message) is refused at the call, with nothing queued; the unlock
+/// then releases the lock and another rank takes it within seconds.
+pub fn refused_op_under_lock(world: &World) -> Result<()> {
+    let me = world.rank();
+    let n = 40_000usize;
+    let win = world.allocate::<u64>(2 * n)?;
+    world.barrier()?;
+    if me == 0 {
+        win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+        let data = vec![1u64; n];
+        let r = win.accumulate_strided(
+            &data,
+            rma::Layout::contiguous(n),
+            rma::AccOp::Sum,
+            1,
+            0,
+            rma::Layout::strided(n, 1, 2),
+        );
+        check(
+            r.is_err(),
+            "the oversized accumulate is refused at the call",
+        )?;
+        win.accumulate(&[5], rma::AccOp::Sum, 1, 0)?;
+        win.unlock(1)?;
+    }
+    world.barrier()?;
+    if me == 2 {
+        let start = Instant::now();
+        win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+        let got = win.get(1, 0, 2)?;
+        win.unlock(1)?;
+        check(
+            start.elapsed() < Duration::from_secs(5),
+            "the lock was free",
+        )?;
+        check(
+            got.wait()? == vec![5, 0],
+            "only the accepted accumulate landed",
+        )?;
+    }
+    world.barrier()?;
+    win.free()?;
+    Ok(())
 }
 
 /// A fence epoch with a put to the right neighbour on a fresh window: exact contents.

@@ -52,6 +52,8 @@ fn main() {
         "fence_against_free" => failure::fence_against_free(&world),
         "timeout_names_the_rank" => failure::timeout_names_the_rank(&world),
         "window_limit" => failure::window_limit(&world),
+        "dropped_lock_holder" => failure::dropped_lock_holder(&world),
+        "refused_op_under_lock" => failure::refused_op_under_lock(&world),
         "launcher_values" => failure::launcher_values(&world),
         _ => {
             eprintln!("unknown case {case:?}");

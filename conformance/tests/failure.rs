@@ -146,6 +146,14 @@ fn empty_launcher_values_work_and_a_reused_tag_is_an_error() {
 }
 
 #[test]
+fn locks_are_given_up_by_a_dropped_window_and_after_a_refused_op() {
+    ok(3, &["dropped_lock_holder"], &[]);
+    ok(3, &["refused_op_under_lock"], &[]);
+    // Every op as an active message: locks by message too.
+    ok(3, &["refused_op_under_lock"], &[("RMA_NATIVE", "0")]);
+}
+
+#[test]
 fn the_live_window_limit_is_1023_and_says_so() {
     ok(2, &["window_limit"], &[]);
 }
@@ -342,6 +350,8 @@ mod ofi {
         ok(3, &["mismatched_creation"], &env);
         ok(3, &["departs_before_collective"], &env);
         ok(3, &["fence_against_free"], &env);
+        ok(3, &["dropped_lock_holder"], &env);
+        ok(3, &["refused_op_under_lock"], &env);
         leaves(3, &env);
     }
 }

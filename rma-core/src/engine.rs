@@ -53,6 +53,8 @@ pub(crate) struct EngineShared {
     left: AtomicBool,
     /// The peer this process's errors named first, plus one (0: none); see `blame`.
     blamed: AtomicU64,
+    /// The dead rank (plus one) whose locks the windows have revoked.
+    revoked: AtomicU64,
 }
 
 #[derive(Default)]
@@ -113,6 +115,7 @@ impl Engine {
             departed: Mutex::new(Vec::new()),
             left: AtomicBool::new(false),
             blamed: AtomicU64::new(0),
+            revoked: AtomicU64::new(0),
             config,
         });
         if shared.config.async_progress {
@@ -609,6 +612,17 @@ impl EngineShared {
             }
         }
         drop(events);
+        // A rank known dead (from its transport, the launcher or a peer) never unlocks:
+        // every window takes its locks away, once.
+        let failed = self.failed.load(Ordering::Acquire);
+        if failed != 0 && self.revoked.swap(failed, Ordering::AcqRel) != failed {
+            let rank = (failed - 1) as Rank;
+            for (i, w) in windows.iter().enumerate() {
+                if let Err(e) = held.state(&windows, i).revoke_locks(w, rank) {
+                    tracing::warn!(rank, error = %e, "revoking a dead rank's locks");
+                }
+            }
+        }
         for (i, w) in windows.iter().enumerate() {
             held.state(&windows, i).make_progress(w)?;
         }

@@ -71,7 +71,7 @@ pub use transport::{
     Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
     UserMemory,
 };
-pub use window::{GetInto, Layout, Window, WindowKind};
+pub use window::{FreeError, GetInto, Layout, Window, WindowKind};
 
 /// A process's rank in the job.
 pub type Rank = u32;

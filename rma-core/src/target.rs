@@ -78,6 +78,17 @@ impl LockQueue {
             None => None,
         }
     }
+    /// Takes away everything `origin` holds or waits for (it dropped its window, left or
+    /// died: it will never unlock). Returns the kinds of the holds released (true:
+    /// exclusive), for the caller to release the native word it held for them.
+    pub(crate) fn revoke(&mut self, origin: Rank) -> Vec<bool> {
+        self.waiting.retain(|w| w.origin != origin);
+        let mut released = Vec::new();
+        while let Some(exclusive) = self.release(origin) {
+            released.push(exclusive);
+        }
+        released
+    }
     /// Whether requests wait.
     pub(crate) fn has_waiting(&self) -> bool {
         !self.waiting.is_empty()

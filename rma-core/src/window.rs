@@ -366,6 +366,57 @@ impl WinState {
         (size == 2).then_some(1 - me)
     }
 
+    /// Fails every op of `rank` still queued or under way with `err` and frees its
+    /// target element (its native ops' late completions find nothing and are ignored).
+    fn abandon_target(&mut self, w: &WindowShared, rank: Rank, err: &Error) {
+        let Some(t) = self.table.get_mut(rank) else {
+            return;
+        };
+        let mut ops: Vec<Box<OpElem>> = t.pending.drain(..).collect();
+        ops.append(&mut t.issued);
+        for op in ops {
+            if let Some(r) = &op.request {
+                r.complete(Err(err.clone()));
+            }
+            self.native_index.remove(&op.token);
+            self.free_op(w, op);
+        }
+        self.free_target(w, rank);
+    }
+
+    /// Releases the native lock words this window holds at its targets: per-target
+    /// locks, and a lock_all's shared locks (per target, or on every target by the
+    /// window protocol). For a window that is dropped, or whose epoch failed.
+    fn release_native_locks(&mut self, w: &WindowShared) {
+        let unlock = |rank: Rank, exclusive: bool| {
+            if Self::native_locks(w, rank) {
+                let _ = w.engine.transport.unlock(w.id, rank, exclusive);
+            }
+        };
+        match self.epoch {
+            WindowEpoch::PerTarget => {
+                for (rank, l) in &self.locks.0 {
+                    if l.granted && !l.nocheck {
+                        unlock(*rank, l.exclusive);
+                    }
+                }
+            }
+            WindowEpoch::LockAllGranted { nocheck: false } => {
+                for rank in 0..w.engine.size as Rank {
+                    unlock(rank, false);
+                }
+            }
+            WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => {
+                for t in self.table.iter() {
+                    if t.state == TargetState::LockGranted {
+                        unlock(t.rank, false);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Tells every peer what this rank does of the window (a [`Kind::Depart`] packet).
     fn send_departure(&mut self, w: &WindowShared, what: Departure, seq: u32) -> Result<()> {
         let blame = w.engine.blame_word();
@@ -395,9 +446,12 @@ impl WinState {
         // A peer that dropped the window is blamed by a fence only if it never started
         // this fence's barrier (one that did may still let it complete).
         let mine = self.barrier_seq;
+        // Only collectives wait for every rank: passive-target calls go on among the
+        // others (the dropped window's locks were revoked at its target).
+        let collective = matches!(call, "fence" | "free" | "complete" | "wait");
         let behind = (self.departures.abandoned.iter().enumerate())
             .filter_map(|(r, s)| s.map(|s| (s, r)))
-            .filter(|(s, _)| call != "fence" || *s < mine)
+            .filter(|(s, _)| collective && (call != "fence" || *s < mine))
             .min();
         if let Some((_, rank)) = behind {
             return Err(PeerError::Departed {
@@ -1322,6 +1376,8 @@ impl WinState {
                                 d.abandoned.resize(w.engine.size, None);
                             }
                             d.abandoned[from as usize] = Some(seq);
+                            // It will never unlock: what it holds or waits for here goes.
+                            self.revoke_locks(w, from)?;
                         }
                         Departure::Mismatch => {
                             d.mismatch.get_or_insert((from, Departure::call_of(seq)));
@@ -1419,6 +1475,25 @@ impl WinState {
             for g in self.target.locks.grant_waiting(&mut Self::own_lock(w)) {
                 self.apply_granted(w, g)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Takes away the locks `origin` holds on this window's target side (and its waiting
+    /// requests), releasing the native word held for them, and grants whoever waits.
+    pub(crate) fn revoke_locks(&mut self, w: &WindowShared, origin: Rank) -> Result<()> {
+        let released = self.target.locks.revoke(origin);
+        if released.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(origin, win = w.id, "locks of a rank that is gone revoked");
+        for exclusive in released {
+            if Self::own_lock_is_native(w) {
+                w.engine.transport.unlock(w.id, w.engine.rank, exclusive)?;
+            }
+        }
+        for g in self.target.locks.grant_waiting(&mut Self::own_lock(w)) {
+            self.apply_granted(w, g)?;
         }
         Ok(())
     }
@@ -1873,8 +1948,36 @@ impl WindowShared {
         let span = tracing::debug_span!("rma_sync", call, win = self.id);
         let _g = span.enter();
         let r = f();
+        if let Err(e) = &r {
+            // Misuse changes nothing; any other failure (a peer dead or gone, a
+            // transport error, a timeout) must not leave the epoch half closed.
+            if !matches!(e, Error::Usage(_)) {
+                self.close_after_failure(call, e);
+            }
+        }
         self.leave_sync();
         r
+    }
+
+    /// After a synchronization call failed for a reason other than misuse: what this
+    /// rank holds is released (native lock words it took), every op still queued or
+    /// under way fails with the error (no request waits forever), and the window has no
+    /// epoch open, so that it can be freed or dropped. Locks taken by message stay with
+    /// their target until it learns this window is gone (its drop, or this rank's death
+    /// or departure, revokes them there).
+    fn close_after_failure(&self, call: &'static str, err: &Error) {
+        tracing::warn!(call, win = self.id, error = %err, "synchronization failed: epoch closed");
+        let mut st = self.lock_state();
+        st.release_native_locks(self);
+        for rank in st.table.ranks() {
+            st.abandon_target(self, rank, err);
+        }
+        st.locks = LockTable::default();
+        if call == "fence" {
+            st.barrier = None;
+        }
+        st.epoch = WindowEpoch::Unset;
+        st.restoring = false;
     }
 
     // ----- FENCE -----------------------------------------------------------------------
@@ -2199,6 +2302,29 @@ impl WindowShared {
     }
 
     fn unlock(&self, target: Rank) -> Result<()> {
+        self.unlock_inner(target).inspect_err(|e| {
+            if !matches!(e, Error::Usage(_)) {
+                // The lock of `target` is over either way: release what this rank holds
+                // of it and fail its ops, so that the window is not stuck in the epoch.
+                let mut st = self.lock_state();
+                if let Some(info) = st.locks.remove(&target) {
+                    if info.granted && !info.nocheck && WinState::native_locks(self, target) {
+                        let _ = self
+                            .engine
+                            .transport
+                            .unlock(self.id, target, info.exclusive);
+                    }
+                }
+                st.abandon_target(self, target, e);
+                if st.locks.is_empty() && st.table.active == 0 {
+                    st.epoch = WindowEpoch::Unset;
+                    st.restoring = false;
+                }
+            }
+        })
+    }
+
+    fn unlock_inner(&self, target: Rank) -> Result<()> {
         self.check_rank(target)?;
         let info = {
             let mut st = self.lock_state();
@@ -2378,6 +2504,9 @@ impl WindowShared {
                     }
                     st.free_target(self, rank);
                 }
+                // Released (or being released) from here on: a failure below must not
+                // release them twice.
+                st.epoch = WindowEpoch::Unset;
                 if window_protocol && nocheck != Some(true) {
                     // Window protocol: every target was locked; unlock them all.
                     for rank in 0..self.engine.size as Rank {
@@ -3119,7 +3248,22 @@ impl<T: Element> Window<T> {
 
     /// Frees the window (collective, MPI_Win_free). Every epoch must be closed. Gives
     /// back the memory of a window from `create`.
-    pub fn free(self) -> Result<Option<Vec<T>>> {
+    ///
+    /// On failure the window comes back in the [`FreeError`]: an epoch still open
+    /// ([`UsageError::EpochOpen`]) can be closed and the free tried again. With `?` into
+    /// [`Error`] the window is dropped instead (which releases the locks it holds and
+    /// tells the peers it is gone).
+    pub fn free(self) -> std::result::Result<Option<Vec<T>>, FreeError<T>> {
+        match self.free_inner() {
+            Ok(memory) => Ok(memory),
+            Err(error) => Err(FreeError {
+                error,
+                window: self,
+            }),
+        }
+    }
+
+    fn free_inner(&self) -> Result<Option<Vec<T>>> {
         let w = &self.shared;
         {
             let st = w.lock_state();
@@ -3193,6 +3337,56 @@ impl<T: Element> Window<T> {
     }
 }
 
+/// A [`Window::free`] that failed, with the window given back.
+///
+/// ```
+/// use rma_core::{sim, Assert, Error, UsageError};
+/// sim::run(1, sim::Profile::SharedMemory, 1, |engine| {
+///     let win = engine.allocate::<u64>(4)?;
+///     win.lock_all(Assert::NONE)?;
+///     let refused = win.free().unwrap_err();
+///     assert_eq!(refused.error, Error::Usage(UsageError::EpochOpen));
+///     let win = refused.window; // close the epoch, then free again
+///     win.unlock_all()?;
+///     win.free()?;
+///     Ok(())
+/// }).unwrap();
+/// ```
+pub struct FreeError<T: Element> {
+    /// Why the window was not freed.
+    pub error: Error,
+    /// The window, as it was.
+    pub window: Window<T>,
+}
+
+impl<T: Element> std::fmt::Debug for FreeError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FreeError")
+            .field("error", &self.error)
+            .field("window", &self.window.shared.id)
+            .finish()
+    }
+}
+
+impl<T: Element> std::fmt::Display for FreeError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "free of window {} failed: {}",
+            self.window.shared.id, self.error
+        )
+    }
+}
+
+impl<T: Element> std::error::Error for FreeError<T> {}
+
+impl<T: Element> From<FreeError<T>> for Error {
+    /// The error alone; the window is dropped.
+    fn from(e: FreeError<T>) -> Error {
+        e.error
+    }
+}
+
 /// A get into a caller's buffer ([`Window::get_into`]); the buffer is readable again
 /// once [`wait`](GetInto::wait) returns it.
 #[must_use = "the buffer is only filled once the get is waited on"]
@@ -3236,6 +3430,9 @@ impl<T: Element> Drop for Window<T> {
             // complete. Best effort, bounded: what the transport cannot take now is given
             // a few progress passes, then dropped with the window.
             let mut st = w.lock_state();
+            // Locks it holds in shared memory go now; locks held by message are revoked
+            // by their targets when the departure below reaches them.
+            st.release_native_locks(w);
             let seq = st.barrier_seq;
             if st.send_departure(w, Departure::Abandoned, seq).is_ok() {
                 for _ in 0..1000 {

@@ -14,7 +14,9 @@
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
 //!   and unlock complete while the target computes, with no action by the target. Each
 //!   live window (allocated, shared or over user memory) takes one of a process's 1023
-//!   lock slots ([`MAX_LIVE_WINDOWS`]); the 1024th window alive at once is an error.
+//!   lock slots ([`MAX_LIVE_WINDOWS`]); the 1024th window alive at once is an error. An
+//!   exclusive word names its holder, so that the exclusive lock of a rank that dies is
+//!   revoked by the survivors; a dead rank's shared locks (a count) stay taken.
 //! - **Control** (fence barriers, PSCW post/complete, RMA_DONE, acks) travels through
 //!   single-producer single-consumer rings in shared memory, one per ordered pair.
 //! - **Segments** (window memory and each rank's inbox) are anonymous: memfds that peers
@@ -374,6 +376,27 @@ impl ShmTransport {
         Ok((w, r))
     }
 
+    /// Frees every exclusive lock word of every window that `dead` holds (its own
+    /// process can no longer release them). Shared holds are counts that do not say
+    /// whose they are: those stay (documented).
+    fn revoke_exclusive(&self, dead: Rank) {
+        let held = EXCLUSIVE | (u64::from(dead) + 1);
+        let windows = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        for w in windows.iter().flatten() {
+            for peer in &w.peers {
+                if let Some(word) = &peer.lock {
+                    let word = word.atomic_u64(0);
+                    if word
+                        .compare_exchange(held, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        tracing::warn!(rank = dead, "exclusive lock of a dead rank revoked");
+                    }
+                }
+            }
+        }
+    }
+
     fn check_liveness(&self, events: &mut Vec<Event>) {
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
         for (r, pid) in self.pids.iter().enumerate() {
@@ -388,6 +411,7 @@ impl ShmTransport {
                 == DEPARTED;
             if !departed && !sys::alive(*pid) {
                 reported[r] = true;
+                self.revoke_exclusive(r as Rank);
                 tracing::warn!(rank = r, pid, "peer process is gone");
                 events.push(Event::PeerFailed { rank: r as Rank });
             }
@@ -919,7 +943,13 @@ impl Transport for ShmTransport {
         if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
             return Ok(false);
         }
-        let next = if exclusive { EXCLUSIVE } else { cur + 1 };
+        // An exclusive word says who holds it (rank + 1 below the bit): a holder that
+        // dies can be told from a live one, and its lock revoked (`revoke_exclusive`).
+        let next = if exclusive {
+            EXCLUSIVE | (u64::from(self.rank) + 1)
+        } else {
+            cur + 1
+        };
         // Acquire: the lock is taken before any access of the epoch (seed 004, passive row:
         // PROC_SYNC "lock granted", then MEM_SYNC by the engine).
         Ok(word
@@ -942,6 +972,10 @@ impl Transport for ShmTransport {
 
     fn check_peers(&self, events: &mut Vec<Event>) {
         self.check_liveness(events);
+    }
+
+    fn peer_gone(&self, rank: Rank) {
+        self.revoke_exclusive(rank);
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
