@@ -104,6 +104,11 @@ for c in creation_fails_on_one_rank mismatched_creation departs_before_collectiv
   fence_against_free "leaves_between_collectives return"; do
   cmds+=("$(run 3 $c)")
 done
+# Ops larger than one message (SEND/RECV active messages, RDMA for the rest) in pieces.
+cmds+=("RMA_LARGE_MIB=4 $(run 2 large_ops)" "RMA_NATIVE=0 RMA_LARGE_MIB=2 $(run 2 large_ops)")
+# Every sync mode at once on 4 ranks (lock_all against exclusive locks, fence, PSCW):
+# nothing lost, no deadlock, for 20 s.
+cmds+=("RMA_SOAK_SECS=20 $(run 4 lock_soak)")
 # Kill trials: the last rank SIGKILLed at a moment in init, window creation or epochs;
 # the survivors see it dead (3) within 10 s of the kill, or had finished before it
 # mattered (rma-run then reports the victim's SIGKILL: 137).

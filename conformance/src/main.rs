@@ -53,7 +53,9 @@ fn main() {
         "timeout_names_the_rank" => failure::timeout_names_the_rank(&world),
         "window_limit" => failure::window_limit(&world),
         "dropped_lock_holder" => failure::dropped_lock_holder(&world),
-        "refused_op_under_lock" => failure::refused_op_under_lock(&world),
+        "large_op_under_lock" => failure::large_op_under_lock(&world),
+        "lock_soak" => failure::lock_soak(&world),
+        "large_ops" => failure::large_ops(&world),
         "launcher_values" => failure::launcher_values(&world),
         _ => {
             eprintln!("unknown case {case:?}");

@@ -85,6 +85,9 @@ enum Inner<R> {
         window: Arc<WindowShared>,
         target: Rank,
     },
+    /// An op that went in pieces (each one active message): complete when every piece
+    /// is, its bytes the pieces' in order.
+    Joined(Vec<Request<Fetched>>),
 }
 
 impl<R> std::fmt::Debug for Request<R> {
@@ -92,6 +95,10 @@ impl<R> std::fmt::Debug for Request<R> {
         let done = match &self.inner {
             Inner::Value(_) | Inner::Ready(_) => true,
             Inner::Pending { state, .. } => state.is_done(),
+            Inner::Joined(pieces) => pieces.iter().all(|p| match &p.inner {
+                Inner::Pending { state, .. } => state.is_done(),
+                _ => true,
+            }),
         };
         f.debug_struct("Request").field("done", &done).finish()
     }
@@ -126,6 +133,15 @@ impl<R> Request<R> {
         }
     }
 
+    /// The request of an op that went in `pieces`.
+    pub(crate) fn joined(pieces: Vec<Request<Fetched>>, convert: Convert<R>) -> Self {
+        Request {
+            inner: Inner::Joined(pieces),
+            convert,
+            _value: PhantomData,
+        }
+    }
+
     pub(crate) fn ready(data: Fetched, convert: Convert<R>) -> Self {
         Request {
             inner: Inner::Ready(data),
@@ -150,6 +166,13 @@ impl<R> Request<R> {
                 }
                 Ok(state.is_done())
             }
+            Inner::Joined(pieces) => {
+                let mut all = true;
+                for p in pieces {
+                    all &= p.test()?;
+                }
+                Ok(all)
+            }
         }
     }
 
@@ -170,6 +193,13 @@ impl<R> Request<R> {
                         .wait_until("request wait", || Ok(state.is_done()))?;
                 }
                 state.take().map(self.convert)
+            }
+            Inner::Joined(pieces) => {
+                let mut bytes = Vec::new();
+                for p in pieces {
+                    bytes.extend_from_slice(&p.wait()?);
+                }
+                Ok((self.convert)(Fetched::from(bytes)))
             }
         }
     }

@@ -58,6 +58,7 @@ impl Profile {
                     shared_memory: true,
                     native_locks: false,
                     get_in_call: false,
+                    max_atomic_elements: usize::MAX,
                 }
             }
             Profile::SharedMemory => Capabilities {

@@ -17,9 +17,16 @@ pub struct Counters {
     target_elements_high_water: AtomicU64,
     restores: AtomicU64,
     refused: AtomicU64,
+    ops_split: AtomicU64,
+    pieces: AtomicU64,
 }
 
 impl Counters {
+    /// An op too large for one active message went in `pieces`.
+    pub(crate) fn split(&self, pieces: usize) {
+        self.ops_split.fetch_add(1, Relaxed);
+        self.pieces.fetch_add(pieces as u64, Relaxed);
+    }
     pub(crate) fn message(&self, kind: Kind, bytes: usize) {
         self.messages[kind as usize].fetch_add(1, Relaxed);
         self.bytes[kind as usize].fetch_add(bytes as u64, Relaxed);
@@ -59,6 +66,8 @@ impl Counters {
             target_elements_high_water: self.target_elements_high_water.load(Relaxed),
             restores: self.restores.load(Relaxed),
             refused: self.refused.load(Relaxed),
+            ops_split: self.ops_split.load(Relaxed),
+            pieces: self.pieces.load(Relaxed),
         }
     }
 }
@@ -83,6 +92,10 @@ pub struct Stats {
     pub restores: u64,
     /// Incoming operations refused (malformed or out of the window).
     pub refused: u64,
+    /// Operations too large for one active message, sent in pieces.
+    pub ops_split: u64,
+    /// The pieces they went in.
+    pub pieces: u64,
 }
 
 impl Stats {
@@ -108,6 +121,8 @@ impl Stats {
             ops_queued: self.ops_queued - earlier.ops_queued,
             restores: self.restores - earlier.restores,
             refused: self.refused - earlier.refused,
+            ops_split: self.ops_split - earlier.ops_split,
+            pieces: self.pieces - earlier.pieces,
             ..self.clone()
         }
     }

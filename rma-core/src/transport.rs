@@ -38,6 +38,9 @@ pub struct Capabilities {
     /// Gets can complete within the call, straight into the caller's buffer
     /// ([`Transport::get_into`], a copy from mapped memory): the engine asks there first.
     pub get_in_call: bool,
+    /// Most elements one native (fetching) atomic takes (a provider's `fi_atomicvalid`
+    /// count); a larger accumulate goes as active messages.
+    pub max_atomic_elements: usize,
 }
 
 impl Capabilities {
@@ -52,6 +55,7 @@ impl Capabilities {
         shared_memory: false,
         native_locks: false,
         get_in_call: false,
+        max_atomic_elements: usize::MAX,
     };
 
     /// The bit for an (op, datatype) pair in [`atomics`](Self::atomics).

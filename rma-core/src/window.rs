@@ -112,6 +112,14 @@ pub(crate) struct WindowShared {
     freed: std::sync::atomic::AtomicBool,
 }
 
+/// Ops up to this many bytes never need pieces (every backend carries at least this in
+/// one message): the hot path of small contiguous ops skips the question.
+const SPLIT_ABOVE: u64 = 512;
+
+/// The largest op on a dynamic window (sent in pieces), whose target's regions the
+/// origin cannot check.
+const DYNAMIC_SPLIT_MAX: u64 = 1 << 30;
+
 /// Token bit of native ops tracked by their target's count alone (no op element): the
 /// low 32 bits are the target rank. A token is `window id << 40 | bits`.
 const UNTRACKED: u64 = 1 << 39;
@@ -707,7 +715,7 @@ impl WinState {
                 // Wait: the op may yet be the single short op of this epoch.
                 let waits = config.single_op
                     && elem.pending.len() == 1
-                    && elem.pending[0].data.len() <= config.single_op_threshold;
+                    && short_op(&elem.pending[0], config.single_op_threshold);
                 if waits {
                     return Ok(0);
                 }
@@ -716,7 +724,7 @@ impl WinState {
                 && !native_locks
                 && elem.sync == SyncFlag::Unlock
                 && elem.pending.len() == 1
-                && elem.pending[0].data.len() <= config.single_op_threshold;
+                && short_op(&elem.pending[0], config.single_op_threshold);
             let exclusive = self.lock_is_exclusive(rank);
             if single {
                 let elem = self.table.get_mut(rank).expect("exists");
@@ -1081,7 +1089,8 @@ impl WinState {
         let lock_now = elem.state == TargetState::LockCalled
             && (elem.pending.len() > 1
                 || !config.single_op
-                || d.data.len() > config.single_op_threshold);
+                || d.data.len() > config.single_op_threshold
+                || d.extent.bytes() > config.single_op_threshold as u64);
         if issue_now || lock_now {
             self.issue_ops_target(w, rank)?;
         }
@@ -1868,8 +1877,9 @@ impl WindowShared {
         op: Option<AccOp>,
         dt: DataType,
         target: Rank,
-        contiguous: bool,
+        extent: Extent,
     ) -> bool {
+        let contiguous = extent.count <= 1;
         if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
             return false;
         }
@@ -1879,14 +1889,14 @@ impl WindowShared {
             OpKind::Get => caps.rdma_read,
             OpKind::Accumulate | OpKind::GetAccumulate => {
                 op.is_some_and(|o| caps.has_atomic(o, dt))
+                    && extent.block / dt.size() as u64 <= caps.max_atomic_elements as u64
             }
             OpKind::CompareAndSwap => caps.has_compare_and_swap(dt),
         }
     }
 
     fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
-        let contiguous = d.extent.count <= 1;
-        let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, contiguous);
+        let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
         if !native {
             self.check_active_message(d.target, d.extent)?;
         }
@@ -2713,6 +2723,146 @@ impl<T: Element> Window<T> {
         }
     }
 
+    /// The pieces an op goes in when it travels as active messages and one message
+    /// cannot carry it (request, or reply for a get): each piece a run of whole
+    /// elements (so accumulates stay atomic per element, as MPI asks), whole blocks of
+    /// the target layout where a block fits, else parts of one block. `None`: one
+    /// message (or the native path) takes it whole.
+    #[inline]
+    fn pieces(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        extent: Extent,
+    ) -> Result<Option<Vec<Piece>>> {
+        if extent.bytes() <= SPLIT_ABOVE {
+            return Ok(None);
+        }
+        self.pieces_of_large(kind, op, target, disp, layout, extent)
+    }
+
+    #[inline(never)]
+    fn pieces_of_large(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        extent: Extent,
+    ) -> Result<Option<Vec<Piece>>> {
+        let w = &self.shared;
+        let max = w.caps(target).max_message as u64;
+        let native = w.native_allowed(kind, op, T::DATATYPE, target, extent);
+        if native || extent.bytes().saturating_add(64) <= max {
+            return Ok(None);
+        }
+        if w.kind == WindowKind::Dynamic && extent.bytes() > DYNAMIC_SPLIT_MAX {
+            // Only the target knows its regions: a bound here, instead of millions of
+            // pieces for a count no region holds.
+            return Err(UsageError::TooLarge {
+                what: "an op on a dynamic window past 1 GiB",
+            }
+            .into());
+        }
+        // Room for the header, token, op and extent, with a margin.
+        let per_piece = (max.saturating_sub(128) as usize / Self::SIZE).max(1);
+        let disp_unit = match w.kind {
+            WindowKind::Dynamic => 1,
+            _ => w.remote[target as usize].disp_unit.max(1) as usize,
+        };
+        if !Self::SIZE.is_multiple_of(disp_unit) {
+            // A piece could not start on a displacement: refuse as before.
+            return Err(TransportError::Unsupported(
+                "active message larger than the transport carries",
+            )
+            .into());
+        }
+        let step = (Self::SIZE / disp_unit) as u64;
+        let at = |elements: usize| -> Result<u64> {
+            (elements as u64)
+                .checked_mul(step)
+                .and_then(|o| disp.checked_add(o))
+                .ok_or_else(|| UsageError::TooLarge { what: "the layout" }.into())
+        };
+        let mut pieces = Vec::new();
+        if layout.block <= per_piece {
+            let blocks = (per_piece / layout.block.max(1)).max(1);
+            let mut i = 0;
+            while i < layout.count {
+                let k = blocks.min(layout.count - i);
+                let sub = if k == 1 {
+                    Layout::contiguous(layout.block)
+                } else {
+                    Layout::strided(k, layout.block, layout.stride)
+                };
+                pieces.push(Piece {
+                    data_at: i * layout.block,
+                    layout: sub,
+                    disp: at(i * layout.stride)?,
+                });
+                i += k;
+            }
+        } else {
+            for i in 0..layout.count {
+                let mut j = 0;
+                while j < layout.block {
+                    let n = per_piece.min(layout.block - j);
+                    pieces.push(Piece {
+                        data_at: i * layout.block + j,
+                        layout: Layout::contiguous(n),
+                        disp: at(i * layout.stride + j)?,
+                    });
+                    j += n;
+                }
+            }
+        }
+        w.counters.split(pieces.len());
+        w.engine.stats.split(pieces.len());
+        Ok(Some(pieces))
+    }
+
+    /// Posts the pieces of an op (see [`pieces`](Self::pieces)) with `packed`'s elements
+    /// (none for a get); the request of the whole completes when every piece has.
+    fn post_pieces(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        pieces: Vec<Piece>,
+        packed: &[T],
+        wants_result: bool,
+    ) -> Result<Vec<Request<Fetched>>> {
+        let mut requests = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let extent = self
+                .shared
+                .extent(target, piece.disp, piece.layout, Self::SIZE)?;
+            let data: &[T] = if packed.is_empty() {
+                &[]
+            } else {
+                &packed[piece.data_at..piece.data_at + piece.layout.elements()]
+            };
+            let posted = self.shared.post(OpDesc {
+                kind,
+                target,
+                extent,
+                op,
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(data),
+                wants_result,
+                into: None,
+            })?;
+            if wants_result {
+                requests.push(self.request(posted, target, |bytes| bytes));
+            }
+        }
+        Ok(requests)
+    }
+
     fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Fetched) -> R) -> Request<R> {
         match posted {
             Posted::Done(data) => Request::ready(data.unwrap_or_default(), convert),
@@ -2729,9 +2879,13 @@ impl<T: Element> Window<T> {
     /// Puts `data` at element displacement `disp` of `target`'s window.
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
         // Contiguous on both sides: nothing to gather.
-        let extent =
-            self.shared
-                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
+            return self
+                .post_pieces(OpKind::Put, None, target, p, data, false)
+                .map(drop);
+        }
         self.post_put(data, target, extent)
     }
 
@@ -2766,6 +2920,11 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, target_layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, target_layout, extent)? {
+            return self
+                .post_pieces(OpKind::Put, None, target, p, &packed, false)
+                .map(drop);
+        }
         self.post_put(&packed, target, extent)
     }
 
@@ -2801,10 +2960,9 @@ impl<T: Element> Window<T> {
     /// Gets the elements `layout` selects at `disp`, packed.
     pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-        if self.shared.kind == WindowKind::Dynamic {
-            // Bounded at the origin only by what one message carries (active messages):
-            // checked before the result's buffer is allocated.
-            self.shared.check_active_message(target, extent)?;
+        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+            return Ok(Request::joined(parts, to_vec::<T>));
         }
         // Contiguous gets land straight in the result where the backend completes them in
         // the call: one buffer, one copy.
@@ -2841,9 +2999,13 @@ impl<T: Element> Window<T> {
         disp: u64,
         buf: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
-        let extent = self
-            .shared
-            .extent(target, disp, Layout::contiguous(buf.len()), Self::SIZE)?;
+        let layout = Layout::contiguous(buf.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+            let pending = Some(Request::joined(parts, |bytes| bytes));
+            return Ok(GetInto { buf, pending });
+        }
         let posted = self.shared.post(OpDesc {
             kind: OpKind::Get,
             target,
@@ -2889,6 +3051,12 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, target_layout, Self::SIZE)?;
+        let kind = OpKind::Accumulate;
+        if let Some(p) = self.pieces(kind, Some(op), target, disp, target_layout, extent)? {
+            return self
+                .post_pieces(kind, Some(op), target, p, &packed, false)
+                .map(drop);
+        }
         self.shared
             .post(OpDesc {
                 kind: OpKind::Accumulate,
@@ -2938,9 +3106,13 @@ impl<T: Element> Window<T> {
         disp: u64,
     ) -> Result<Request<Vec<T>>> {
         Self::check_op(op)?;
-        let extent =
-            self.shared
-                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        let kind = OpKind::GetAccumulate;
+        if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+            let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
+            return Ok(Request::joined(parts, to_vec::<T>));
+        }
         let posted = self.shared.post(OpDesc {
             kind: OpKind::GetAccumulate,
             target,
@@ -3462,6 +3634,21 @@ fn zeroed_vec<T: Element>(n: usize) -> Result<Vec<T>> {
 fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
     let user: Box<dyn UserMemory> = seg.into_user_memory()?;
     user.into_any().downcast::<Vec<T>>().ok().map(|b| *b)
+}
+
+/// Whether `op` may be the single short op of its epoch (lock, op and unlock in one
+/// message, its answer in one): both what it carries and what it fetches are short.
+fn short_op(op: &OpElem, threshold: usize) -> bool {
+    op.data.len() <= threshold && op.extent.bytes() <= threshold as u64
+}
+
+/// One active message of an op too large for one: a run of the packed elements (from
+/// `data_at`) and where they go.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    data_at: usize,
+    layout: Layout,
+    disp: u64,
 }
 
 /// Packs the elements `origin` selects from `data`, checking it matches `target`.

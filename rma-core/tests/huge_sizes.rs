@@ -182,3 +182,36 @@ proptest! {
         }
     }
 }
+
+/// An op larger than one active message goes in pieces, each one message: a 3 MiB put,
+/// get and accumulate over the simulated active-message network (1 MiB messages),
+/// exact results, and as many Put messages as pieces.
+#[test]
+fn ops_past_one_message_go_in_pieces_each_one_message() {
+    sim::run(2, Profile::ActiveMessages, 5, |engine| {
+        let n = 3 << 17; // 3 MiB of u64
+        let win = engine.allocate::<u64>(n)?;
+        let peer = 1 - engine.rank();
+        let data: Vec<u64> = (0..n as u64).collect();
+        win.lock_all(Assert::NONE)?;
+        let before = win.stats();
+        win.put(&data, peer, 0)?;
+        win.flush(peer)?;
+        let split = win.stats().since(&before);
+        assert_eq!(split.ops_split, 1);
+        // (1 MiB - 128) / 8 elements a piece: four pieces for 3 MiB.
+        assert_eq!(split.pieces, 4);
+        assert_eq!(split.messages(Kind::Put), 4);
+        assert_eq!(win.get(peer, 0, n)?.wait()?, data);
+        win.accumulate(&vec![1; n], AccOp::Sum, peer, 0)?;
+        let fetched = win.get_accumulate(&vec![1; n], AccOp::Sum, peer, 0)?;
+        win.flush(peer)?;
+        let plus1: Vec<u64> = data.iter().map(|v| v + 1).collect();
+        assert_eq!(fetched.wait()?, plus1);
+        win.unlock_all()?;
+        engine.barrier()?;
+        win.free()?;
+        Ok(())
+    })
+    .unwrap();
+}

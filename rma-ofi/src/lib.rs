@@ -343,6 +343,7 @@ impl OfiTransport {
             atomics,
             compare_and_swap,
             max_message,
+            max_atomic_elements: max_atomic,
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
         let virt_addr = inner.ep.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0;

@@ -434,6 +434,7 @@ fn full_capabilities() -> Capabilities {
         shared_memory: true,
         native_locks: true,
         get_in_call: true,
+        max_atomic_elements: usize::MAX,
     }
 }
 
@@ -462,6 +463,7 @@ impl Transport for ShmTransport {
                 rdma_read: true,
                 native_locks,
                 get_in_call: true,
+                max_atomic_elements: usize::MAX,
                 ..am
             },
             PeerMemory::None => Capabilities { native_locks, ..am },
