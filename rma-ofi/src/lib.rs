@@ -1147,17 +1147,11 @@ impl Transport for OfiTransport {
     }
 
     fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
-        if shared {
-            // MPI_Win_allocate_shared needs memory every rank loads and stores; this
-            // backend's ranks reach each other through the device only. Every rank sees
-            // the same backend: all fail alike, and the engine agrees on it.
-            return Err(TransportError::Unsupported(
-                "allocate_shared: the libfabric backend shares no memory between ranks (run the ranks of one node on shared memory)",
-            ));
-        }
-        let memory = rma_shm::LocalMemory::allocate(len).map_err(|e| {
-            TransportError::Failed(format!("cannot allocate a window of {len} bytes: {e}"))
-        })?;
+        let memory = rma_shm::LocalMemory::for_network_window(
+            len,
+            shared,
+            "allocate_shared: the libfabric backend shares no memory between ranks (run the ranks of one node on shared memory)",
+        )?;
         // SAFETY: the memory is owned by the segment, which closes the region first
         // (field order).
         let mr = unsafe { self.register(memory.base(), len)? };

@@ -131,6 +131,25 @@ impl LocalMemory {
         })
     }
 
+    /// Window memory of a network backend, whose ranks reach each other through a
+    /// device only: `shared` (MPI_Win_allocate_shared, memory every rank loads and
+    /// stores) is refused with `unshareable`, the same on every rank (the engine agrees
+    /// on it); no memory to be had is a typed failure.
+    pub fn for_network_window(
+        len: usize,
+        shared: bool,
+        unshareable: &'static str,
+    ) -> Result<LocalMemory, rma_core::TransportError> {
+        if shared {
+            return Err(rma_core::TransportError::Unsupported(unshareable));
+        }
+        Self::allocate(len).map_err(|e| {
+            rma_core::TransportError::Failed(format!(
+                "cannot allocate a window of {len} bytes: {e}"
+            ))
+        })
+    }
+
     /// The user's memory, in place.
     pub fn from_user(mut memory: Box<dyn rma_core::transport::UserMemory>) -> LocalMemory {
         let bytes = memory.bytes_mut();
