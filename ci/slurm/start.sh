@@ -7,6 +7,15 @@
 set -euo pipefail
 dir=${1:?folder}
 nodes=${2:-1}
+# A cluster left running by an earlier run holds the same ports and would answer for
+# this one (with its own spool and TmpFS: srun's PMI-2 then fails to reach the steps).
+if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
+  bash "$(dirname "$0")/stop.sh"
+  for _ in $(seq 1 50); do
+    pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || break
+    sleep 0.1
+  done
+fi
 mkdir -p "$dir"/{state,spool,log,run}
 # munge: the package made the key; its run folder must belong to munge.
 mkdir -p /run/munge && chown munge:munge /run/munge
