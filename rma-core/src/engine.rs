@@ -28,6 +28,11 @@ type Departed = (u32, Option<Rank>);
 
 /// Bit of a blame word (a departure's done count): the blamed rank is dead.
 const BLAME_DEAD: u32 = 1 << 31;
+/// Bit of a blame word: the blamed rank was in another collective call, whose
+/// [`Departure::call_code`](wire::Departure::call_code) is in bits 24..30.
+pub(crate) const BLAME_MISMATCH: u32 = 1 << 30;
+/// The blamed rank plus one, in the low bits of a blame word.
+pub(crate) const BLAME_RANK: u32 = (1 << 24) - 1;
 
 /// Process-wide state, shared by windows, requests and the progress thread.
 pub(crate) struct EngineShared {
@@ -698,10 +703,12 @@ impl EngineShared {
     pub(crate) fn blame(&self, e: &Error) {
         let (rank, dead) = match e {
             Error::Peer(PeerError::Dead { rank }) => (*rank, BLAME_DEAD),
+            Error::Peer(PeerError::Mismatch { rank, theirs, .. }) => (
+                *rank,
+                BLAME_MISMATCH | (wire::Departure::call_code(theirs) & 0x3f) << 24,
+            ),
             Error::Peer(
-                PeerError::Departed { rank, .. }
-                | PeerError::Mismatch { rank, .. }
-                | PeerError::CollectiveFailed { rank, .. },
+                PeerError::Departed { rank, .. } | PeerError::CollectiveFailed { rank, .. },
             ) => (*rank, 0),
             _ => return,
         };
@@ -711,7 +718,7 @@ impl EngineShared {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        if dead != 0 {
+        if dead & BLAME_DEAD != 0 {
             // Known dead from now on (the launcher or a peer said so): every wait on it
             // fails, and the transport neither sends to it nor waits for its goodbye.
             let _ = self.failed.compare_exchange(
@@ -734,7 +741,7 @@ impl EngineShared {
     /// survivor names the dead rank, not the survivors that left because of it. Returns
     /// the peer the word blames, if any.
     pub(crate) fn heard_blame(&self, from: Rank, word: u32) -> Option<Rank> {
-        let rank = (word & !BLAME_DEAD).checked_sub(1)?;
+        let rank = (word & BLAME_RANK).checked_sub(1)?;
         if rank == from || rank as usize >= self.size {
             return None;
         }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::barrier::Dissemination;
 use crate::datatype::{AccOp, DataType, Element};
-use crate::engine::EngineShared;
+use crate::engine::{EngineShared, BLAME_MISMATCH};
 use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEpoch};
 use crate::error::{Error, PeerError, Result, TransportError, UsageError};
 use crate::op_table::{OpElem, OpKind, OpTable, SyncFlag, TargetElem};
@@ -427,7 +427,12 @@ impl WinState {
 
     /// Tells every peer what this rank does of the window (a [`Kind::Depart`] packet).
     fn send_departure(&mut self, w: &WindowShared, what: Departure, seq: u32) -> Result<()> {
-        let blame = w.engine.blame_word();
+        // Only a rank that leaves says whom it blames (a free or a mismatch announcement
+        // is no departure of the process, and an old blame would mislead).
+        let blame = match what {
+            Departure::Abandoned => w.engine.blame_word(),
+            _ => 0,
+        };
         for peer in (0..w.engine.size as Rank).filter(|r| *r != w.engine.rank) {
             self.enc
                 .start(Kind::Depart, 0, w.id, blame)
@@ -1377,7 +1382,15 @@ impl WinState {
             }
             Kind::Depart => {
                 if let Body::Depart { what, seq } = p.body {
-                    w.engine.heard_blame(from, p.done_count);
+                    let blamed = w.engine.heard_blame(from, p.done_count);
+                    let mismatch =
+                        p.done_count & BLAME_MISMATCH != 0 && what == Departure::Abandoned;
+                    if let Some(rank) = blamed.filter(|r| mismatch && *r != w.engine.rank) {
+                        // It left over a mismatch with `rank`: that is what this window's
+                        // collectives report, whichever word arrives first.
+                        let theirs = Departure::call_of((p.done_count >> 24) & 0x3f);
+                        self.departures.mismatch.get_or_insert((rank, theirs));
+                    }
                     let d = &mut self.departures;
                     match what {
                         Departure::Abandoned => {
