@@ -42,8 +42,9 @@
 //! - **Receive buffers** take several messages each where the provider offers
 //!   `FI_MULTI_RECV` (4 buffers of 8 largest messages, minimum free space one largest
 //!   message; `RMA_OFI_MULTI_RECV=0` turns it off); otherwise one message per buffer
-//!   (64 of them). libfabric 1.17's shm provider crashes on multi-message buffers: not
-//!   used there.
+//!   (64 of them). Not used on libfabric 1.17's shm (it crashes on multi-message
+//!   buffers) nor on ofi_rxm (`tcp;ofi_rxm`: messages above its 16 KiB eager size,
+//!   which large active messages are, arrived corrupted in multi-message buffers).
 //!
 //! - **Local buffers** (`FI_MR_LOCAL`): fi_getinfo is told we honour it, and where the
 //!   provider asks for it every buffer we hand it (receive buffers, send buffers, native
