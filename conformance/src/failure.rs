@@ -493,10 +493,16 @@ pub fn lock_soak(world: &World) -> Result<()> {
         }
         match next() % 3 {
             0 => {
+                // Target by target from a random one, each flushed before the next: the
+                // epoch holds some targets' locks while it waits for the next one's (the
+                // pattern that closed a cycle with exclusive requests queued between).
                 win.lock_all(Assert::NONE)?;
-                for t in 0..size as Rank {
+                let first = next() % size as u64;
+                for i in 0..size as u64 {
+                    let t = ((first + i) % size as u64) as Rank;
                     win.accumulate(&[1], rma::AccOp::Sum, t, 0)?;
                     sent[t as usize][0] += 1;
+                    win.flush(t)?;
                 }
                 win.unlock_all()?;
             }

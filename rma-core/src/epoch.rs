@@ -90,7 +90,7 @@ impl WindowEpoch {
             WindowEpoch::PerTarget => "PER_TARGET",
         }
     }
-    /// Fence and lock_all epochs, where the window as a whole grants access.
+    /// Whether a lock_all epoch is open (in any of its states).
     pub(crate) fn is_lock_all(&self) -> bool {
         matches!(
             self,

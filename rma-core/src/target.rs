@@ -13,6 +13,14 @@ use crate::Rank;
 
 /// FIFO lock queue: a request is granted at once only when compatible with the holders
 /// and nobody waits before it, so exclusive requests are not starved by shared ones.
+/// The one exception is a lock_all epoch's shared request ([`Waiter::lock_all`]): it
+/// is granted whenever no exclusive lock is held, past waiting exclusive requests.
+/// A lock_all epoch holds some targets' locks while it waits for others', so queueing
+/// it behind a waiting exclusive request closes a cycle when another lock_all epoch
+/// holds the lock that request waits for (A holds t0 and waits at t1 behind X, which
+/// waits for B's hold on t1, while B waits at t0 behind Y, which waits for A). An
+/// exclusive request can then wait while lock_all epochs keep coming; MPI promises no
+/// fairness between them, and each lock_all epoch ends by itself.
 ///
 /// When the window's lock is also a native word that other ranks take themselves (the
 /// node's ranks in shared memory), the queue holds the ranks that ask by message, and a
@@ -32,7 +40,16 @@ pub(crate) struct LockQueue {
 pub(crate) struct Waiter {
     pub origin: Rank,
     pub exclusive: bool,
+    /// A lock_all epoch's shared request (the wire's `LOCK_ALL` flag).
+    pub lock_all: bool,
     pub single_op: Option<Vec<u8>>,
+}
+
+impl Waiter {
+    /// Whether this request may be granted past waiting requests (see [`LockQueue`]).
+    fn jumps_the_queue(&self) -> bool {
+        self.lock_all && !self.exclusive
+    }
 }
 
 impl LockQueue {
@@ -52,7 +69,10 @@ impl LockQueue {
         waiter: Waiter,
         take: &mut dyn FnMut(bool) -> bool,
     ) -> Option<Waiter> {
-        if self.waiting.is_empty() && self.compatible(waiter.exclusive) && take(waiter.exclusive) {
+        if (self.waiting.is_empty() || waiter.jumps_the_queue())
+            && self.compatible(waiter.exclusive)
+            && take(waiter.exclusive)
+        {
             self.acquire(waiter.origin, waiter.exclusive);
             Some(waiter)
         } else {
@@ -103,6 +123,19 @@ impl LockQueue {
             let w = self.waiting.pop_front().expect("front exists");
             self.acquire(w.origin, w.exclusive);
             granted.push(w);
+        }
+        // lock_all requests further back go past the exclusive request at the head.
+        if self.exclusive.is_none() && self.waiting.iter().any(Waiter::jumps_the_queue) {
+            let mut kept = VecDeque::with_capacity(self.waiting.len());
+            while let Some(w) = self.waiting.pop_front() {
+                if w.jumps_the_queue() && take(false) {
+                    self.acquire(w.origin, false);
+                    granted.push(w);
+                } else {
+                    kept.push_back(w);
+                }
+            }
+            self.waiting = kept;
         }
         granted
     }
@@ -329,8 +362,49 @@ mod tests {
         Waiter {
             origin,
             exclusive,
+            lock_all: false,
             single_op: None,
         }
+    }
+
+    fn all(origin: Rank) -> Waiter {
+        Waiter {
+            lock_all: true,
+            ..w(origin, false)
+        }
+    }
+
+    #[test]
+    fn lock_all_requests_pass_waiting_exclusive_ones_and_break_the_cycle() {
+        // Two targets, two lock_all origins (A=1, B=2), two exclusive ones (X=3 at t1,
+        // Y=4 at t0). A holds t0, B holds t1; X waits at t1, Y at t0. A's request at
+        // t1 and B's at t0 would wait behind X and Y forever in FIFO order.
+        let yes = &mut |_| true;
+        let (mut t0, mut t1) = (LockQueue::default(), LockQueue::default());
+        assert!(t0.request(all(1), yes).is_some());
+        assert!(t1.request(all(2), yes).is_some());
+        assert!(t1.request(w(3, true), yes).is_none());
+        assert!(t0.request(w(4, true), yes).is_none());
+        // lock_all requests are granted past them: both epochs hold every target.
+        assert!(t1.request(all(1), yes).is_some());
+        assert!(t0.request(all(2), yes).is_some());
+        // A plain shared request still queues behind the exclusive one (no starvation).
+        assert!(t0.request(w(5, false), yes).is_none());
+        // Both epochs end: the exclusive requests go first, then the shared one.
+        for q in [&mut t0, &mut t1] {
+            assert_eq!(q.release(1), Some(false));
+            assert_eq!(q.release(2), Some(false));
+        }
+        let g0 = t0.grant_waiting(yes);
+        assert_eq!(g0.iter().map(|w| w.origin).collect::<Vec<_>>(), vec![4]);
+        assert_eq!(t1.grant_waiting(yes).len(), 1);
+        // Held exclusively: a lock_all request waits, and is granted (past the shared
+        // request queued before it, by the same rule) once the exclusive lock goes.
+        assert!(t0.request(all(6), yes).is_none());
+        assert_eq!(t0.release(4), Some(true));
+        let g0 = t0.grant_waiting(yes);
+        assert_eq!(g0.iter().map(|w| w.origin).collect::<Vec<_>>(), vec![5, 6]);
+        assert!(!t0.has_waiting());
     }
 
     #[test]

@@ -839,6 +839,8 @@ impl WinState {
         } else {
             let fl = if exclusive {
                 flags::LOCK_EXCLUSIVE
+            } else if self.epoch.is_lock_all() {
+                flags::LOCK_SHARED | flags::LOCK_ALL
             } else {
                 flags::LOCK_SHARED
             };
@@ -1234,7 +1236,8 @@ impl WinState {
                 None => {
                     self.window_grants += 1;
                     if !Self::native_locks(w, rank) {
-                        self.send_control(w, rank, Kind::Lock, flags::LOCK_SHARED, 0)?;
+                        let fl = flags::LOCK_SHARED | flags::LOCK_ALL;
+                        self.send_control(w, rank, Kind::Lock, fl, 0)?;
                     }
                 }
             }
@@ -1295,6 +1298,7 @@ impl WinState {
                     let waiter = Waiter {
                         origin: from,
                         exclusive: p.flags & flags::LOCK_EXCLUSIVE != 0,
+                        lock_all: false,
                         single_op: Some(raw.to_vec()),
                     };
                     let granted = self.target.locks.request(waiter, &mut Self::own_lock(w));
@@ -1347,6 +1351,7 @@ impl WinState {
                 let waiter = Waiter {
                     origin: from,
                     exclusive: p.flags & flags::LOCK_EXCLUSIVE != 0,
+                    lock_all: p.flags & flags::LOCK_ALL != 0,
                     single_op: None,
                 };
                 if let Some(g) = self.target.locks.request(waiter, &mut Self::own_lock(w)) {

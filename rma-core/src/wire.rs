@@ -10,8 +10,8 @@ use crate::datatype::{AccOp, DataType};
 
 /// Version of this format; a packet of another version is refused. Version 2: extents
 /// are u64 throughout (no size of a window or an op is cut to 32 bits), and
-/// [`Kind::Depart`].
-pub const VERSION: u8 = 2;
+/// [`Kind::Depart`]. Version 3: [`flags::LOCK_ALL`].
+pub const VERSION: u8 = 3;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 12;
 
@@ -31,8 +31,15 @@ pub mod flags {
     pub const ACK: u16 = 1 << 5;
     /// On an ack: some operation since the last RMA_DONE was refused by the target.
     pub const REFUSED: u16 = 1 << 6;
+    /// On a LOCK (shared): asked for by a lock_all epoch, which holds or waits for the
+    /// locks of every target at once. The target grants it whenever no exclusive lock is
+    /// held, even past exclusive requests waiting in its queue: otherwise two lock_all
+    /// epochs each holding one target's shared lock and waiting behind an exclusive
+    /// request queued at the other's target close a cycle (a deadlock seen on ofi tcp
+    /// with 4 ranks mixing lock_all and exclusive locks).
+    pub const LOCK_ALL: u16 = 1 << 7;
     /// Every flag this version knows.
-    pub const ALL: u16 = (1 << 7) - 1;
+    pub const ALL: u16 = (1 << 8) - 1;
 }
 
 /// Packet kinds.
