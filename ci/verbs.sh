@@ -78,14 +78,21 @@ done
 # Passive target: rma-verbs takes locks natively (atomics on a lock word), so a target
 # that computes without calling the library does not hold its origins up. Over the
 # engine's lock messages instead (RMA_VERBS_NATIVE_LOCKS=0) the target needs its
-# progress thread, as on ofi.
+# progress agent (on by default), as on ofi.
 cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus lock)")
 cmds+=("$(run 2 passive_target)")
-# (2,000 epochs and a 90 s call timeout: each lock is a message round trip through the
-# target's progress thread, which sleeps between polls; with the host loaded, 5,000 took
-# 25-35 s and 2,000 once passed the 30 s barrier timeout of rank 1, done first.)
-cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 RMA_CONFORMANCE_DIVISOR=50 $(run 2 litmus lock | sed 's/RMA_TIMEOUT_MS=30000/RMA_TIMEOUT_MS=90000/; s/--timeout 100/--timeout 140/')")
-cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_ASYNC_PROGRESS=1 $(run 2 passive_target)")
+# (2,000 epochs and a 90 s call timeout: each lock is a message round trip; with the
+# host loaded, 5,000 took 25-35 s and 2,000 once passed the 30 s barrier timeout of
+# rank 1, done first.)
+cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_CONFORMANCE_DIVISOR=50 $(run 2 litmus lock | sed 's/RMA_TIMEOUT_MS=30000/RMA_TIMEOUT_MS=90000/; s/--timeout 100/--timeout 140/')")
+cmds+=("RMA_VERBS_NATIVE_LOCKS=0 $(run 2 passive_target)")
+# Progress without the target (issue #16), with the defaults: the progress agent sleeps
+# on the completion channel and answers for a target that computes, sleeps or blocks in
+# a pipe read (seed 003's example); over lock messages and active messages too.
+for how in compute sleep pipe; do
+  cmds+=("RMA_ELSEWHERE_MS=10000 $(run 2 target_elsewhere $how)")
+done
+cmds+=("RMA_VERBS_NATIVE_LOCKS=0 RMA_NATIVE=0 RMA_ELSEWHERE_MS=10000 $(run 2 target_elsewhere sleep)")
 # Targets that sleep on the completion channel once idle (RMA_VERBS_BLOCK_AFTER, as in
 # the benchmark below) still answer messages, locks included.
 blocking='RMA_VERBS_BLOCK_AFTER=100'

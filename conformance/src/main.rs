@@ -5,6 +5,7 @@
 //! runs unchanged on every backend.
 
 mod failure;
+mod progress;
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,7 @@ fn main() {
         "lock_soak" => failure::lock_soak(&world),
         "large_ops" => failure::large_ops(&world),
         "launcher_values" => failure::launcher_values(&world),
+        "target_elsewhere" => progress::target_elsewhere(&world, kind),
         _ => {
             eprintln!("unknown case {case:?}");
             std::process::exit(2);

@@ -112,6 +112,16 @@ fn passive_target_needs_no_target_progress() {
     ok(2, &["passive_target"]);
 }
 
+/// Issue #16 on shared memory: epochs toward a target computing, asleep or blocked in a
+/// pipe read end while it is away (no agent needed: peers reach memory and lock words
+/// by themselves, and PSCW's complete is a message nobody answers).
+#[test]
+fn epochs_end_while_the_target_is_elsewhere_on_shm() {
+    for how in ["compute", "sleep", "pipe"] {
+        ok(2, &["target_elsewhere", how]);
+    }
+}
+
 #[test]
 fn segments_are_unlinked_once_mapped() {
     ok(2, &["no_segments_left"]);
@@ -584,12 +594,43 @@ mod ofi {
         for mode in ["fence", "pscw", "lock", "lock_all"] {
             ok_on(p, 2, &["litmus", mode], &[]);
         }
-        // Passive target over active messages needs the target's progress: with a
-        // progress thread the computing target still answers.
-        ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
+        // Passive target over active messages needs the target's progress: the
+        // progress agent (on by default here) answers for the computing target.
+        ok_on(p, 2, &["passive_target"], &[]);
         // Not run on ofi: `ops shared` and `no_segments_left` (allocate_shared windows are
         // load/store shared memory, which this backend does not provide: shared_query has
         // no address to give).
+    }
+
+    /// Issue #16: with the defaults, epochs toward a target that computes, sleeps or is
+    /// blocked in a pipe read (seed 003's example: the target's blocking receive waits
+    /// for the origin's send after its complete) end while the target is away, on tcp
+    /// (native and all-active-message paths) and sockets; and without the progress
+    /// agent (`RMA_ASYNC_PROGRESS=0`) they do not, which shows what the case measures.
+    #[test]
+    fn progress_without_the_target() {
+        for p in ["tcp;ofi_rxm", "sockets"] {
+            for how in ["compute", "sleep", "pipe"] {
+                ok_on(p, 2, &["target_elsewhere", how], &[]);
+            }
+        }
+        ok_on(
+            "tcp;ofi_rxm",
+            3,
+            &["target_elsewhere", "sleep"],
+            &[("RMA_NATIVE", "0")],
+        );
+        let env = [
+            ("RMA_BACKEND", "ofi"),
+            ("FI_PROVIDER", "tcp;ofi_rxm"),
+            ("RMA_ASYNC_PROGRESS", "0"),
+        ];
+        let out = run_env(2, &["target_elsewhere", "compute"], &env);
+        assert_eq!(
+            out.statuses.iter().map(|s| s.code()).collect::<Vec<_>>(),
+            vec![Some(1), Some(0)],
+            "without the agent the origin waits for the computing target: {out:?}"
+        );
     }
 
     #[test]
@@ -602,7 +643,7 @@ mod ofi {
         }
         ok_on(p, 4, &["stress_lock_counter"], &[]);
         ok_on(p, 4, &["stress_overlap"], &[]);
-        ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
+        ok_on(p, 2, &["passive_target"], &[]);
     }
 
     /// sockets beyond the suite: the cases of few round trips. Litmus (100,000 epochs) and
@@ -616,7 +657,7 @@ mod ofi {
         // stress_overlap (4 ranks x 4,000 accumulates) is run on tcp and shm only: at
         // this provider's milliseconds per round trip it came close to its deadline on a
         // loaded machine.
-        ok_on(p, 2, &["passive_target"], &[("RMA_ASYNC_PROGRESS", "1")]);
+        ok_on(p, 2, &["passive_target"], &[]);
     }
 
     /// A link that has just come up (here a bridge with a veth pair, as `ci/netns/up.sh`

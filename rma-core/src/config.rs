@@ -2,6 +2,30 @@
 
 use std::time::Duration;
 
+/// Whether a process runs a progress agent (`RMA_ASYNC_PROGRESS`).
+///
+/// MPI's one-sided operations must complete while their target is busy elsewhere
+/// (MPI-4.1 section 12.7, "progress"). Over shared memory a target does nothing for
+/// them; over a network a target answers lock requests, applies active messages and
+/// accepts connections, so without help a computing target stalls its peers' epochs.
+/// The agent is a thread that sleeps on the transport's wait object (libfabric's
+/// `FI_WAIT_FD`, a verbs completion channel) while no thread of the process is inside
+/// the library, wakes for incoming traffic and runs a progress pass; while the
+/// application itself waits inside the library it stays out of the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AsyncProgress {
+    /// An agent where the transport says peers' operations need this process's
+    /// progress ([`Transport::needs_target_progress`](crate::Transport::needs_target_progress)):
+    /// the network backends and hybrids, not shared memory alone. The default.
+    #[default]
+    Auto,
+    /// An agent whatever the transport (`RMA_ASYNC_PROGRESS=1`).
+    On,
+    /// No agent (`RMA_ASYNC_PROGRESS=0`): peers' epochs toward this process move only
+    /// while it calls the library.
+    Off,
+}
+
 /// Tuning of the engine. [`Config::default`] gives the defaults; [`Config::from_env`] reads
 /// `RMA_*` environment variables over them.
 ///
@@ -39,9 +63,12 @@ pub struct Config {
     /// Largest queued payload copied into an op element; larger ops issue at once
     /// (`RMA_QUEUE_MAX_BYTES`).
     pub queue_max_bytes: usize,
-    /// Run a thread that makes progress in the background (`RMA_ASYNC_PROGRESS`, 0 or 1).
-    pub async_progress: bool,
-    /// Interval of the background progress thread (`RMA_ASYNC_PROGRESS_US`).
+    /// The progress agent: a thread that makes progress while no thread of the process
+    /// is in the library, so that peers' epochs complete while this process computes
+    /// (`RMA_ASYNC_PROGRESS`: `auto`, 1 or 0). See [`AsyncProgress`].
+    pub async_progress: AsyncProgress,
+    /// How often the agent polls a transport that has no wait object to sleep on
+    /// (`RMA_ASYNC_PROGRESS_US`; with a wait object it sleeps until traffic arrives).
     pub async_progress_interval: Duration,
     /// A blocking call that sees no completion for this long returns
     /// [`PeerError::Timeout`](crate::PeerError::Timeout) (`RMA_TIMEOUT_MS`, or `none` for
@@ -66,8 +93,8 @@ impl Default for Config {
             single_op: true,
             lazy_target_free: true,
             queue_max_bytes: 4096,
-            async_progress: false,
-            async_progress_interval: Duration::from_micros(50),
+            async_progress: AsyncProgress::Auto,
+            async_progress_interval: Duration::from_micros(1000),
             timeout: Some(Duration::from_secs(60)),
             native_ops: true,
         }
@@ -176,7 +203,17 @@ impl Config {
         flag("RMA_PIGGYBACK", &mut self.piggyback)?;
         flag("RMA_SINGLE_OP", &mut self.single_op)?;
         flag("RMA_LAZY_TARGET_FREE", &mut self.lazy_target_free)?;
-        flag("RMA_ASYNC_PROGRESS", &mut self.async_progress)?;
+        if let Some(v) = get("RMA_ASYNC_PROGRESS") {
+            self.async_progress = match v.trim() {
+                "auto" => AsyncProgress::Auto,
+                "1" | "true" | "on" | "yes" => AsyncProgress::On,
+                "0" | "false" | "off" | "no" => AsyncProgress::Off,
+                _ => {
+                    let what = "auto, 1 or 0 (or true/false, on/off, yes/no)";
+                    return Err(bad("RMA_ASYNC_PROGRESS", &v, what).into());
+                }
+            };
+        }
         flag("RMA_NATIVE", &mut self.native_ops)?;
         let mut us = self.async_progress_interval.as_micros() as usize;
         num(
@@ -267,6 +304,7 @@ mod tests {
             ("RMA_OP_POOL_GLOBAL", "18446744073709551615"),
             ("RMA_QUEUE_MAX_BYTES", "1e9"),
             ("RMA_ASYNC_PROGRESS_US", "0"),
+            ("RMA_ASYNC_PROGRESS", "sometimes"),
         ] {
             match with(k, v) {
                 Err(Error::Usage(UsageError::BadEnvironment {

@@ -4,15 +4,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use crate::barrier::Dissemination;
-use crate::config::Config;
+use crate::config::{AsyncProgress, Config};
 use crate::datatype::Element;
 use crate::error::{Error, PeerError, Result, TransportError, UsageError};
 use crate::op_table::{OpElem, TargetElem};
 use crate::pool::GlobalPool;
+use crate::progress::{self, Activity};
 use crate::stats::{Counters, Stats};
 use crate::target::Memory;
 use crate::transport::{Event, RemoteSegment, Segment, Transport};
@@ -51,6 +52,8 @@ pub(crate) struct EngineShared {
     failed: AtomicU64,
     barrier: Mutex<EngineBarrier>,
     stop: AtomicBool,
+    /// Bumped by the application's waits: the progress agent's hand-off.
+    pub(crate) activity: Activity,
     /// Per peer that left the job (its World is gone): the engine barriers it started,
     /// and the peer it blamed for leaving, if it left on an error naming one.
     departed: Mutex<Vec<Option<Departed>>>,
@@ -117,29 +120,22 @@ impl Engine {
             failed: AtomicU64::new(0),
             barrier: Mutex::new(EngineBarrier::default()),
             stop: AtomicBool::new(false),
+            activity: Activity::default(),
             departed: Mutex::new(Vec::new()),
             left: AtomicBool::new(false),
             blamed: AtomicU64::new(0),
             revoked: AtomicU64::new(0),
             config,
         });
-        if shared.config.async_progress {
-            let weak: Weak<EngineShared> = Arc::downgrade(&shared);
-            let interval = shared.config.async_progress_interval;
-            std::thread::Builder::new()
-                .name("rma-progress".into())
-                .spawn(move || {
-                    // Strong progress: poke the engine until it is gone.
-                    while let Some(e) = weak.upgrade() {
-                        if e.stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        let _ = e.progress();
-                        drop(e);
-                        std::thread::sleep(interval);
-                    }
-                })
-                .ok();
+        let agent = match shared.config.async_progress {
+            AsyncProgress::On => true,
+            AsyncProgress::Off => false,
+            AsyncProgress::Auto => shared.transport.needs_target_progress(),
+        };
+        if agent {
+            if let Err(e) = progress::spawn(&shared) {
+                tracing::warn!(error = %e, "no progress agent: the thread did not start");
+            }
         }
         Engine { shared }
     }
@@ -162,6 +158,7 @@ impl Engine {
     }
     /// Makes progress once on every window (MAKE_RMA_PROGRESS_GLOBAL).
     pub fn progress(&self) -> Result<()> {
+        self.shared.activity.bump();
         self.shared.progress()
     }
     /// A barrier over all ranks that keeps making RMA progress while it waits.
@@ -279,6 +276,9 @@ impl Engine {
     /// second of progress is not told). Only the first call does anything.
     pub fn depart(&self) {
         let e = &self.shared;
+        // The progress agent ends: the process is leaving (its transport lingers by
+        // itself for peers' goodbyes).
+        e.stop.store(true, Ordering::Relaxed);
         if e.left.swap(true, Ordering::AcqRel) || e.size == 1 {
             return;
         }
@@ -571,6 +571,12 @@ impl Drop for EngineShared {
 }
 
 impl EngineShared {
+    /// Whether the engine is going (dropped, or its process departed): the progress
+    /// agent ends.
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn unregister(&self, id: u32) {
         let mut ws = self.windows.write().unwrap_or_else(|x| x.into_inner());
         ws.retain(|w| w.id != id);
@@ -775,6 +781,8 @@ impl EngineShared {
         // is a good share of a short wait (the timeout is seconds, the shift microseconds).
         let mut start = None;
         let mut spins = 0u32;
+        // The progress agent stays out of the way while this thread polls.
+        self.activity.bump();
         loop {
             self.progress()?;
             if cond()? {
@@ -787,6 +795,7 @@ impl EngineShared {
             }
             spins += 1;
             if spins.is_multiple_of(64) {
+                self.activity.bump();
                 let start = *start.get_or_insert_with(Instant::now);
                 if self.config.timeout.is_some_and(|t| start.elapsed() > t) {
                     return Err(PeerError::Timeout { call, rank: None }.into());

@@ -48,6 +48,7 @@ mod epoch;
 mod error;
 mod op_table;
 mod pool;
+mod progress;
 mod request;
 mod stats;
 mod target;
@@ -59,7 +60,7 @@ pub mod wire;
 pub mod sim;
 
 pub use bootstrap::{exchange_hellos, Bootstrap, Hello};
-pub use config::Config;
+pub use config::{AsyncProgress, Config};
 pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};
@@ -69,7 +70,7 @@ pub use request::Request;
 pub use stats::{Counters, Stats};
 pub use transport::{
     Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
-    UserMemory,
+    UserMemory, Wake,
 };
 pub use window::{FreeError, GetInto, Layout, Window, WindowKind};
 

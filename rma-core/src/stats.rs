@@ -19,6 +19,7 @@ pub struct Counters {
     refused: AtomicU64,
     ops_split: AtomicU64,
     pieces: AtomicU64,
+    agent_passes: AtomicU64,
 }
 
 impl Counters {
@@ -44,6 +45,9 @@ impl Counters {
     pub(crate) fn restore(&self) {
         self.restores.fetch_add(1, Relaxed);
     }
+    pub(crate) fn agent_pass(&self) {
+        self.agent_passes.fetch_add(1, Relaxed);
+    }
     pub(crate) fn refused(&self) {
         self.refused.fetch_add(1, Relaxed);
     }
@@ -68,6 +72,7 @@ impl Counters {
             refused: self.refused.load(Relaxed),
             ops_split: self.ops_split.load(Relaxed),
             pieces: self.pieces.load(Relaxed),
+            agent_passes: self.agent_passes.load(Relaxed),
         }
     }
 }
@@ -96,6 +101,9 @@ pub struct Stats {
     pub ops_split: u64,
     /// The pieces they went in.
     pub pieces: u64,
+    /// Progress passes the progress agent ran (process-wide; see
+    /// [`AsyncProgress`](crate::AsyncProgress)).
+    pub agent_passes: u64,
 }
 
 impl Stats {
@@ -123,6 +131,7 @@ impl Stats {
             refused: self.refused - earlier.refused,
             ops_split: self.ops_split - earlier.ops_split,
             pieces: self.pieces - earlier.pieces,
+            agent_passes: self.agent_passes - earlier.agent_passes,
             ..self.clone()
         }
     }

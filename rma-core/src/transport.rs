@@ -7,6 +7,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::datatype::{AccOp, DataType, Element};
 use crate::error::TransportError;
@@ -431,6 +432,17 @@ impl<M: Copy> PeerTables<M> {
     }
 }
 
+/// Why [`Transport::wait_for_traffic`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// Something may have arrived: make a progress pass.
+    Traffic,
+    /// The timeout passed with nothing seen.
+    Timeout,
+    /// This transport has no wait object to sleep on.
+    NoWaitObject,
+}
+
 /// A backend: moves bytes, reports completions, and offers the bootstrap collectives a
 /// window needs.
 ///
@@ -585,6 +597,28 @@ pub trait Transport: Send + Sync {
 
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
+
+    /// Whether peers' operations on this process need this process's progress (lock
+    /// requests, active messages, replies, connections to accept): where they do, the
+    /// engine runs a progress agent by default ([`AsyncProgress`](crate::AsyncProgress)).
+    /// False for a transport whose peers reach its memory and locks by themselves.
+    fn needs_target_progress(&self) -> bool {
+        false
+    }
+
+    /// The progress agent's sleep: blocks until traffic may have arrived for this
+    /// process or `timeout` passes, whichever is first. [`Wake::Traffic`] asks for a
+    /// progress pass; [`Wake::NoWaitObject`] (the default) says this transport has no
+    /// wait object, and the agent polls on a timer instead.
+    ///
+    /// Called by the agent only, while the application is not polling; but an
+    /// application thread may start polling during the wait, so an implementation
+    /// holds no lock while it blocks, and a wake-up for traffic that thread has already
+    /// read is harmless (the agent's pass then finds nothing).
+    fn wait_for_traffic(&self, timeout: Duration) -> Result<Wake, TransportError> {
+        let _ = timeout;
+        Ok(Wake::NoWaitObject)
+    }
 
     /// For a shared window `win`: the address in this process of `rank`'s segment, if
     /// this process can load and store it directly.

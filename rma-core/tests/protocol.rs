@@ -621,7 +621,7 @@ fn async_progress_lets_passive_target_complete_while_the_target_computes() {
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: AtomicBool = AtomicBool::new(false);
     let cfg = Config {
-        async_progress: true,
+        async_progress: rma_core::AsyncProgress::On,
         ..config()
     };
     run(2, Profile::ActiveMessages, 24, cfg, |e| {

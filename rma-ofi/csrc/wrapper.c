@@ -24,6 +24,12 @@ int rma_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags) { return
 int rma_fi_enable(struct fid_ep *ep) { return fi_enable(ep); }
 int rma_fi_setopt_min_multi_recv(struct fid_ep *ep, size_t min)
 { return fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min); }
+int rma_fi_cq_wait_fd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
+int rma_fi_trywait_cq(struct fid_fabric *fabric, struct fid_cq *cq)
+{
+    struct fid *fids[1] = { &cq->fid };
+    return fi_trywait(fabric, fids, 1);
+}
 int rma_fi_getname(struct fid_ep *ep, void *addr, size_t *addrlen) { return fi_getname(&ep->fid, addr, addrlen); }
 int rma_fi_av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
                      uint64_t flags, void *context)

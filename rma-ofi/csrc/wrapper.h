@@ -26,6 +26,9 @@ void *rma_fi_mr_desc(struct fid_mr *mr);
 int rma_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags);
 int rma_fi_enable(struct fid_ep *ep);
 int rma_fi_setopt_min_multi_recv(struct fid_ep *ep, size_t min);
+/* The CQ's wait object (FI_WAIT_FD) and fi_trywait on it (both inline in the headers). */
+int rma_fi_cq_wait_fd(struct fid_cq *cq, int *fd);
+int rma_fi_trywait_cq(struct fid_fabric *fabric, struct fid_cq *cq);
 int rma_fi_getname(struct fid_ep *ep, void *addr, size_t *addrlen);
 int rma_fi_av_insert(struct fid_av *av, const void *addr, size_t count, fi_addr_t *fi_addr,
                      uint64_t flags, void *context);

@@ -80,6 +80,9 @@ pub struct Endpoint {
     /// Regions of [`LocalBuf`]s (null: free slot), closed after the endpoint and before
     /// the domain.
     local_regions: Vec<*mut sys::fid_mr>,
+    /// The completion queue's wait object (`FI_WAIT_FD`), where the provider has one:
+    /// what the progress agent sleeps on. Owned by the CQ (closed with it).
+    wait_fd: Option<i32>,
     /// Requested keys of local regions (providers without FI_MR_PROV_KEY take ours), far
     /// from the windows' keys that count from 1.
     next_local_key: u64,
@@ -299,6 +302,7 @@ impl Endpoint {
             },
             local_mr: false,
             local_regions: Vec::new(),
+            wait_fd: None,
             next_local_key: 1 << 30,
             local_registrations: 0,
         };
@@ -340,16 +344,32 @@ impl Endpoint {
                 "fi_av_open",
                 sys::rma_fi_av_open(me.domain, &mut av_attr, &mut me.av, ptr::null_mut()),
             )?;
-            let mut cq_attr = sys::fi_cq_attr {
-                format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
-                wait_obj: sys::fi_wait_obj_FI_WAIT_NONE,
-                size: 0,
-                ..Default::default()
-            };
-            check(
-                "fi_cq_open",
-                sys::rma_fi_cq_open(me.domain, &mut cq_attr, &mut me.cq, ptr::null_mut()),
-            )?;
+            // A file descriptor to sleep on where the provider has one (the progress
+            // agent's wait object); a provider without falls back to no wait object.
+            // Cheap when nobody sleeps: libfabric writes to it only when it was reset
+            // (by fi_trywait), not per completion.
+            for wait_obj in [sys::fi_wait_obj_FI_WAIT_FD, sys::fi_wait_obj_FI_WAIT_NONE] {
+                let mut cq_attr = sys::fi_cq_attr {
+                    format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
+                    wait_obj,
+                    size: 0,
+                    ..Default::default()
+                };
+                let rc = sys::rma_fi_cq_open(me.domain, &mut cq_attr, &mut me.cq, ptr::null_mut());
+                if rc != 0 && wait_obj == sys::fi_wait_obj_FI_WAIT_FD {
+                    tracing::info!(rc, "no FI_WAIT_FD completion queue; no wait object");
+                    me.cq = ptr::null_mut();
+                    continue;
+                }
+                check("fi_cq_open", rc)?;
+                if wait_obj == sys::fi_wait_obj_FI_WAIT_FD {
+                    let mut fd: std::os::raw::c_int = -1;
+                    if sys::rma_fi_cq_wait_fd(me.cq, &mut fd) == 0 && fd >= 0 {
+                        me.wait_fd = Some(fd);
+                    }
+                }
+                break;
+            }
             check(
                 "fi_endpoint",
                 sys::rma_fi_endpoint(me.domain, info, &mut me.ep, ptr::null_mut()),
@@ -374,6 +394,29 @@ impl Endpoint {
             check("fi_enable", sys::rma_fi_enable(me.ep))?;
         }
         Ok(me)
+    }
+
+    /// Whether the completion queue has a wait object ([`wait_fd`](Self::wait_fd)).
+    pub fn has_wait_object(&self) -> bool {
+        self.wait_fd.is_some()
+    }
+
+    /// Arms the wait object (`fi_trywait`): true when it is safe to block on it, false
+    /// when completions are waiting to be read (or there is no wait object).
+    pub fn trywait(&mut self) -> bool {
+        if self.wait_fd.is_none() {
+            return false;
+        }
+        // SAFETY: fabric and CQ are open; the caller holds the endpoint (FI_THREAD_DOMAIN:
+        // no other call on the domain at the same time).
+        unsafe { sys::rma_fi_trywait_cq(self.fabric, self.cq) == 0 }
+    }
+
+    /// The wait object's file descriptor, for a thread to poll(2) once
+    /// [`trywait`](Self::trywait) said so, without holding the endpoint. It stays open
+    /// as long as the endpoint does.
+    pub fn wait_fd(&self) -> Option<i32> {
+        self.wait_fd
     }
 
     /// This endpoint's address (fi_getname), for peers to insert.

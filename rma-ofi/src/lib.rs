@@ -20,8 +20,10 @@
 //!   segment descriptor exchanged by the window's allgather, the address being the
 //!   virtual address under `FI_MR_VIRT_ADDR` and 0 otherwise. Dynamic windows use active
 //!   messages only. Passive-target locks are the engine's active-message protocol
-//!   (`native_locks = false`); a target that computes without calling the library needs
-//!   `RMA_ASYNC_PROGRESS=1` for them.
+//!   (`native_locks = false`); a target that computes without calling the library
+//!   answers them through the engine's progress agent, which sleeps on the completion
+//!   queue's wait object (`FI_WAIT_FD`, armed with `fi_trywait`; a provider without
+//!   one gets a completion queue without and an agent that polls every millisecond).
 //! - **Native operations**: puts are `fi_writemsg` with `FI_DELIVERY_COMPLETE` (plus
 //!   `FI_INJECT` up to the provider's inject size), so their completion means the data is
 //!   at the target (tcp;ofi_rxm's default completion does not: measured, see
@@ -73,10 +75,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
-    UserMemory,
+    UserMemory, Wake,
 };
 
 /// Time between two checks of the peers' pids (when every rank is on this node), asked
@@ -1456,6 +1459,58 @@ impl Transport for OfiTransport {
                 })
             }
         }
+    }
+
+    fn needs_target_progress(&self) -> bool {
+        // Peers' lock requests, active messages and connection requests wait for us.
+        true
+    }
+
+    fn wait_for_traffic(&self, timeout: Duration) -> Result<Wake, TransportError> {
+        let fd = {
+            let mut inner = self.lock();
+            let Some(fd) = inner.ep.wait_fd() else {
+                return Ok(Wake::NoWaitObject);
+            };
+            if !inner.pending.is_empty() || !inner.repost.is_empty() {
+                return Ok(Wake::Traffic);
+            }
+            if inner.send_free.len() < inner.sends.len() || inner.op_free.len() < inner.ops.len() {
+                // Our own sends or native ops are under way: manual-progress providers
+                // move them only while we poll, and their completions may never signal
+                // the fd (injected messages have none). Poll again soon instead.
+                drop(inner);
+                std::thread::sleep(timeout.min(Duration::from_micros(200)));
+                return Ok(Wake::Traffic);
+            }
+            if !inner.ep.trywait() {
+                // Completions wait to be read.
+                return Ok(Wake::Traffic);
+            }
+            fd
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd; the descriptor belongs to the CQ, open as long as this
+        // transport (borrowed by this call) is.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        Ok(match rc {
+            0 => Wake::Timeout,
+            r if r > 0 => Wake::Traffic,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
+                Wake::Traffic
+            }
+            _ => {
+                return Err(TransportError::Failed(format!(
+                    "poll of the completion queue's wait object: {}",
+                    std::io::Error::last_os_error()
+                )))
+            }
+        })
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {

@@ -96,10 +96,11 @@ const PID_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
-    UserMemory,
+    UserMemory, Wake,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -416,7 +417,9 @@ impl VerbsTransport {
         // timings swing 2x with the host's load) and slowed the lock litmus under
         // RMA_ASYNC_PROGRESS (a progress thread that sleeps answers lock requests late).
         let block_after = env_usize("RMA_VERBS_BLOCK_AFTER", 0) as u64;
-        let cq = Cq::new(&ctx, cq_len, block_after > 0)?;
+        // Always with a completion channel: the progress agent sleeps on it. Free while
+        // nobody arms it (the device raises an event only for an armed CQ).
+        let cq = Cq::new(&ctx, cq_len, true)?;
         let rd_atomic = ctx.max_qp_rd_atom.clamp(1, 16) as u8;
         let params = QpParams {
             timeout: env_usize("RMA_VERBS_TIMEOUT", 17).clamp(1, 31) as u8,
@@ -1747,6 +1750,36 @@ impl Transport for VerbsTransport {
         let sub = if exclusive { EXCLUSIVE } else { 1 };
         self.sync_atomic(target, SendOp::FetchAdd(addr, rkey, sub.wrapping_neg()))?;
         Ok(())
+    }
+
+    fn needs_target_progress(&self) -> bool {
+        // Native puts, gets, atomics and lock words need nothing of us, but active
+        // messages (accumulates the device cannot do, dynamic windows, PSCW and fence
+        // control) wait for our progress.
+        true
+    }
+
+    fn wait_for_traffic(&self, timeout: Duration) -> Result<Wake, TransportError> {
+        let cq = {
+            let mut inner = self.lock();
+            if !inner.pending.is_empty() {
+                return Ok(Wake::Traffic);
+            }
+            // Armed first, then polled once more: a completion that came in between
+            // raises no event.
+            inner.cq.arm()?;
+            inner.drive()?;
+            if !inner.pending.is_empty() {
+                return Ok(Wake::Traffic);
+            }
+            inner.cq.clone()
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        Ok(if cq.wait(ms)? {
+            Wake::Traffic
+        } else {
+            Wake::Timeout
+        })
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {

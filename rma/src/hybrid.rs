@@ -27,8 +27,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
-use rma_core::transport::{Event, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
+use rma_core::transport::{Event, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory, Wake};
 use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
 use rma_shm::ShmTransport;
 
@@ -631,6 +632,20 @@ impl Transport for HybridTransport {
         Ok(events.len() - start)
     }
 
+    fn needs_target_progress(&self) -> bool {
+        // Other nodes' lock requests and active messages wait for this process.
+        true
+    }
+
+    fn wait_for_traffic(&self, timeout: Duration) -> Result<Wake, TransportError> {
+        // The network's wait object, woken at least every NODE_TRAFFIC_EVERY for this
+        // node's rings (active messages of dynamic windows), which have none.
+        match self.net.wait_for_traffic(timeout.min(NODE_TRAFFIC_EVERY))? {
+            Wake::Timeout => Ok(Wake::Traffic),
+            other => Ok(other),
+        }
+    }
+
     fn shared_base(&self, win: u32, rank: Rank) -> Option<usize> {
         self.node.shared_base(win, self.on_node(rank)?)
     }
@@ -638,6 +653,10 @@ impl Transport for HybridTransport {
         self.node.memory_sync()
     }
 }
+
+/// How often the progress agent of a hybrid process looks at the node's rings while it
+/// sleeps on the network's wait object.
+const NODE_TRAFFIC_EVERY: Duration = Duration::from_millis(10);
 
 /// Network capabilities toward another node: atomics and locks go as active messages, so
 /// that they meet the node's CPU atomics and shared-memory lock words at the target.

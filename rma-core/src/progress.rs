@@ -1,0 +1,106 @@
+//! The progress agent (MPI-4.1 section 12.7, seed 003): a thread that makes RMA progress
+//! while no thread of the process is inside the library, so that peers' passive-target
+//! and PSCW epochs toward this process complete while it computes or blocks elsewhere.
+//!
+//! Hand-off without a lock on the fast path: every wait of the application's threads
+//! bumps [`Activity`] (one relaxed add per wait, and one per 64 polls of a long wait).
+//! The agent looks at the count; while it moves, the application polls by itself and
+//! the agent only naps ([`BACK_OFF`]). Once it stands still for a whole nap, the agent
+//! sleeps on the transport's wait object ([`Transport::wait_for_traffic`]) and runs a
+//! progress pass for what wakes it. Progress passes are mutually exclusive already (one
+//! poller at a time), so an agent and an application meeting in one simply take turns.
+//!
+//! Cost when idle: one wake-up per [`IDLE_SLEEP`] (the transport's keepalives and
+//! liveness checks ride on it), or, where the transport has no wait object, one
+//! progress pass per `async_progress_interval`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::engine::EngineShared;
+use crate::transport::Wake;
+
+/// How long the agent naps while the application is inside the library.
+pub(crate) const BACK_OFF: Duration = Duration::from_millis(1);
+/// The agent's longest sleep on a wait object with no traffic.
+pub(crate) const IDLE_SLEEP: Duration = Duration::from_millis(50);
+
+/// A count the application's threads bump while they wait inside the library.
+#[derive(Debug, Default)]
+pub(crate) struct Activity(AtomicU64);
+
+impl Activity {
+    /// An application thread is waiting (polling) inside the library.
+    #[inline]
+    pub(crate) fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    fn now(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Starts the agent for `engine` (held weakly: the agent ends when the engine does, or
+/// when its `stop` flag is set by a departure).
+pub(crate) fn spawn(engine: &Arc<EngineShared>) -> std::io::Result<()> {
+    let weak = Arc::downgrade(engine);
+    let poll_every = engine.config.async_progress_interval;
+    std::thread::Builder::new()
+        .name("rma-progress".into())
+        .spawn(move || run(weak, poll_every))
+        .map(drop)
+}
+
+fn run(weak: Weak<EngineShared>, poll_every: Duration) {
+    let mut seen = None;
+    loop {
+        let Some(e) = weak.upgrade() else { return };
+        if e.stop_requested() {
+            return;
+        }
+        let now = e.activity.now();
+        if seen != Some(now) {
+            // The application polls (or just did): it makes progress by itself.
+            seen = Some(now);
+            drop(e);
+            std::thread::sleep(BACK_OFF);
+            continue;
+        }
+        // Not the engine held across the sleep (its last handle may go meanwhile), only
+        // the transport, which outlives a departure on purpose.
+        let transport = Arc::clone(&e.transport);
+        drop(e);
+        let traffic = transport.wait_for_traffic(IDLE_SLEEP);
+        drop(transport);
+        let Some(e) = weak.upgrade() else { return };
+        if e.stop_requested() {
+            return;
+        }
+        match traffic {
+            Ok(Wake::Traffic) | Ok(Wake::Timeout) => {
+                // Quiet too: the transport's periodic work (keepalives, liveness) rides
+                // on the pass, at most once per IDLE_SLEEP.
+                if e.activity.now() == now {
+                    e.stats.agent_pass();
+                    if let Err(err) = e.progress() {
+                        tracing::debug!(error = %err, "progress agent: a pass failed");
+                    }
+                }
+            }
+            Ok(Wake::NoWaitObject) => {
+                if e.activity.now() == now {
+                    e.stats.agent_pass();
+                    let _ = e.progress();
+                }
+                drop(e);
+                std::thread::sleep(poll_every);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "progress agent: the wait object failed; polling");
+                drop(e);
+                std::thread::sleep(poll_every);
+            }
+        }
+    }
+}
