@@ -428,16 +428,26 @@ impl Engine {
             .window_ready(id, local.as_ref(), &remote)
             .map(|()| Vec::new())
             .map_err(Error::from);
-        if let Err(err) = self.agree(kind, id, ready) {
-            e.transport.window_freed(id);
-            return Err(err);
-        }
-        e.transport.window_established(id, local.as_ref());
+        // Registered before that agreement ends: a peer leaving it first may send at once,
+        // and a progress pass of another thread of ours (the progress agent's, or the
+        // application's own) would otherwise find no window for the packet and drop it
+        // (seen: a lock_all request across nodes lost, its origin's flush timing out).
+        // Nobody sends before every rank registered with its backend, which the
+        // agreement also says; if it fails, nobody sends at all.
         let w = Arc::new(WindowShared::new(id, kind, e.clone(), remote, memory));
         e.windows
             .write()
             .unwrap_or_else(|x| x.into_inner())
             .push(w.clone());
+        if let Err(err) = self.agree(kind, id, ready) {
+            e.windows
+                .write()
+                .unwrap_or_else(|x| x.into_inner())
+                .retain(|x| x.id != id);
+            e.transport.window_freed(id);
+            return Err(err);
+        }
+        e.transport.window_established(id, local.as_ref());
         Ok(Window {
             shared: w,
             _elem: std::marker::PhantomData,
