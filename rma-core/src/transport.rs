@@ -432,6 +432,15 @@ impl<M: Copy> PeerTables<M> {
     }
 }
 
+/// A PSCW synchronization notice ([`Transport::notify`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// MPI_Win_post: the target's window is exposed to the origin.
+    Post,
+    /// MPI_Win_complete: the origin's accesses of the epoch are done.
+    Complete,
+}
+
 /// Why [`Transport::wait_for_traffic`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wake {
@@ -578,6 +587,23 @@ pub trait Transport: Send + Sync {
     fn barrier_done(&self, win: u32, ticket: u64) -> Result<bool, TransportError> {
         let _ = (win, ticket);
         Ok(true)
+    }
+
+    /// Leaves a PSCW notice ([`Notice`]) for `rank` on window `win` natively (in memory
+    /// `rank` reads by itself, no message and no progress of `rank` needed). Ok(false):
+    /// not native toward `rank`; the engine sends a message instead. The caller has made
+    /// its epoch's accesses visible first (seed 004's MEM_SYNC before PROC_SYNC);
+    /// implementations publish the notice with release ordering.
+    fn notify(&self, win: u32, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
+        let _ = (win, rank, notice);
+        Ok(false)
+    }
+
+    /// Takes the notices of kind `notice` that `from` left natively for this process on
+    /// window `win` since the last call (acquire ordering): how many.
+    fn take_notices(&self, win: u32, from: Rank, notice: Notice) -> u64 {
+        let _ = (win, from, notice);
+        0
     }
 
     /// Checks now whether the peers are alive, appending [`Event::PeerFailed`] for the

@@ -21,7 +21,7 @@ use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};
 use crate::target::{Memory, Reply, TargetSide, Waiter, REGION_SHIFT};
-use crate::transport::{Fetched, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory};
+use crate::transport::{Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory};
 use crate::wire::{self, flags, Body, Departure, Encoder, Extent, Kind, Packet};
 use crate::Rank;
 
@@ -536,6 +536,49 @@ impl WinState {
         self.op_pool.put(op, &w.engine.op_pool);
     }
 
+    /// PSCW notices that peers left natively ([`Transport::notify`]) join the ones that
+    /// came by message: posts of targets this access epoch still waits for, completes of
+    /// origins of the open exposure epoch.
+    fn take_native_notices(&mut self, w: &WindowShared) {
+        let transport = &w.engine.transport;
+        if let WindowEpoch::Pscw(p) = &self.epoch {
+            for (i, &rank) in p.group.iter().enumerate() {
+                if !p.granted[i] {
+                    let n = transport.take_notices(w.id, rank, Notice::Post);
+                    if n > 0 {
+                        *self.target.posts.entry(rank).or_default() += n as u32;
+                    }
+                }
+            }
+        }
+        self.take_native_completes(w);
+    }
+
+    /// Posts `rank` left natively for this access epoch, if it still waits for one.
+    fn take_native_posts(&mut self, w: &WindowShared, rank: Rank) {
+        if let WindowEpoch::Pscw(p) = &self.epoch {
+            if p.index(rank).is_some_and(|i| !p.granted[i]) {
+                let n = w.engine.transport.take_notices(w.id, rank, Notice::Post);
+                if n > 0 {
+                    *self.target.posts.entry(rank).or_default() += n as u32;
+                }
+            }
+        }
+    }
+
+    /// Completes the origins of the open exposure epoch left natively.
+    fn take_native_completes(&mut self, w: &WindowShared) {
+        let transport = &w.engine.transport;
+        if let Some(group) = &self.target.exposure {
+            for &rank in group {
+                let n = transport.take_notices(w.id, rank, Notice::Complete);
+                if n > 0 {
+                    *self.target.completes.entry(rank).or_default() += n as u32;
+                }
+            }
+        }
+    }
+
     // ----- access ----------------------------------------------------------------------
 
     /// Whether ops to `rank` may go on the wire now (and, for PSCW, consumes its post).
@@ -619,6 +662,7 @@ impl WinState {
     /// MAKE_RMA_PROGRESS_WIN: advance barriers, issue what can go, clean up.
     pub(crate) fn make_progress(&mut self, w: &WindowShared) -> Result<()> {
         self.grant_waiting_native(w)?;
+        self.take_native_notices(w);
         if self.table.active == 0
             && self.outbox.is_empty()
             && self.barrier.is_none()
@@ -821,7 +865,13 @@ impl WinState {
             if sync != SyncFlag::Complete {
                 elem.acks_awaited += 1;
             }
-            self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
+            // A complete with no active message to count goes natively where it can.
+            let native = sync == SyncFlag::Complete
+                && count == 0
+                && w.engine.transport.notify(w.id, rank, Notice::Complete)?;
+            if !native {
+                self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
+            }
         }
         Ok(issued)
     }
@@ -972,6 +1022,12 @@ impl WinState {
                     matches!(s, TargetState::LockGranted | TargetState::Ready)
                 }
                 (WindowEpoch::PerTarget, None) => self.locks.get(&rank).is_some_and(|l| l.granted),
+                (WindowEpoch::Pscw(_), _) => {
+                    // A post left natively goes straight to this op (no element queued
+                    // to wait for the next progress pass).
+                    self.take_native_posts(w, rank);
+                    self.access_granted(rank)
+                }
                 _ => has_elem && self.access_granted(rank),
             };
             // A get into the caller's buffer that the backend completes in the call: no
@@ -2128,6 +2184,8 @@ impl WindowShared {
                 group: group.to_vec(),
                 granted: vec![nocheck; group.len()],
             });
+            // Posts already left natively: the first ops go at once.
+            st.take_native_notices(self);
             drop(st);
             // seed 004 RMA+shm, PSCW row: WIN_START has MEM_SYNC after PROC_SYNC; the PROC_SYNC
             // (posts) is awaited lazily per target, so the barrier is taken here, before any op.
@@ -2142,7 +2200,8 @@ impl WindowShared {
                 WindowEpoch::Pscw(p) => p.group.clone(),
                 _ => return Err(UsageError::NoExposureEpoch.into()),
             };
-            self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
+            let transport = &self.engine.transport;
+            transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
             for &rank in &group {
                 // Ops may only go once the target posted; complete waits for that post.
                 self.wait_for("complete", |st| {
@@ -2150,7 +2209,9 @@ impl WindowShared {
                         return Ok(false);
                     }
                     if st.table.get(rank).is_none() {
-                        st.send_control(self, rank, Kind::Done, flags::COMPLETE, 0)?;
+                        if !transport.notify(self.id, rank, Notice::Complete)? {
+                            st.send_control(self, rank, Kind::Done, flags::COMPLETE, 0)?;
+                        }
                     } else {
                         st.table.get_mut(rank).expect("exists").sync = SyncFlag::Complete;
                         st.issue_ops_target(self, rank)?;
@@ -2188,7 +2249,9 @@ impl WindowShared {
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_POST
         if !assert.contains(Assert::NOCHECK) {
             for &r in group {
-                st.send_control(self, r, Kind::Post, 0, 0)?;
+                if !self.engine.transport.notify(self.id, r, Notice::Post)? {
+                    st.send_control(self, r, Kind::Post, 0, 0)?;
+                }
             }
         }
         st.target.exposure = Some(group.to_vec());
@@ -2221,7 +2284,10 @@ impl WindowShared {
         if self.lock_state().target.exposure.is_none() {
             return Err(UsageError::NoExposureEpoch.into());
         }
-        self.wait_for("wait", |st| Ok(Self::exposure_done(st)))?;
+        self.wait_for("wait", |st| {
+            st.take_native_completes(self);
+            Ok(Self::exposure_done(st))
+        })?;
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_WAIT
         Ok(())
     }

@@ -348,7 +348,14 @@ impl Endpoint {
             // agent's wait object); a provider without falls back to no wait object.
             // Cheap when nobody sleeps: libfabric writes to it only when it was reset
             // (by fi_trywait), not per completion.
-            for wait_obj in [sys::fi_wait_obj_FI_WAIT_FD, sys::fi_wait_obj_FI_WAIT_NONE] {
+            // `RMA_OFI_WAIT_FD=0`: none (the progress agent then polls on a timer).
+            let fd_wanted = std::env::var("RMA_OFI_WAIT_FD").map_or(true, |v| v.trim() != "0");
+            let objs = if fd_wanted {
+                &[sys::fi_wait_obj_FI_WAIT_FD, sys::fi_wait_obj_FI_WAIT_NONE][..]
+            } else {
+                &[sys::fi_wait_obj_FI_WAIT_NONE][..]
+            };
+            for &wait_obj in objs {
                 let mut cq_attr = sys::fi_cq_attr {
                     format: sys::fi_cq_format_FI_CQ_FORMAT_DATA,
                     wait_obj,

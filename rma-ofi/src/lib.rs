@@ -63,7 +63,7 @@
 //!
 //! Environment: `RMA_OFI_PROVIDER`, `RMA_OFI_MAX_MESSAGE` (bytes of one active message,
 //! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64, or 4 multi-message ones),
-//! `RMA_OFI_MULTI_RECV=0`, `RMA_OFI_MR_LOCAL=1`, `RMA_OFI_DISABLE_RMA=1`,
+//! `RMA_OFI_MULTI_RECV=0`, `RMA_OFI_WAIT_FD=0` (no wait object), `RMA_OFI_MR_LOCAL=1`, `RMA_OFI_DISABLE_RMA=1`,
 //! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
 //! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
 
@@ -130,6 +130,7 @@ pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
         "a count from 0 to 1048576",
     ),
     ("RMA_OFI_MULTI_RECV", 0, 1, "0 or 1"),
+    ("RMA_OFI_WAIT_FD", 0, 1, "0 or 1"),
     ("RMA_OFI_MR_LOCAL", 0, 1, "0 or 1"),
     ("RMA_OFI_DISABLE_RMA", 0, 1, "0 or 1"),
     ("RMA_OFI_DISABLE_ATOMICS", 0, 1, "0 or 1"),

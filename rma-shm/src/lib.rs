@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, Transport, UserMemory,
 };
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -166,6 +166,9 @@ enum PeerMemory {
 struct PeerWindow {
     memory: PeerMemory,
     lock: Option<Region>,
+    /// The peer's lock slot for this window, which also indexes the PSCW notice counters
+    /// in both inboxes (None: a dynamic window, whose notices go by message).
+    slot: Option<usize>,
 }
 
 struct ShmWindow {
@@ -210,8 +213,18 @@ impl std::fmt::Debug for ShmTransport {
 }
 
 fn inbox_len(size: usize) -> usize {
+    notice_table(size) + LOCK_SLOTS * size * NOTICE_BYTES
+}
+
+/// Where the PSCW notice counters start in an inbox of a `size`-rank world: after the
+/// lock table and the rings, one pair of counters (posts, completes) per lock slot and
+/// peer, that the peer increments and the inbox's owner takes.
+fn notice_table(size: usize) -> usize {
     LOCK_TABLE + size * Ring::footprint(RING_BYTES)
 }
+
+/// Bytes of one (slot, peer) pair of notice counters.
+const NOTICE_BYTES: usize = 16;
 
 impl ShmTransport {
     /// Joins the job's shared-memory world: creates this rank's inbox, maps every
@@ -323,6 +336,13 @@ impl ShmTransport {
             inbox
                 .atomic_u64(i * 64 + word * 8)
                 .store(0, Ordering::SeqCst);
+        }
+        // No notice left from the slot's previous window (peers learn the slot of a new
+        // window only from its creation, after this).
+        for from in 0..self.size {
+            let notices = Region::notices(&self.inboxes[self.rank as usize], self.size, i, from);
+            notices.atomic_u64(0).store(0, Ordering::SeqCst);
+            notices.atomic_u64(8).store(0, Ordering::SeqCst);
         }
         Ok(i as u32)
     }
@@ -591,6 +611,7 @@ impl Transport for ShmTransport {
                 .map(|_| PeerWindow {
                     memory: PeerMemory::None,
                     lock: None,
+                    slot: None,
                 })
                 .collect();
             self.insert_window(
@@ -691,6 +712,7 @@ impl Transport for ShmTransport {
             peers.push(PeerWindow {
                 memory,
                 lock: Some(lock),
+                slot: Some(slot),
             });
         }
         let barrier = Some(Region::barrier_words(&self.inboxes[0], barrier_slot));
@@ -972,6 +994,51 @@ impl Transport for ShmTransport {
         Ok(())
     }
 
+    fn notify(&self, win: u32, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
+        let w = self.window(win)?;
+        let Some(slot) = w.peers.get(rank as usize).and_then(|p| p.slot) else {
+            return Ok(false);
+        };
+        // In `rank`'s inbox, at its slot for this window, our counter. Release: the
+        // epoch's accesses (made visible by the engine's MEM_SYNC) before the notice
+        // (seed 004's PSCW row: PROC_SYNC after MEM_SYNC).
+        let counters = Region::notices(
+            &self.inboxes[rank as usize],
+            self.size,
+            slot,
+            self.rank as usize,
+        );
+        counters
+            .atomic_u64(notice_offset(notice))
+            .fetch_add(1, Ordering::Release);
+        Ok(true)
+    }
+
+    fn take_notices(&self, win: u32, from: Rank, notice: Notice) -> u64 {
+        let Ok(w) = self.window(win) else { return 0 };
+        // Our own slot for this window is the one we gave the peers.
+        let Some(slot) = w.peers.get(self.rank as usize).and_then(|p| p.slot) else {
+            return 0;
+        };
+        if from as usize >= self.size {
+            return 0;
+        }
+        let counters = Region::notices(
+            &self.inboxes[self.rank as usize],
+            self.size,
+            slot,
+            from as usize,
+        );
+        let word = counters.atomic_u64(notice_offset(notice));
+        // A plain load first: a waiting loop reads without taking the line exclusively.
+        if word.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        // Acquire: the peer's accesses before its notice are visible after it (the
+        // engine's MEM_SYNC after PROC_SYNC follows in WIN_WAIT).
+        word.swap(0, Ordering::Acquire)
+    }
+
     fn check_peers(&self, events: &mut Vec<Event>) {
         self.check_liveness(events);
     }
@@ -1015,7 +1082,26 @@ impl Transport for ShmTransport {
     }
 }
 
+/// Where a notice's counter is in a pair of notice counters.
+fn notice_offset(notice: Notice) -> usize {
+    match notice {
+        Notice::Post => 0,
+        Notice::Complete => 8,
+    }
+}
+
 impl Region {
+    /// The PSCW notice counters (posts, completes) that `from` increments for `slot`'s
+    /// window in an inbox mapping of a `size`-rank world.
+    fn notices(inbox: &Arc<Mapping>, size: usize, slot: usize, from: usize) -> Region {
+        assert!(slot < LOCK_SLOTS && from < size);
+        let at = notice_table(size) + (slot * size + from) * NOTICE_BYTES;
+        assert!(at + NOTICE_BYTES <= inbox.len());
+        // SAFETY: inside the inbox's notice table (checked above); inbox mappings live as
+        // long as the transport, which outlives its windows.
+        unsafe { Region::new(inbox.ptr().add(at), NOTICE_BYTES) }
+    }
+
     /// The barrier words (count, generation) of `slot` in an inbox mapping.
     fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> Region {
         assert!(slot < LOCK_SLOTS);

@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rma_core::transport::{Event, Issued, NativeAtomic, RemoteSegment, Segment, UserMemory, Wake};
+use rma_core::transport::{
+    Event, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory, Wake,
+};
 use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
 use rma_shm::ShmTransport;
 
@@ -611,6 +613,18 @@ impl Transport for HybridTransport {
             .on_node(target)
             .ok_or(TransportError::Unsupported("native locks across nodes"))?;
         self.node.unlock(win, i, exclusive)
+    }
+
+    fn notify(&self, win: u32, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
+        // The node's ranks natively; other nodes' by message.
+        match self.on_node(rank) {
+            Some(i) => self.node.notify(win, i, notice),
+            None => Ok(false),
+        }
+    }
+    fn take_notices(&self, win: u32, from: Rank, notice: Notice) -> u64 {
+        self.on_node(from)
+            .map_or(0, |i| self.node.take_notices(win, i, notice))
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
