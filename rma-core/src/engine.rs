@@ -784,6 +784,11 @@ impl EngineShared {
         call: &'static str,
         mut cond: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
+        // The progress agent stays out of the way while this thread uses the library,
+        // also when its waits end at once (ops complete in the call: without this, a
+        // latency loop of them looked idle to the agent, which then armed the completion
+        // queue and woke for every one of them: verbs put + flush 1.07 -> 1.66x raw).
+        self.activity.bump();
         if cond()? {
             return Ok(());
         }
@@ -791,8 +796,6 @@ impl EngineShared {
         // is a good share of a short wait (the timeout is seconds, the shift microseconds).
         let mut start = None;
         let mut spins = 0u32;
-        // The progress agent stays out of the way while this thread polls.
-        self.activity.bump();
         loop {
             self.progress()?;
             if cond()? {

@@ -179,15 +179,19 @@ pub(crate) struct Reply {
     pub released: Option<bool>,
 }
 
+/// A map keyed by rank, hashed by one multiplication.
+pub(crate) type RankMap<V> =
+    HashMap<Rank, V, std::hash::BuildHasherDefault<crate::window::TokenHasher>>;
+
 /// Per-window target state.
 #[derive(Default)]
 pub(crate) struct TargetSide {
     pub locks: LockQueue,
     /// Posts received per origin rank (only ranks that posted to us: bounded by the
     /// access groups that include us, not by the job size).
-    pub posts: HashMap<Rank, u32>,
+    pub posts: RankMap<u32>,
     /// PSCW completes received per origin.
-    pub completes: HashMap<Rank, u32>,
+    pub completes: RankMap<u32>,
     /// The exposure epoch's group, between post and wait.
     pub exposure: Option<Vec<Rank>>,
     /// Barrier messages received, by (sequence, round).

@@ -129,11 +129,12 @@ fn untracked_token(win: u32, rank: Rank) -> u64 {
     (u64::from(win) << 40) | UNTRACKED | u64::from(rank)
 }
 
-/// Hashes the tokens of native ops: distinct counters, so one multiplication spreads them
-/// (the map is on every native op's path; SipHash's flood resistance buys nothing for
-/// keys we make ourselves).
+/// Hashes the tokens of native ops and ranks: distinct counters, so one multiplication
+/// spreads them (these maps are on every native op's and every PSCW epoch's path;
+/// SipHash's flood resistance buys nothing for keys we make ourselves or ranks the
+/// transport vouches for).
 #[derive(Default)]
-struct TokenHasher(u64);
+pub(crate) struct TokenHasher(u64);
 
 impl Hasher for TokenHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -143,6 +144,9 @@ impl Hasher for TokenHasher {
     }
     fn write_u64(&mut self, token: u64) {
         self.0 = token.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, rank: u32) {
+        self.write_u64(u64::from(rank));
     }
     fn finish(&self) -> u64 {
         self.0
@@ -2025,6 +2029,7 @@ impl WindowShared {
 
     /// Runs a sync call with the thread rules enforced and the call traced.
     fn sync_call<R>(&self, call: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.engine.activity.bump();
         {
             let mut st = self.lock_state();
             self.enter_sync(&mut st, call)?;
@@ -2204,7 +2209,8 @@ impl WindowShared {
             transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
             for &rank in &group {
                 // Ops may only go once the target posted; complete waits for that post.
-                self.wait_for("complete", |st| {
+                let close = |st: &mut WinState| -> Result<bool> {
+                    st.take_native_posts(self, rank);
                     if !st.access_granted(rank) {
                         return Ok(false);
                     }
@@ -2217,9 +2223,17 @@ impl WindowShared {
                         st.issue_ops_target(self, rank)?;
                     }
                     Ok(true)
-                })?;
+                };
+                // Usually the post is in already: no progress pass before closing.
+                let closed = close(&mut self.lock_state())?;
+                if !closed {
+                    self.wait_for("complete", close)?;
+                }
             }
-            self.wait_for("complete", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+            let idle = |st: &mut WinState| Ok(st.table.iter().all(|t| t.is_idle()));
+            if !idle(&mut self.lock_state())? {
+                self.wait_for("complete", idle)?;
+            }
             let mut st = self.lock_state();
             for rank in st.table.ranks() {
                 st.free_target(self, rank);
@@ -2284,10 +2298,14 @@ impl WindowShared {
         if self.lock_state().target.exposure.is_none() {
             return Err(UsageError::NoExposureEpoch.into());
         }
-        self.wait_for("wait", |st| {
+        let done = |st: &mut WinState| {
             st.take_native_completes(self);
             Ok(Self::exposure_done(st))
-        })?;
+        };
+        // The completes may all be in already: no progress pass then.
+        if !done(&mut self.lock_state())? {
+            self.wait_for("wait", done)?;
+        }
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_WAIT
         Ok(())
     }
@@ -2642,6 +2660,9 @@ impl WindowShared {
     }
 
     fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
+        // In the library: the progress agent stays away (also when the hot path below
+        // returns at once).
+        self.engine.activity.bump();
         if let Some(t) = target {
             self.check_rank(t)?;
         }

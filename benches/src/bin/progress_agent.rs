@@ -5,7 +5,10 @@
 //! 1. 8-byte lock + put + unlock latency toward a target that polls (it waits in a
 //!    barrier, inside the library) and toward a target that computes (a busy loop with
 //!    no library call, for longer than the origin's loop), and their ratio.
-//! 2. The CPU an idle process uses with its window open and its agent asleep: both
+//! 2. The same two cases with no library in the way (the reference): an 8-byte TCP
+//!    round trip on loopback toward a responder that spins, and toward one whose
+//!    answering thread sleeps in read(2) while its main thread computes.
+//! 3. The CPU an idle process uses with its window open and its agent asleep: both
 //!    ranks sleep `RMA_IDLE_SECS` (default 10) and read their user + system time from
 //!    `/proc/self/stat` around it, in percent of one core.
 //!
@@ -110,6 +113,24 @@ fn run() -> Result<(), String> {
         println!("computing_over_polling {:.3}", us(c) / us(p));
     }
 
+    // The same two cases with no library: an 8-byte TCP ping-pong over loopback whose
+    // responder spins on a non-blocking socket, or sleeps in read(2) on a thread of a
+    // process whose main thread computes (what any sleeping agent pays for a wake-up).
+    let raw = raw_reference(&world, iters)?;
+    if let Some((spinning, sleeping)) = raw {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        println!("# reference: 8-byte TCP round trip on loopback, no library, microseconds");
+        println!("tcp_round_trip_spinning_responder_us {:.2}", us(spinning));
+        println!(
+            "tcp_round_trip_sleeping_responder_computing_us {:.2}",
+            us(sleeping)
+        );
+        println!(
+            "reference_sleeping_over_spinning {:.3}",
+            us(sleeping) / us(spinning)
+        );
+    }
+
     // Idle: both asleep with the window open.
     let before = cpu_ticks()?;
     std::thread::sleep(Duration::from_secs(idle_secs));
@@ -151,4 +172,99 @@ fn cpu_ticks() -> Result<u64, String> {
             .ok_or_else(|| format!("/proc/self/stat field {}", i + 3))
     };
     Ok(num(11)? + num(12)?)
+}
+
+/// Rank 1 answers rank 0's 8-byte messages over TCP loopback, first spinning on a
+/// non-blocking socket, then from a thread asleep in read(2) while its main thread
+/// computes. Rank 0 returns the mean round trip of each.
+fn raw_reference(world: &World, iters: u32) -> Result<Option<(Duration, Duration)>, String> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let io = |e: std::io::Error| e.to_string();
+    let me = world.rank();
+    let listener = if me == 1 {
+        Some(TcpListener::bind("127.0.0.1:0").map_err(io)?)
+    } else {
+        None
+    };
+    let port = listener
+        .as_ref()
+        .map_or(Ok(0u16), |l| l.local_addr().map(|a| a.port()))
+        .map_err(io)?;
+    let all = world
+        .bootstrap()
+        .allgather("agent-raw-port", &port.to_le_bytes())
+        .map_err(|e| e.to_string())?;
+    let port = u16::from_le_bytes([all[1][0], all[1][1]]);
+    let rounds = iters.max(1);
+    if let Some(listener) = listener {
+        let (mut s, _) = listener.accept().map_err(io)?;
+        s.set_nodelay(true).map_err(io)?;
+        let mut buf = [0u8; 8];
+        // Spinning: non-blocking reads in a loop.
+        s.set_nonblocking(true).map_err(io)?;
+        for _ in 0..rounds {
+            let mut got = 0;
+            while got < buf.len() {
+                match s.read(&mut buf[got..]) {
+                    Ok(0) => return Err("the origin closed".into()),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            s.write_all(&buf).map_err(io)?;
+        }
+        // Sleeping: a thread blocked in read, the main thread computing meanwhile.
+        s.set_nonblocking(false).map_err(io)?;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let echo = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut buf = [0u8; 8];
+            for _ in 0..rounds {
+                s.read_exact(&mut buf)?;
+                s.write_all(&buf)?;
+            }
+            flag.store(true, std::sync::atomic::Ordering::Release);
+            Ok(())
+        });
+        let mut x = 0u64;
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        echo.join()
+            .map_err(|_| "the echo thread panicked".to_string())?
+            .map_err(io)?;
+        Ok(None)
+    } else if me == 0 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(io)?;
+        s.set_nodelay(true).map_err(io)?;
+        // The origin spins for the answer, as the library's waits do.
+        s.set_nonblocking(true).map_err(io)?;
+        let mut buf = [0u8; 8];
+        let mut time = || -> Result<Duration, String> {
+            let start = Instant::now();
+            for i in 0..rounds {
+                s.write_all(&u64::from(i).to_le_bytes()).map_err(io)?;
+                let mut got = 0;
+                while got < buf.len() {
+                    match s.read(&mut buf[got..]) {
+                        Ok(0) => return Err("the responder closed".into()),
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::hint::spin_loop()
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+            }
+            Ok(start.elapsed() / rounds)
+        };
+        let spinning = time()?;
+        let sleeping = time()?;
+        Ok(Some((spinning, sleeping)))
+    } else {
+        Ok(None)
+    }
 }
