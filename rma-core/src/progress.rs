@@ -7,7 +7,7 @@
 //! The agent looks at the count; while it moves, the application polls by itself and
 //! the agent only naps ([`BACK_OFF`], longer while that lasts). Once it stands still
 //! for a whole nap, the agent sleeps on the transport's wait object
-//! ([`Transport::wait_for_traffic`]) and runs a progress pass for what wakes it. Progress passes are mutually exclusive already (one
+//! ([`Transport::wait_for_traffic`](crate::Transport::wait_for_traffic)) and runs a progress pass for what wakes it. Progress passes are mutually exclusive already (one
 //! poller at a time), so an agent and an application meeting in one simply take turns.
 //!
 //! Cost when idle: one wake-up per [`IDLE_SLEEP`] (the transport's keepalives and

@@ -1,0 +1,416 @@
+//! When ops to a target may go: the grants of fence, PSCW (posts, native notices),
+//! lock and lock_all epochs, lock requests (native or by message), the LOCK_ALL window
+//! protocol, and the progress of one window (MAKE_RMA_PROGRESS_WIN).
+
+use super::*;
+
+impl WinState {
+    /// Whether ops to `rank` may go on the wire now (and, for PSCW, consumes its post).
+    pub(super) fn access_granted(&mut self, rank: Rank) -> bool {
+        match &mut self.epoch {
+            WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. } => true,
+            WindowEpoch::Pscw(p) => match p.index(rank) {
+                Some(i) if p.granted[i] => true,
+                Some(i) => match self.target.posts.get_mut(&rank) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        p.granted[i] = true;
+                        true
+                    }
+                    _ => false,
+                },
+                None => false,
+            },
+            WindowEpoch::PerTarget | WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => {
+                matches!(
+                    self.table.get(rank).map(|t| t.state),
+                    Some(TargetState::LockGranted | TargetState::Ready)
+                )
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn advance_barrier(&mut self, w: &WindowShared) -> Result<bool> {
+        let (rank, size) = (w.engine.rank, w.engine.size);
+        let mut sends = Vec::new();
+        let mut done = true;
+        let current = match &self.barrier {
+            Some(Barrier::Messages(d)) => d.seq,
+            _ => u32::MAX,
+        };
+        let messages = self.barrier.iter_mut().filter_map(|b| match b {
+            Barrier::Messages(d) => Some(d),
+            Barrier::Native(_) => None,
+        });
+        for b in messages.chain(self.background_barriers.iter_mut()) {
+            let finished =
+                b.advance::<Error>(rank, size, &mut self.target.barrier_arrivals, |p, s, r| {
+                    sends.push((p, s, r));
+                    Ok(true)
+                })?;
+            if b.seq == current {
+                done = finished;
+            }
+        }
+        for (peer, seq, round) in sends {
+            self.enc.start(Kind::Barrier, 0, w.id, 0).u32(seq).u8(round);
+            self.send_encoded(w, peer, Kind::Barrier)?;
+        }
+        self.background_barriers.retain(|b| !b.is_done());
+        if let Some(Barrier::Native(ticket)) = self.barrier {
+            done = w.engine.transport.barrier_done(w.id, ticket)?;
+        }
+        if done {
+            self.barrier = None;
+        }
+        Ok(done)
+    }
+
+    /// Starts this window's next barrier. A native barrier must not be outstanding (the
+    /// fence waits for it first).
+    pub(super) fn start_barrier(&mut self, w: &WindowShared) -> Result<()> {
+        self.barrier_seq = self.barrier_seq.wrapping_add(1);
+        match self.barrier.take() {
+            Some(Barrier::Messages(old)) => self.background_barriers.push(old),
+            Some(Barrier::Native(_)) => unreachable!("fence waits for a native barrier first"),
+            None => {}
+        }
+        self.barrier = Some(match w.engine.transport.barrier_arrive(w.id)? {
+            Some(ticket) => Barrier::Native(ticket),
+            None => Barrier::Messages(Dissemination::new(self.barrier_seq, w.engine.size)),
+        });
+        Ok(())
+    }
+
+    /// MAKE_RMA_PROGRESS_WIN: advance barriers, issue what can go, clean up.
+    pub(crate) fn make_progress(&mut self, w: &WindowShared) -> Result<()> {
+        self.grant_waiting_native(w)?;
+        self.take_native_notices(w);
+        if self.table.active == 0
+            && self.outbox.is_empty()
+            && self.barrier.is_none()
+            && self.background_barriers.is_empty()
+            && !matches!(self.epoch, WindowEpoch::LockAllIssued)
+        {
+            return Ok(());
+        }
+        self.flush_outbox(w)?;
+        if self.barrier.is_some() || !self.background_barriers.is_empty() {
+            self.advance_barrier(w)?;
+            if self.barrier.is_none() && matches!(self.epoch, WindowEpoch::FenceIssued) {
+                self.epoch = WindowEpoch::FenceGranted;
+            }
+        }
+        if matches!(self.epoch, WindowEpoch::LockAllIssued) {
+            self.advance_native_window_locks(w)?;
+            self.lock_all_issued_done();
+        }
+        let mut work = std::mem::take(&mut self.work);
+        self.table.ranks_with_work(&mut work);
+        let issued = work
+            .iter()
+            .try_for_each(|&rank| self.issue_ops_target(w, rank).map(drop));
+        self.work = work;
+        issued?;
+        self.cleanup_ops_win(w);
+        Ok(())
+    }
+
+    /// CLEANUP_OPS_WIN: free idle target elements where the epoch allows.
+    pub(super) fn cleanup_ops_win(&mut self, w: &WindowShared) {
+        if self.table.active == 0 {
+            return;
+        }
+        let eager = self.restoring || !w.engine.config.lazy_target_free;
+        if !eager {
+            return;
+        }
+        let keep_locks = matches!(self.epoch, WindowEpoch::LockAllCalled);
+        let idle: Vec<Rank> = self
+            .table
+            .iter()
+            .filter(|t| {
+                t.is_idle()
+                    && t.am_since_done == 0
+                    && !(keep_locks && t.state != TargetState::Ready)
+            })
+            .filter(|t| t.state != TargetState::LockIssued)
+            .map(|t| t.rank)
+            .collect();
+        for r in idle {
+            self.free_target(w, r);
+        }
+    }
+
+    /// ISSUE_OPS_TARGET: issue queued ops to one target as far as its state allows, with
+    /// the pending sync piggybacked on the last active-message op.
+    pub(super) fn issue_ops_target(&mut self, w: &WindowShared, rank: Rank) -> Result<usize> {
+        let config = &w.engine.config;
+        let Some(elem) = self.table.get(rank) else {
+            return Ok(0);
+        };
+        // Nothing queued, no sync to send, no lock to ask for or retry (every progress
+        // pass of a flush comes here for a target whose native ops are under way).
+        if elem.pending.is_empty()
+            && elem.sync == SyncFlag::None
+            && !elem.no_delay
+            && elem.state != TargetState::LockIssued
+        {
+            return Ok(0);
+        }
+        // Native locks: retry a lock the backend could not take yet.
+        if elem.state == TargetState::LockIssued && Self::native_locks(w, rank) {
+            let exclusive = self.lock_is_exclusive(rank);
+            if w.engine.transport.try_lock(w.id, rank, exclusive)? {
+                self.table.get_mut(rank).expect("exists").state = TargetState::LockGranted;
+                if let Some(l) = self.locks.get_mut(&rank) {
+                    l.granted = true;
+                }
+            } else {
+                return Ok(0);
+            }
+        }
+        let Some(elem) = self.table.get(rank) else {
+            return Ok(0);
+        };
+        // LOCK_CALLED: the single-short-op optimization, or ask for the lock.
+        if elem.state == TargetState::LockCalled {
+            let native_locks = Self::native_locks(w, rank);
+            if elem.pending.is_empty() && elem.sync == SyncFlag::None && !elem.no_delay {
+                return Ok(0);
+            }
+            if elem.sync == SyncFlag::None
+                && !elem.no_delay
+                && !elem.pending.is_empty()
+                && !native_locks
+            {
+                // Wait: the op may yet be the single short op of this epoch.
+                let waits = config.single_op
+                    && elem.pending.len() == 1
+                    && short_op(&elem.pending[0], config.single_op_threshold);
+                if waits {
+                    return Ok(0);
+                }
+            }
+            let single = config.single_op
+                && !native_locks
+                && elem.sync == SyncFlag::Unlock
+                && elem.pending.len() == 1
+                && short_op(&elem.pending[0], config.single_op_threshold);
+            let exclusive = self.lock_is_exclusive(rank);
+            if single {
+                let elem = self.table.get_mut(rank).expect("exists");
+                let op = elem.pending.pop_front().expect("one op");
+                let lock = if exclusive {
+                    flags::LOCK_EXCLUSIVE
+                } else {
+                    flags::LOCK_SHARED
+                };
+                let fl = lock | flags::UNLOCK;
+                elem.sync = SyncFlag::None;
+                elem.acks_awaited += 1;
+                elem.state = TargetState::LockGranted;
+                self.locks.remove(&rank);
+                self.send_op_am(w, rank, op, fl, 1)?;
+                return Ok(1);
+            }
+            if elem.pending.is_empty()
+                && elem.sync == SyncFlag::Unlock
+                && !self.must_take_lock(w, rank)
+            {
+                // An epoch with no operation: the lock need never be taken.
+                let elem = self.table.get_mut(rank).expect("exists");
+                elem.sync = SyncFlag::None;
+                return Ok(0);
+            }
+            self.request_lock(w, rank)?;
+            if self
+                .table
+                .get(rank)
+                .is_none_or(|t| t.state != TargetState::LockGranted)
+            {
+                return Ok(0);
+            }
+        }
+        if !self.access_granted(rank) {
+            return Ok(0);
+        }
+        let elem = self.table.get_mut(rank).expect("exists");
+        // Piggyback: hold small active-message ops until the epoch closes or too many pile up.
+        let delay = config.piggyback
+            && !elem.no_delay
+            && elem.sync == SyncFlag::None
+            && !elem.pending.is_empty()
+            && elem.pending.len() <= config.piggyback_threshold
+            && !elem.pending.iter().any(|o| o.native);
+        if delay {
+            return Ok(0);
+        }
+        if elem.sync != SyncFlag::None && elem.pending.len() > 1 {
+            // Move ops with responses to the tail so the last response carries the ack.
+            let (mut rest, tail): (VecDeque<_>, VecDeque<_>) =
+                elem.pending.drain(..).partition(|o| !o.kind.has_response());
+            rest.extend(tail);
+            elem.pending = rest;
+        }
+        let mut issued = 0;
+        loop {
+            let elem = self.table.get_mut(rank).expect("exists");
+            let Some(op) = elem.pending.pop_front() else {
+                break;
+            };
+            let last = elem.pending.is_empty();
+            let sync = elem.sync;
+            if !op.native && last && sync != SyncFlag::None {
+                let fl = sync_flags(sync);
+                let count = elem.am_since_done + 1;
+                elem.sync = SyncFlag::None;
+                if sync != SyncFlag::Complete {
+                    elem.acks_awaited += 1;
+                }
+                self.send_op_am(w, rank, op, fl, count)?;
+            } else if op.native {
+                self.issue_native(w, rank, op)?;
+            } else {
+                self.send_op_am(w, rank, op, 0, 0)?;
+            }
+            issued += 1;
+        }
+        // A sync no op could carry goes alone, once native ops are complete at the target.
+        let elem = self.table.get_mut(rank).expect("exists");
+        // Whoever waited for these ops has them issued; piggybacking may resume.
+        elem.no_delay = false;
+        if elem.sync != SyncFlag::None && elem.native_in_flight == 0 {
+            let sync = elem.sync;
+            let count = elem.am_since_done;
+            elem.sync = SyncFlag::None;
+            elem.am_since_done = 0;
+            if sync != SyncFlag::Complete {
+                elem.acks_awaited += 1;
+            }
+            // A complete with no active message to count goes natively where it can.
+            let native = sync == SyncFlag::Complete
+                && count == 0
+                && w.engine.transport.notify(w.id, rank, Notice::Complete)?;
+            if !native {
+                self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
+            }
+        }
+        Ok(issued)
+    }
+
+    pub(super) fn native_locks(w: &WindowShared, rank: Rank) -> bool {
+        w.caps(rank).native_locks
+    }
+
+    /// Asks for `rank`'s lock: natively (one attempt now, retried by progress) or by a
+    /// LOCK message.
+    pub(super) fn request_lock(&mut self, w: &WindowShared, rank: Rank) -> Result<()> {
+        let exclusive = self.lock_is_exclusive(rank);
+        let granted = if Self::native_locks(w, rank) {
+            w.engine.transport.try_lock(w.id, rank, exclusive)?
+        } else {
+            let fl = if exclusive {
+                flags::LOCK_EXCLUSIVE
+            } else if self.epoch.is_lock_all() {
+                flags::LOCK_SHARED | flags::LOCK_ALL
+            } else {
+                flags::LOCK_SHARED
+            };
+            self.send_control(w, rank, Kind::Lock, fl, 0)?;
+            false
+        };
+        let t = self.table.get_mut(rank).expect("target element exists");
+        if granted {
+            t.state = TargetState::LockGranted;
+            if let Some(l) = self.locks.get_mut(&rank) {
+                l.granted = true;
+            }
+        } else {
+            t.state = TargetState::LockIssued;
+        }
+        Ok(())
+    }
+
+    pub(super) fn lock_is_exclusive(&self, rank: Rank) -> bool {
+        self.locks.get(&rank).is_some_and(|l| l.exclusive)
+    }
+
+    /// Local loads and stores may depend on the lock: self targets and shared memory.
+    pub(super) fn must_take_lock(&self, w: &WindowShared, rank: Rank) -> bool {
+        rank == w.engine.rank || w.kind == WindowKind::Shared
+    }
+
+    /// Sends an op as an active message. Ops without a response complete locally here.
+    pub(super) fn send_op_am(
+        &mut self,
+        w: &WindowShared,
+        rank: Rank,
+        mut op: Box<OpElem>,
+        fl: u16,
+        done_count: u32,
+    ) -> Result<()> {
+        encode_op(&mut self.enc, w.id, &op, fl, done_count);
+        let kind = op_kind_wire(op.kind);
+        self.send_encoded(w, rank, kind)?;
+        w.counters.op(false);
+        let elem = self.table.get_mut(rank).expect("target element exists");
+        if fl & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
+            elem.am_since_done = 0;
+        } else {
+            elem.am_since_done += 1;
+        }
+        if op.kind.has_response() {
+            op.native = false;
+            elem.issued.push(op);
+        } else {
+            if let Some(r) = op.request.take() {
+                r.complete(Ok(Fetched::default()));
+            }
+            self.free_op(w, op);
+        }
+        Ok(())
+    }
+
+    pub(super) fn issue_native(
+        &mut self,
+        w: &WindowShared,
+        rank: Rank,
+        mut op: Box<OpElem>,
+    ) -> Result<()> {
+        let token = self.new_token(w);
+        op.token = token;
+        match native_call(w, rank, &op, token) {
+            Ok(Issued::Complete(data)) => {
+                w.counters.op(true);
+                if let Some(r) = op.request.take() {
+                    r.complete(Ok(data.unwrap_or_default()));
+                }
+                self.free_op(w, op);
+            }
+            Ok(Issued::Pending) => {
+                w.counters.op(true);
+                self.native_index.insert(token, rank);
+                let elem = self.table.get_mut(rank).expect("target element exists");
+                elem.native_in_flight += 1;
+                elem.issued.push(op);
+            }
+            Err(TransportError::Busy) => {
+                self.table
+                    .get_mut(rank)
+                    .expect("exists")
+                    .pending
+                    .push_front(op);
+            }
+            Err(e) => {
+                if let Some(r) = op.request.take() {
+                    r.complete(Err(e.clone().into()));
+                }
+                self.free_op(w, op);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+}

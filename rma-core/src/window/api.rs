@@ -1,0 +1,1018 @@
+//! The public window: [`Window`], its operations and synchronization calls (each
+//! checked, then handed to [`WindowShared`]), [`GetInto`], [`FreeError`] and dropping a
+//! window.
+
+use super::*;
+
+/// A window of elements of type `T`, spanning every rank of the engine.
+///
+/// Operations are methods of the window; each checks at run time that an epoch grants
+/// access to its target and that the target range lies in the target's window, and
+/// returns a typed [`UsageError`] otherwise. Origin data is only borrowed during the
+/// call (copied if the op must wait); fetched data is only reachable through a
+/// [`Request`] once complete. A window is `Send + Sync`: operations, fences and flushes
+/// may come from several threads (seed 004, "RMA + threads").
+///
+/// Fence epochs:
+/// ```
+/// use rma_core::{sim, Assert};
+/// sim::run(3, sim::Profile::ActiveMessages, 7, |engine| {
+///     let (me, n) = (engine.rank(), engine.size() as u32);
+///     let win = engine.allocate::<u64>(n as usize)?;
+///     win.fence(Assert::NOPRECEDE)?;
+///     for t in 0..n {
+///         win.put(&[me as u64 + 100], t, me as u64)?; // my slot in every window
+///     }
+///     win.fence(Assert::NOSUCCEED)?;
+///     assert_eq!(win.local_to_vec(), vec![100, 101, 102]);
+///     win.free()?;
+///     Ok(())
+/// }).unwrap();
+/// ```
+pub struct Window<T: Element> {
+    pub(crate) shared: Arc<WindowShared>,
+    pub(crate) _elem: PhantomData<fn() -> T>,
+}
+
+impl<T: Element> std::fmt::Debug for Window<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("id", &self.shared.id)
+            .field("kind", &self.shared.kind)
+            .finish()
+    }
+}
+
+pub(super) fn to_vec<T: Element>(bytes: Fetched) -> Vec<T> {
+    bytemuck::pod_collect_to_vec(&bytes)
+}
+
+pub(super) fn to_one<T: Element>(bytes: Fetched) -> T {
+    // Replies are checked against their request's length when they arrive; a short one
+    // (never expected here) reads as zero rather than panicking.
+    let mut one = T::zeroed();
+    let out: &mut [u8] = bytemuck::bytes_of_mut(&mut one);
+    let n = out.len().min(bytes.len());
+    out[..n].copy_from_slice(&bytes[..n]);
+    one
+}
+
+impl<T: Element> Window<T> {
+    const SIZE: usize = std::mem::size_of::<T>();
+
+    fn check_op(op: AccOp) -> Result<()> {
+        if op.valid_for(T::DATATYPE) {
+            Ok(())
+        } else {
+            Err(UsageError::OpNotForType {
+                op,
+                datatype: T::DATATYPE,
+            }
+            .into())
+        }
+    }
+
+    /// The pieces an op goes in when it travels as active messages and one message
+    /// cannot carry it (request, or reply for a get): each piece a run of whole
+    /// elements (so accumulates stay atomic per element, as MPI asks), whole blocks of
+    /// the target layout where a block fits, else parts of one block. `None`: one
+    /// message (or the native path) takes it whole.
+    #[inline]
+    fn pieces(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        extent: Extent,
+    ) -> Result<Option<Vec<Piece>>> {
+        if extent.bytes() <= SPLIT_ABOVE {
+            return Ok(None);
+        }
+        self.pieces_of_large(kind, op, target, disp, layout, extent)
+    }
+
+    #[inline(never)]
+    fn pieces_of_large(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        extent: Extent,
+    ) -> Result<Option<Vec<Piece>>> {
+        let w = &self.shared;
+        let max = w.caps(target).max_message as u64;
+        let native = w.native_allowed(kind, op, T::DATATYPE, target, extent);
+        if native || extent.bytes().saturating_add(64) <= max {
+            return Ok(None);
+        }
+        if w.kind == WindowKind::Dynamic && extent.bytes() > DYNAMIC_SPLIT_MAX {
+            // Only the target knows its regions: a bound here, instead of millions of
+            // pieces for a count no region holds.
+            return Err(UsageError::TooLarge {
+                what: "an op on a dynamic window past 1 GiB",
+            }
+            .into());
+        }
+        // Room for the header, token, op and extent, with a margin.
+        let per_piece = (max.saturating_sub(128) as usize / Self::SIZE).max(1);
+        let disp_unit = match w.kind {
+            WindowKind::Dynamic => 1,
+            _ => w.remote[target as usize].disp_unit.max(1) as usize,
+        };
+        if !Self::SIZE.is_multiple_of(disp_unit) {
+            // A piece could not start on a displacement: refuse as before.
+            return Err(TransportError::Unsupported(
+                "active message larger than the transport carries",
+            )
+            .into());
+        }
+        let step = (Self::SIZE / disp_unit) as u64;
+        let at = |elements: usize| -> Result<u64> {
+            (elements as u64)
+                .checked_mul(step)
+                .and_then(|o| disp.checked_add(o))
+                .ok_or_else(|| UsageError::TooLarge { what: "the layout" }.into())
+        };
+        let mut pieces = Vec::new();
+        if layout.block <= per_piece {
+            let blocks = (per_piece / layout.block.max(1)).max(1);
+            let mut i = 0;
+            while i < layout.count {
+                let k = blocks.min(layout.count - i);
+                let sub = if k == 1 {
+                    Layout::contiguous(layout.block)
+                } else {
+                    Layout::strided(k, layout.block, layout.stride)
+                };
+                pieces.push(Piece {
+                    data_at: i * layout.block,
+                    layout: sub,
+                    disp: at(i * layout.stride)?,
+                });
+                i += k;
+            }
+        } else {
+            for i in 0..layout.count {
+                let mut j = 0;
+                while j < layout.block {
+                    let n = per_piece.min(layout.block - j);
+                    pieces.push(Piece {
+                        data_at: i * layout.block + j,
+                        layout: Layout::contiguous(n),
+                        disp: at(i * layout.stride + j)?,
+                    });
+                    j += n;
+                }
+            }
+        }
+        w.counters.split(pieces.len());
+        w.engine.stats.split(pieces.len());
+        Ok(Some(pieces))
+    }
+
+    /// Posts the pieces of an op (see [`pieces`](Self::pieces)) with `packed`'s elements
+    /// (none for a get); the request of the whole completes when every piece has.
+    fn post_pieces(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        pieces: Vec<Piece>,
+        packed: &[T],
+        wants_result: bool,
+    ) -> Result<Vec<Request<Fetched>>> {
+        let mut requests = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let extent = self
+                .shared
+                .extent(target, piece.disp, piece.layout, Self::SIZE)?;
+            let data: &[T] = if packed.is_empty() {
+                &[]
+            } else {
+                &packed[piece.data_at..piece.data_at + piece.layout.elements()]
+            };
+            let posted = self.shared.post(OpDesc {
+                kind,
+                target,
+                extent,
+                op,
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(data),
+                wants_result,
+                into: None,
+            })?;
+            if wants_result {
+                requests.push(self.request(posted, target, |bytes| bytes));
+            }
+        }
+        Ok(requests)
+    }
+
+    fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Fetched) -> R) -> Request<R> {
+        match posted {
+            Posted::Done(data) => Request::ready(data.unwrap_or_default(), convert),
+            Posted::Later(Some(state)) => Request::new(state, self.shared.clone(), target, convert),
+            Posted::Later(None) => Request::ready(Fetched::default(), convert),
+        }
+    }
+
+    /// The window's kind.
+    pub fn kind(&self) -> WindowKind {
+        self.shared.kind
+    }
+
+    /// Puts `data` at element displacement `disp` of `target`'s window.
+    pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
+        // Contiguous on both sides: nothing to gather.
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
+            return self
+                .post_pieces(OpKind::Put, None, target, p, data, false)
+                .map(drop);
+        }
+        self.post_put(data, target, extent)
+    }
+
+    /// Posts a put of the packed `data` to `extent` at `target`.
+    #[inline]
+    fn post_put(&self, data: &[T], target: Rank, extent: Extent) -> Result<()> {
+        self.shared
+            .post(OpDesc {
+                kind: OpKind::Put,
+                target,
+                extent,
+                op: None,
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(data),
+                wants_result: false,
+                into: None,
+            })
+            .map(drop)
+    }
+
+    /// Puts the elements `origin` selects from `data` into the elements `target_layout`
+    /// selects at `disp` (both layouts must describe the same number of elements).
+    pub fn put_strided(
+        &self,
+        data: &[T],
+        origin: Layout,
+        target: Rank,
+        disp: u64,
+        target_layout: Layout,
+    ) -> Result<()> {
+        let packed = gather(data, origin, target_layout)?;
+        let extent = self
+            .shared
+            .extent(target, disp, target_layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, target_layout, extent)? {
+            return self
+                .post_pieces(OpKind::Put, None, target, p, &packed, false)
+                .map(drop);
+        }
+        self.post_put(&packed, target, extent)
+    }
+
+    /// A put whose local completion can be waited on (MPI_Rput).
+    pub fn rput(&self, data: &[T], target: Rank, disp: u64) -> Result<Request<()>> {
+        let extent =
+            self.shared
+                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::Put,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(data),
+            wants_result: true,
+            into: None,
+        })?;
+        Ok(self.request(posted, target, |_| ()))
+    }
+
+    /// Gets `count` elements at `disp` of `target`'s window. The data is the request's
+    /// value; the request completes no later than the epoch's next flush or end.
+    pub fn get(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
+        self.get_strided(target, disp, Layout::contiguous(count))
+    }
+
+    /// Request-based get (MPI_Rget); the same as [`get`](Self::get).
+    pub fn rget(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
+        self.get(target, disp, count)
+    }
+
+    /// Gets the elements `layout` selects at `disp`, packed.
+    pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+            return Ok(Request::joined(parts, to_vec::<T>));
+        }
+        // Contiguous gets land straight in the result where the backend completes them in
+        // the call: one buffer, one copy.
+        let mut out = if extent.count <= 1 {
+            zeroed_vec::<T>(layout.elements())?
+        } else {
+            Vec::new()
+        };
+        let into = (extent.count <= 1)
+            .then(|| std::cell::RefCell::new(bytemuck::cast_slice_mut(out.as_mut_slice())));
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::Get,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: &[],
+            wants_result: true,
+            into,
+        })?;
+        Ok(match posted {
+            Posted::Done(None) => Request::value(out),
+            other => self.request(other, target, to_vec::<T>),
+        })
+    }
+
+    /// Gets `buf.len()` elements at `disp` of `target`'s window into `buf`. The buffer
+    /// stays borrowed by the returned [`GetInto`] until [`GetInto::wait`], so it cannot be
+    /// read before the data is there. Where the backend completes the get in the call
+    /// (shared memory) the data lands in `buf` directly, with no copy of ours.
+    pub fn get_into<'b>(
+        &self,
+        target: Rank,
+        disp: u64,
+        buf: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        let layout = Layout::contiguous(buf.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+            let pending = Some(Request::joined(parts, |bytes| bytes));
+            return Ok(GetInto { buf, pending });
+        }
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::Get,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: &[],
+            wants_result: true,
+            into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
+        })?;
+        let pending = match posted {
+            Posted::Done(None) => None,
+            other => Some(self.request(other, target, |bytes| bytes)),
+        };
+        Ok(GetInto { buf, pending })
+    }
+
+    /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically
+    /// with respect to other accumulates.
+    pub fn accumulate(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
+        self.accumulate_strided(
+            data,
+            Layout::contiguous(data.len()),
+            op,
+            target,
+            disp,
+            Layout::contiguous(data.len()),
+        )
+    }
+
+    /// Strided accumulate.
+    pub fn accumulate_strided(
+        &self,
+        data: &[T],
+        origin: Layout,
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        target_layout: Layout,
+    ) -> Result<()> {
+        Self::check_op(op)?;
+        let packed = gather(data, origin, target_layout)?;
+        let extent = self
+            .shared
+            .extent(target, disp, target_layout, Self::SIZE)?;
+        let kind = OpKind::Accumulate;
+        if let Some(p) = self.pieces(kind, Some(op), target, disp, target_layout, extent)? {
+            return self
+                .post_pieces(kind, Some(op), target, p, &packed, false)
+                .map(drop);
+        }
+        self.shared
+            .post(OpDesc {
+                kind: OpKind::Accumulate,
+                target,
+                extent,
+                op: Some(op),
+                datatype: T::DATATYPE,
+                data: bytemuck::cast_slice(&packed),
+                wants_result: false,
+                into: None,
+            })
+            .map(drop)
+    }
+
+    /// Request-based accumulate (MPI_Raccumulate): completes locally.
+    pub fn raccumulate(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<()>> {
+        Self::check_op(op)?;
+        let extent =
+            self.shared
+                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::Accumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(data),
+            wants_result: true,
+            into: None,
+        })?;
+        Ok(self.request(posted, target, |_| ()))
+    }
+
+    /// Atomically fetches the target elements and accumulates `data` into them; with
+    /// [`AccOp::NoOp`] it is an atomic read of `data.len()` elements.
+    pub fn get_accumulate(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<Vec<T>>> {
+        Self::check_op(op)?;
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        let kind = OpKind::GetAccumulate;
+        if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+            let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
+            return Ok(Request::joined(parts, to_vec::<T>));
+        }
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::GetAccumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::cast_slice(data),
+            wants_result: true,
+            into: None,
+        })?;
+        Ok(self.request(posted, target, to_vec::<T>))
+    }
+
+    /// Request-based get_accumulate (MPI_Rget_accumulate); the same as
+    /// [`get_accumulate`](Self::get_accumulate).
+    pub fn rget_accumulate(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<Vec<T>>> {
+        self.get_accumulate(data, op, target, disp)
+    }
+
+    /// Atomic fetch-and-op on one element; the request's value is the old value.
+    pub fn fetch_and_op(&self, value: T, op: AccOp, target: Rank, disp: u64) -> Result<Request<T>> {
+        Self::check_op(op)?;
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::GetAccumulate,
+            target,
+            extent,
+            op: Some(op),
+            datatype: T::DATATYPE,
+            data: bytemuck::bytes_of(&value),
+            wants_result: true,
+            into: None,
+        })?;
+        Ok(self.request(posted, target, to_one::<T>))
+    }
+
+    /// Atomic compare-and-swap of one element: `swap` replaces it if it equals `compare`
+    /// (bitwise). The request's value is the old value.
+    pub fn compare_and_swap(
+        &self,
+        compare: T,
+        swap: T,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<T>> {
+        if !T::DATATYPE.is_integer() {
+            // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
+            // not bitwise: -0.0 == 0.0, NaN != NaN).
+            return Err(UsageError::Unsupported {
+                what: "compare_and_swap on floating-point elements (MPI allows integer \
+                       types only)",
+            }
+            .into());
+        }
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+        let mut data = bytemuck::bytes_of(&compare).to_vec();
+        data.extend_from_slice(bytemuck::bytes_of(&swap));
+        let posted = self.shared.post(OpDesc {
+            kind: OpKind::CompareAndSwap,
+            target,
+            extent,
+            op: None,
+            datatype: T::DATATYPE,
+            data: &data,
+            wants_result: true,
+            into: None,
+        })?;
+        Ok(self.request(posted, target, to_one::<T>))
+    }
+
+    /// Fence (MPI_Win_fence). Ends the previous fence epoch, completing each of its
+    /// operations at its target (seed 001), and starts the next unless
+    /// [`Assert::NOSUCCEED`]. With [`Assert::NOPRECEDE`] it does not block.
+    pub fn fence(&self, assert: Assert) -> Result<()> {
+        self.shared.fence(assert)
+    }
+
+    /// Starts an access epoch to `group` (MPI_Win_start).
+    pub fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        self.shared.start(group, assert)
+    }
+
+    /// Ends the access epoch of [`start`](Self::start) (MPI_Win_complete).
+    pub fn complete(&self) -> Result<()> {
+        self.shared.complete()
+    }
+
+    /// Starts an exposure epoch to `group` (MPI_Win_post).
+    pub fn post(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        self.shared.post_exposure(group, assert)
+    }
+
+    /// Waits for every origin of the exposure epoch to complete (MPI_Win_wait).
+    pub fn wait(&self) -> Result<()> {
+        self.shared.wait_exposure()
+    }
+
+    /// Whether the exposure epoch is over, ending it if so (MPI_Win_test).
+    pub fn test(&self) -> Result<bool> {
+        self.shared.test_exposure()
+    }
+
+    /// Locks `target`'s window (MPI_Win_lock).
+    pub fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
+        self.shared.lock(lock_type, target, assert)
+    }
+
+    /// Completes every op to `target` at the target and releases the lock (MPI_Win_unlock).
+    pub fn unlock(&self, target: Rank) -> Result<()> {
+        self.shared.unlock(target)
+    }
+
+    /// Shared lock on every rank's window (MPI_Win_lock_all).
+    pub fn lock_all(&self, assert: Assert) -> Result<()> {
+        self.shared.lock_all(assert)
+    }
+
+    /// Ends a [`lock_all`](Self::lock_all) epoch (MPI_Win_unlock_all).
+    pub fn unlock_all(&self) -> Result<()> {
+        self.shared.unlock_all()
+    }
+
+    /// Completes every op to `target` at the target (MPI_Win_flush).
+    pub fn flush(&self, target: Rank) -> Result<()> {
+        self.shared.flush(Some(target), true)
+    }
+
+    /// Completes every op at its target (MPI_Win_flush_all).
+    pub fn flush_all(&self) -> Result<()> {
+        self.shared.flush(None, true)
+    }
+
+    /// Completes every op to `target` locally: origin buffers reusable, fetched data
+    /// available (MPI_Win_flush_local).
+    pub fn flush_local(&self, target: Rank) -> Result<()> {
+        self.shared.flush(Some(target), false)
+    }
+
+    /// Local completion of every op (MPI_Win_flush_local_all).
+    pub fn flush_local_all(&self) -> Result<()> {
+        self.shared.flush(None, false)
+    }
+
+    /// Synchronizes the public and private copies of this window (MPI_Win_sync): a
+    /// full memory barrier.
+    pub fn sync(&self) -> Result<()> {
+        self.shared.engine.transport.memory_sync();
+        Ok(())
+    }
+
+    /// Reads this process's own window memory (outside epochs, or under a self lock).
+    pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<()> {
+        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
+        let Memory::Static(seg) = &*mem else {
+            return Err(UsageError::Unsupported {
+                what: "read_local on a dynamic window",
+            }
+            .into());
+        };
+        let off = disp.saturating_mul(Self::SIZE);
+        let len = std::mem::size_of_val(out);
+        if off.checked_add(len).is_none_or(|end| end > seg.len()) {
+            return Err(UsageError::OutOfBounds {
+                target: self.shared.engine.rank,
+                offset: off as u64,
+                len: len as u64,
+                window_len: seg.len() as u64,
+            }
+            .into());
+        }
+        seg.read(off, bytemuck::cast_slice_mut(out));
+        Ok(())
+    }
+
+    /// Writes this process's own window memory.
+    pub fn write_local(&self, disp: usize, data: &[T]) -> Result<()> {
+        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
+        let Memory::Static(seg) = &*mem else {
+            return Err(UsageError::Unsupported {
+                what: "write_local on a dynamic window",
+            }
+            .into());
+        };
+        let off = disp.saturating_mul(Self::SIZE);
+        let len = std::mem::size_of_val(data);
+        if off.checked_add(len).is_none_or(|end| end > seg.len()) {
+            return Err(UsageError::OutOfBounds {
+                target: self.shared.engine.rank,
+                offset: off as u64,
+                len: std::mem::size_of_val(data) as u64,
+                window_len: seg.len() as u64,
+            }
+            .into());
+        }
+        seg.write(off, bytemuck::cast_slice(data));
+        Ok(())
+    }
+
+    /// A copy of this process's whole window (empty for dynamic windows).
+    pub fn local_to_vec(&self) -> Vec<T> {
+        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
+        match &*mem {
+            Memory::Static(seg) => {
+                let mut v = vec![T::zeroed(); seg.len() / Self::SIZE];
+                seg.read(0, bytemuck::cast_slice_mut(&mut v));
+                v
+            }
+            Memory::Dynamic(_) => Vec::new(),
+        }
+    }
+
+    /// Elements in `rank`'s window.
+    pub fn len_of(&self, rank: Rank) -> Result<usize> {
+        self.shared.check_rank(rank)?;
+        let r = &self.shared.remote[rank as usize];
+        Ok(r.len as usize / Self::SIZE)
+    }
+
+    /// For windows from `allocate_shared`: the address and byte length of `rank`'s
+    /// segment in this process, for direct load/store between synchronizations.
+    pub fn shared_query(&self, rank: Rank) -> Result<(usize, usize)> {
+        self.shared.check_rank(rank)?;
+        if self.shared.kind != WindowKind::Shared {
+            return Err(UsageError::Unsupported {
+                what: "shared_query on a window not from allocate_shared",
+            }
+            .into());
+        }
+        self.shared
+            .engine
+            .transport
+            .shared_base(self.shared.id, rank)
+            .map(|base| (base, self.shared.remote[rank as usize].len as usize))
+            .ok_or_else(|| {
+                UsageError::Unsupported {
+                    what: "peer memory not shared with this process",
+                }
+                .into()
+            })
+    }
+
+    /// Attaches `memory` to a dynamic window; returns the address peers use as
+    /// displacement (MPI_Win_attach + MPI_Get_address).
+    pub fn attach(&self, memory: Vec<T>) -> Result<u64> {
+        if self.shared.kind != WindowKind::Dynamic {
+            return Err(UsageError::Unsupported {
+                what: "attach on a window not from create_dynamic",
+            }
+            .into());
+        }
+        let seg = self.shared.engine.transport.expose(Box::new(memory))?;
+        let id = {
+            let mut n = self
+                .shared
+                .next_region
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            *n
+        };
+        let mut mem = self
+            .shared
+            .memory
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Memory::Dynamic(regions) = &mut *mem {
+            regions.push((id, seg));
+        }
+        Ok(u64::from(id) << REGION_SHIFT)
+    }
+
+    /// Detaches the region at `address` and gives its memory back.
+    pub fn detach(&self, address: u64) -> Result<Vec<T>> {
+        let id = (address >> REGION_SHIFT) as u32;
+        let mut mem = self
+            .shared
+            .memory
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let Memory::Dynamic(regions) = &mut *mem else {
+            return Err(UsageError::NotAttached.into());
+        };
+        let i = regions
+            .iter()
+            .position(|(r, _)| *r == id)
+            .ok_or(UsageError::NotAttached)?;
+        let (_, seg) = regions.swap_remove(i);
+        user_vec(seg).ok_or_else(|| UsageError::NotAttached.into())
+    }
+
+    /// This window's counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Frees the window (collective, MPI_Win_free). Every epoch must be closed. Gives
+    /// back the memory of a window from `create`.
+    ///
+    /// On failure the window comes back in the [`FreeError`]: an epoch still open
+    /// ([`UsageError::EpochOpen`]) can be closed and the free tried again. With `?` into
+    /// [`Error`] the window is dropped instead (which releases the locks it holds and
+    /// tells the peers it is gone).
+    pub fn free(self) -> std::result::Result<Option<Vec<T>>, FreeError<T>> {
+        match self.free_inner() {
+            Ok(memory) => Ok(memory),
+            Err(error) => Err(FreeError {
+                error,
+                window: self,
+            }),
+        }
+    }
+
+    fn free_inner(&self) -> Result<Option<Vec<T>>> {
+        let w = &self.shared;
+        {
+            let st = w.lock_state();
+            if !WindowShared::no_access_epoch(&st)
+                || st.target.exposure.is_some()
+                || !st.locks.is_empty()
+            {
+                return Err(UsageError::EpochOpen.into());
+            }
+        }
+        // Outstanding barriers first; then every rank tells every other that it frees the
+        // window, with the barriers it started on it: once all have said so with the same
+        // count, no peer needs this window any more (each said it last, after everything
+        // else it sent on it). A peer in another collective (a fence) or with another
+        // count is a mismatch, on both sides.
+        w.wait_for("free", |st| {
+            Ok(st.barrier.is_none() && st.background_barriers.is_empty() && st.outbox.is_empty())
+        })?;
+        let mine = {
+            let mut st = w.lock_state();
+            let mine = st.barrier_seq;
+            st.send_departure(w, Departure::Free, mine)?;
+            mine
+        };
+        let (me, size) = (w.engine.rank as usize, w.engine.size);
+        w.wait_for("free", |st| {
+            let freeing = &st.departures.freeing;
+            let all = size == 1
+                || (freeing.len() == size && (0..size).all(|r| r == me || freeing[r].is_some()));
+            if !all || !st.outbox.is_empty() {
+                return Ok(false);
+            }
+            match (0..size).find(|&r| r != me && freeing[r] != Some(mine)) {
+                None => Ok(true),
+                Some(rank) => {
+                    st.send_departure(w, Departure::Mismatch, Departure::call_code("free"))?;
+                    Err(PeerError::Mismatch {
+                        rank: rank as Rank,
+                        call: "free",
+                        theirs: "fence",
+                    }
+                    .into())
+                }
+            }
+        })?;
+        w.freed.store(true, std::sync::atomic::Ordering::Relaxed);
+        w.engine.unregister(w.id);
+        let mut st = w.lock_state();
+        let WinState {
+            op_pool,
+            target_pool,
+            ..
+        } = &mut *st;
+        op_pool.release(&w.engine.op_pool);
+        target_pool.release(&w.engine.target_pool);
+        drop(st);
+        let mem = std::mem::replace(
+            &mut *w.memory.write().unwrap_or_else(|e| e.into_inner()),
+            Memory::Dynamic(Vec::new()),
+        );
+        let kept = w.user_copy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match (w.kind, mem, kept) {
+            (WindowKind::Create, Memory::Static(seg), Some(mut user)) => {
+                // The window's bytes go back into the user's buffer.
+                seg.read(0, user.bytes_mut());
+                Ok(user.into_any().downcast::<Vec<T>>().ok().map(|b| *b))
+            }
+            (WindowKind::Create, Memory::Static(seg), None) => Ok(user_vec(seg)),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// A [`Window::free`] that failed, with the window given back.
+///
+/// ```
+/// use rma_core::{sim, Assert, Error, UsageError};
+/// sim::run(1, sim::Profile::SharedMemory, 1, |engine| {
+///     let win = engine.allocate::<u64>(4)?;
+///     win.lock_all(Assert::NONE)?;
+///     let refused = win.free().unwrap_err();
+///     assert_eq!(refused.error, Error::Usage(UsageError::EpochOpen));
+///     let win = refused.window; // close the epoch, then free again
+///     win.unlock_all()?;
+///     win.free()?;
+///     Ok(())
+/// }).unwrap();
+/// ```
+pub struct FreeError<T: Element> {
+    /// Why the window was not freed.
+    pub error: Error,
+    /// The window, as it was.
+    pub window: Window<T>,
+}
+
+impl<T: Element> std::fmt::Debug for FreeError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FreeError")
+            .field("error", &self.error)
+            .field("window", &self.window.shared.id)
+            .finish()
+    }
+}
+
+impl<T: Element> std::fmt::Display for FreeError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "free of window {} failed: {}",
+            self.window.shared.id, self.error
+        )
+    }
+}
+
+impl<T: Element> std::error::Error for FreeError<T> {}
+
+impl<T: Element> From<FreeError<T>> for Error {
+    /// The error alone; the window is dropped.
+    fn from(e: FreeError<T>) -> Error {
+        e.error
+    }
+}
+
+/// A get into a caller's buffer ([`Window::get_into`]); the buffer is readable again
+/// once [`wait`](GetInto::wait) returns it.
+#[must_use = "the buffer is only filled once the get is waited on"]
+pub struct GetInto<'b, T: Element> {
+    buf: &'b mut [T],
+    pending: Option<Request<Fetched>>,
+}
+
+impl<T: Element> std::fmt::Debug for GetInto<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetInto")
+            .field("len", &self.buf.len())
+            .field("done", &self.pending.is_none())
+            .finish()
+    }
+}
+
+impl<'b, T: Element> GetInto<'b, T> {
+    /// Blocks (making progress) until the data is in the buffer, and gives it back.
+    #[inline]
+    pub fn wait(self) -> Result<&'b mut [T]> {
+        if let Some(r) = self.pending {
+            let bytes = r.wait()?;
+            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *self.buf);
+            if bytes.len() != dst.len() {
+                return Err(TransportError::Failed("get returned a short reply".into()).into());
+            }
+            dst.copy_from_slice(&bytes);
+        }
+        Ok(self.buf)
+    }
+}
+
+impl<T: Element> Drop for Window<T> {
+    /// A window dropped without [`free`](Window::free) leaves the engine's registry (no
+    /// collective, no message): peers that still address it get their packets refused.
+    fn drop(&mut self) {
+        let w = &self.shared;
+        if !w.freed.load(std::sync::atomic::Ordering::Relaxed) && w.engine.size > 1 {
+            // Peers waiting in a collective on this window learn that it will never
+            // complete. Best effort, bounded: what the transport cannot take now is given
+            // a few progress passes, then dropped with the window.
+            let mut st = w.lock_state();
+            // Locks it holds in shared memory go now; locks held by message are revoked
+            // by their targets when the departure below reaches them.
+            st.release_native_locks(w);
+            let seq = st.barrier_seq;
+            if st.send_departure(w, Departure::Abandoned, seq).is_ok() {
+                for _ in 0..1000 {
+                    if st.outbox.is_empty() || st.flush_outbox(w).is_err() {
+                        break;
+                    }
+                    drop(st);
+                    let _ = w.engine.progress();
+                    st = w.lock_state();
+                }
+            }
+        }
+        w.engine.unregister(w.id);
+    }
+}
+
+/// `n` zeroed elements, or the typed error for a count no memory can hold (a get of a
+/// dynamic window is bounded only at the target).
+pub(super) fn zeroed_vec<T: Element>(n: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| UsageError::TooLarge { what: "the result" })?;
+    v.resize(n, T::zeroed());
+    Ok(v)
+}
+
+pub(super) fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
+    let user: Box<dyn UserMemory> = seg.into_user_memory()?;
+    user.into_any().downcast::<Vec<T>>().ok().map(|b| *b)
+}
+
+/// One active message of an op too large for one: a run of the packed elements (from
+/// `data_at`) and where they go.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    data_at: usize,
+    layout: Layout,
+    disp: u64,
+}
+
+/// Packs the elements `origin` selects from `data`, checking it matches `target`.
+fn gather<T: Element>(
+    data: &[T],
+    origin: Layout,
+    target: Layout,
+) -> Result<std::borrow::Cow<'_, [T]>> {
+    if !origin.valid()
+        || !target.valid()
+        || origin.elements() != target.elements()
+        || origin.span().is_none_or(|s| s > data.len())
+    {
+        return Err(UsageError::BadLayout.into());
+    }
+    if origin.count <= 1 {
+        return Ok(std::borrow::Cow::Borrowed(&data[..origin.elements()]));
+    }
+    let mut out = Vec::with_capacity(origin.elements());
+    for i in 0..origin.count {
+        out.extend_from_slice(&data[i * origin.stride..i * origin.stride + origin.block]);
+    }
+    Ok(std::borrow::Cow::Owned(out))
+}

@@ -1,0 +1,93 @@
+//! FENCE (seed 004): the fence's barrier (the backend's or dissemination by message),
+//! RMA_DONE on the last op to each target, and the epoch it opens.
+
+use super::*;
+
+impl WindowShared {
+    pub(super) fn fence(&self, assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOSTORE | Assert::NOPUT | Assert::NOPRECEDE | Assert::NOSUCCEED) {
+            return Err(UsageError::BadAssert { call: "fence" }.into());
+        }
+        self.sync_call("fence", || {
+            let t = &self.engine.transport;
+            {
+                let st = self.lock_state();
+                match st.epoch {
+                    WindowEpoch::Unset | WindowEpoch::FenceIssued | WindowEpoch::FenceGranted => {}
+                    ref e => {
+                        return Err(UsageError::EpochConflict {
+                            call: "fence",
+                            state: e.name(),
+                        }
+                        .into())
+                    }
+                }
+            }
+            let noprecede =
+                assert.contains(Assert::NOPRECEDE) && self.lock_state().table.active == 0;
+            if noprecede {
+                // Nothing to complete: do not block (FENCE_ISSUED with a non-blocking barrier).
+                // One native barrier at a time per window: wait for a previous one.
+                self.wait_for("fence", |st| {
+                    Ok(!matches!(st.barrier, Some(Barrier::Native(_))))
+                })?;
+                let mut st = self.lock_state();
+                t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
+                st.start_barrier(self)?;
+                st.epoch = WindowEpoch::FenceIssued;
+                st.make_progress(self)?;
+                if assert.contains(Assert::NOSUCCEED) {
+                    st.epoch = WindowEpoch::Unset;
+                }
+                return Ok(());
+            }
+            // A previous NOPRECEDE fence's barrier must finish first.
+            self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
+            {
+                let mut st = self.lock_state();
+                if matches!(st.epoch, WindowEpoch::FenceIssued) {
+                    st.epoch = WindowEpoch::FenceGranted;
+                }
+                for rank in st.table.ranks() {
+                    let t = st.table.get_mut(rank).expect("listed");
+                    if t.am_since_done > 0 || t.pending.iter().any(|o| !o.native) {
+                        t.sync = SyncFlag::Flush;
+                    }
+                }
+            }
+            // Every op of the epoch complete at its target (seed 001).
+            self.wait_for("fence", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+            t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
+            {
+                let mut st = self.lock_state();
+                for rank in st.table.ranks() {
+                    st.free_target(self, rank);
+                }
+                st.start_barrier(self)?;
+                st.epoch = WindowEpoch::FenceIssued;
+            }
+            self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
+            t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC after PROC_SYNC
+            let mut st = self.lock_state();
+            st.epoch = if assert.contains(Assert::NOSUCCEED) {
+                WindowEpoch::Unset
+            } else {
+                WindowEpoch::FenceGranted
+            };
+            st.restoring = false;
+            match st.deferred.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    /// From FENCE_GRANTED with nothing queued, other epochs may begin directly.
+    pub(super) fn no_access_epoch(st: &WinState) -> bool {
+        match st.epoch {
+            WindowEpoch::Unset => true,
+            WindowEpoch::FenceGranted | WindowEpoch::FenceIssued => st.table.active == 0,
+            _ => false,
+        }
+    }
+}

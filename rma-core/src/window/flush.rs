@@ -1,0 +1,121 @@
+//! FLUSH (seed 004): flush, flush_all, flush_local and flush_local_all, their hot path
+//! and their MEM_SYNC.
+
+use super::*;
+
+impl WindowShared {
+    pub(super) fn check_passive(&self, st: &WinState, target: Option<Rank>) -> Result<()> {
+        match (&st.epoch, target) {
+            (WindowEpoch::PerTarget, Some(t)) if !st.locks.contains_key(&t) => {
+                Err(UsageError::NotLocked { target: t }.into())
+            }
+            (WindowEpoch::PerTarget, _) => Ok(()),
+            (e, _) if e.is_lock_all() => Ok(()),
+            (e, _) => Err(UsageError::EpochConflict {
+                call: "flush",
+                state: e.name(),
+            }
+            .into()),
+        }
+    }
+
+    pub(super) fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
+        // In the library: the progress agent stays away (also when the hot path below
+        // returns at once).
+        self.engine.activity.bump();
+        if let Some(t) = target {
+            self.check_rank(t)?;
+        }
+        let done = |t: &TargetElem| {
+            if remote {
+                t.ops_complete() && t.acks_awaited == 0 && t.sync == SyncFlag::None
+            } else {
+                t.ops_complete()
+            }
+        };
+        // Hot path: nothing of this target is queued, under way or awaited.
+        {
+            let mut st = self.lock_state();
+            self.check_passive(&st, target)?;
+            let settled = match target {
+                Some(t) => st
+                    .table
+                    .get(t)
+                    .is_none_or(|e| done(e) && e.am_since_done == 0 || !remote && done(e)),
+                None => false,
+            };
+            if settled && st.deferred.is_none() && st.outbox.is_empty() {
+                drop(st);
+                self.flush_memory_sync();
+                return Ok(());
+            }
+            let all;
+            let ranks: &[Rank] = match &target {
+                Some(t) => std::slice::from_ref(t),
+                None => {
+                    all = st.table.ranks();
+                    &all
+                }
+            };
+            for &rank in ranks {
+                let Some(t) = st.table.get_mut(rank) else {
+                    continue;
+                };
+                if remote
+                    && t.sync == SyncFlag::None
+                    && (t.am_since_done > 0 || t.pending.iter().any(|o| !o.native))
+                {
+                    t.sync = SyncFlag::Flush;
+                }
+                if !remote && !t.pending.is_empty() {
+                    st.force_issue(self, rank)?;
+                } else {
+                    st.issue_ops_target(self, rank)?;
+                }
+            }
+        }
+        let mut deferred = None;
+        self.wait_issued("flush", |st| {
+            // Locks still being acquired must be granted before their ops can complete.
+            let waiting = |t: &TargetElem| {
+                t.state == TargetState::LockCalled
+                    && !t.pending.is_empty()
+                    && target.is_none_or(|x| x == t.rank)
+            };
+            let any_waiting = match target {
+                Some(r) => st.table.get(r).is_some_and(waiting),
+                None => st.table.iter().any(waiting),
+            };
+            if any_waiting {
+                for rank in st.table.ranks() {
+                    if st.table.get(rank).is_some_and(waiting) {
+                        let t = st.table.get_mut(rank).expect("listed");
+                        if t.sync == SyncFlag::None {
+                            t.sync = SyncFlag::Flush;
+                        }
+                        st.issue_ops_target(self, rank)?;
+                    }
+                }
+            }
+            let finished = match target {
+                Some(r) => st.table.get(r).is_none_or(done),
+                None => st.table.iter().all(done),
+            };
+            if finished {
+                deferred = st.deferred.take();
+            }
+            Ok(finished)
+        })?;
+        self.flush_memory_sync();
+        deferred.map_or(Ok(()), Err)
+    }
+
+    /// Seed 004, RMA+shm, passive row: MEM_SYNC in WIN_FLUSH. Only where some target
+    /// shares memory with us: a network backend's completions already say the data is at
+    /// the target, and no load or store of a peer meets ours.
+    pub(super) fn flush_memory_sync(&self) {
+        if self.shares_memory {
+            self.engine.transport.memory_sync();
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! ISSUE_OPS and what goes on the wire (seed 004): the outbox, control packets,
+//! ISSUE_OPS_TARGET with piggybacked RMA_DONE / UNLOCK / COMPLETE, native calls, and
+//! the encoding of active-message ops.
+
+use super::*;
+
+impl WinState {
+    /// Sends the packet in `self.enc`, or queues it behind earlier ones (order per target
+    /// is part of the transport contract, so nothing overtakes the outbox).
+    pub(super) fn send_encoded(&mut self, w: &WindowShared, to: Rank, kind: Kind) -> Result<()> {
+        let bytes = self.enc.finish();
+        if self.outbox.is_empty() {
+            match w.engine.transport.send(to, bytes) {
+                Ok(()) => {
+                    w.count_message(kind, bytes.len());
+                    return Ok(());
+                }
+                Err(TransportError::Busy) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.outbox.push_back((to, kind, bytes.to_vec()));
+        Ok(())
+    }
+
+    pub(super) fn flush_outbox(&mut self, w: &WindowShared) -> Result<()> {
+        while let Some((to, kind, bytes)) = self.outbox.front() {
+            match w.engine.transport.send(*to, bytes) {
+                Ok(()) => {
+                    w.count_message(*kind, bytes.len());
+                    self.outbox.pop_front();
+                }
+                Err(TransportError::Busy) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn send_control(
+        &mut self,
+        w: &WindowShared,
+        to: Rank,
+        kind: Kind,
+        fl: u16,
+        done_count: u32,
+    ) -> Result<()> {
+        self.enc.start(kind, fl, w.id, done_count);
+        self.send_encoded(w, to, kind)
+    }
+
+    /// The peer a blocked synchronization call most likely waits for, to name in its
+    /// timeout: the sender of the barrier round under way, a target with work or
+    /// acknowledgements outstanding, a PSCW peer whose post or complete has not come,
+    /// or a peer that has not announced its `free`.
+    pub(super) fn awaited_rank(&self, w: &WindowShared) -> Option<Rank> {
+        let (me, size) = (w.engine.rank, w.engine.size);
+        if let Some(Barrier::Messages(d)) = &self.barrier {
+            return d.awaited(me, size);
+        }
+        if let Some(t) = self.table.iter().find(|t| !t.is_idle()) {
+            return Some(t.rank);
+        }
+        if let WindowEpoch::Pscw(p) = &self.epoch {
+            let waiting = (p.group.iter().zip(&p.granted))
+                .find(|(r, granted)| !**granted && !self.target.posts.contains_key(*r));
+            if let Some((r, _)) = waiting {
+                return Some(*r);
+            }
+        }
+        if let Some(group) = &self.target.exposure {
+            if let Some(r) = group
+                .iter()
+                .find(|r| !self.target.completes.contains_key(*r))
+            {
+                return Some(*r);
+            }
+        }
+        let freeing = &self.departures.freeing;
+        if !freeing.is_empty() {
+            return (0..size as Rank).find(|r| *r != me && freeing[*r as usize].is_none());
+        }
+        // A backend's own barrier does not say who is missing; between two ranks it is
+        // the other one.
+        (size == 2).then_some(1 - me)
+    }
+
+    /// Fails every op of `rank` still queued or under way with `err` and frees its
+    /// target element (its native ops' late completions find nothing and are ignored).
+    pub(super) fn abandon_target(&mut self, w: &WindowShared, rank: Rank, err: &Error) {
+        let Some(t) = self.table.get_mut(rank) else {
+            return;
+        };
+        let mut ops: Vec<Box<OpElem>> = t.pending.drain(..).collect();
+        ops.append(&mut t.issued);
+        for op in ops {
+            if let Some(r) = &op.request {
+                r.complete(Err(err.clone()));
+            }
+            self.native_index.remove(&op.token);
+            self.free_op(w, op);
+        }
+        self.free_target(w, rank);
+    }
+
+    /// Releases the native lock words this window holds at its targets: per-target
+    /// locks, and a lock_all's shared locks (per target, or on every target by the
+    /// window protocol). For a window that is dropped, or whose epoch failed.
+    pub(super) fn release_native_locks(&mut self, w: &WindowShared) {
+        let unlock = |rank: Rank, exclusive: bool| {
+            if Self::native_locks(w, rank) {
+                let _ = w.engine.transport.unlock(w.id, rank, exclusive);
+            }
+        };
+        match self.epoch {
+            WindowEpoch::PerTarget => {
+                for (rank, l) in &self.locks.0 {
+                    if l.granted && !l.nocheck {
+                        unlock(*rank, l.exclusive);
+                    }
+                }
+            }
+            WindowEpoch::LockAllGranted { nocheck: false } => {
+                for rank in 0..w.engine.size as Rank {
+                    unlock(rank, false);
+                }
+            }
+            WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => {
+                for t in self.table.iter() {
+                    if t.state == TargetState::LockGranted {
+                        unlock(t.rank, false);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Tells every peer what this rank does of the window (a [`Kind::Depart`] packet).
+    pub(super) fn send_departure(
+        &mut self,
+        w: &WindowShared,
+        what: Departure,
+        seq: u32,
+    ) -> Result<()> {
+        // Only a rank that leaves says whom it blames (a free or a mismatch announcement
+        // is no departure of the process, and an old blame would mislead).
+        let blame = match what {
+            Departure::Abandoned => w.engine.blame_word(),
+            _ => 0,
+        };
+        for peer in (0..w.engine.size as Rank).filter(|r| *r != w.engine.rank) {
+            self.enc
+                .start(Kind::Depart, 0, w.id, blame)
+                .u8(what as u8)
+                .u32(seq);
+            self.send_encoded(w, peer, Kind::Depart)?;
+        }
+        Ok(())
+    }
+
+    /// For a wait of `call` on this window whose condition does not hold after a
+    /// progress pass: the error if a peer's departure means it never will. A peer that
+    /// abandoned the window joins no collective on it again; a peer that failed a
+    /// collective as a mismatch fails ours too; a peer in `free` while this rank is in
+    /// `fence` with fewer barriers behind it is in another collective.
+    pub(super) fn departure_error(&mut self, w: &WindowShared, call: &'static str) -> Result<()> {
+        if let Some(rank) = w.engine.failed_rank() {
+            // The cause before its consequences (peers that left because of it).
+            return Err(PeerError::Dead { rank }.into());
+        }
+        if let Some((rank, theirs)) = self.departures.mismatch {
+            return Err(PeerError::Mismatch { rank, call, theirs }.into());
+        }
+        // A peer that dropped the window is blamed by a fence only if it never started
+        // this fence's barrier (one that did may still let it complete).
+        let mine = self.barrier_seq;
+        // Only collectives wait for every rank: passive-target calls go on among the
+        // others (the dropped window's locks were revoked at its target).
+        let collective = matches!(call, "fence" | "free" | "complete" | "wait");
+        let behind = (self.departures.abandoned.iter().enumerate())
+            .filter_map(|(r, s)| s.map(|s| (s, r)))
+            .filter(|(s, _)| collective && (call != "fence" || *s < mine))
+            .min();
+        if let Some((_, rank)) = behind {
+            return Err(PeerError::Departed {
+                rank: rank as Rank,
+                call,
+            }
+            .into());
+        }
+        if call == "fence" {
+            let early = self
+                .departures
+                .freeing
+                .iter()
+                .position(|s| s.is_some_and(|s| s < mine));
+            if let Some(rank) = early {
+                self.send_departure(w, Departure::Mismatch, Departure::call_code(call))?;
+                return Err(PeerError::Mismatch {
+                    rank: rank as Rank,
+                    call,
+                    theirs: "free",
+                }
+                .into());
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn sync_flags(sync: SyncFlag) -> u16 {
+    match sync {
+        SyncFlag::None => 0,
+        SyncFlag::Flush => flags::DONE,
+        SyncFlag::Unlock => flags::UNLOCK,
+        SyncFlag::Complete => flags::COMPLETE,
+    }
+}
+
+pub(super) fn op_kind_wire(k: OpKind) -> Kind {
+    match k {
+        OpKind::Put => Kind::Put,
+        OpKind::Get => Kind::Get,
+        OpKind::Accumulate => Kind::Accumulate,
+        OpKind::GetAccumulate => Kind::GetAccumulate,
+        OpKind::CompareAndSwap => Kind::CompareAndSwap,
+    }
+}
+
+pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_count: u32) {
+    let kind = op_kind_wire(op.kind);
+    enc.start(kind, fl, win, done_count);
+    let dt = op.datatype.unwrap_or(DataType::U8);
+    match op.kind {
+        OpKind::Put => {
+            enc.extent(op.extent).bytes(&op.data);
+        }
+        OpKind::Get => {
+            enc.u64(op.token).extent(op.extent);
+        }
+        OpKind::Accumulate => {
+            enc.u8(op.op.unwrap_or(AccOp::Replace) as u8)
+                .u8(dt as u8)
+                .extent(op.extent)
+                .bytes(&op.data);
+        }
+        OpKind::GetAccumulate => {
+            enc.u64(op.token)
+                .u8(op.op.unwrap_or(AccOp::NoOp) as u8)
+                .u8(dt as u8)
+                .extent(op.extent);
+            if op.op != Some(AccOp::NoOp) {
+                enc.bytes(&op.data);
+            }
+        }
+        OpKind::CompareAndSwap => {
+            enc.u64(op.token)
+                .u8(dt as u8)
+                .u64(op.extent.offset)
+                .bytes(&op.data);
+        }
+    }
+}
+
+pub(super) fn native_call(
+    w: &WindowShared,
+    rank: Rank,
+    op: &OpElem,
+    token: u64,
+) -> std::result::Result<Issued, TransportError> {
+    let t = &w.engine.transport;
+    let off = op.extent.offset;
+    let dt = op.datatype.unwrap_or(DataType::U8);
+    match op.kind {
+        OpKind::Put => t.put(w.id, rank, off, &op.data, token),
+        OpKind::Get => t.get(w.id, rank, off, op.extent.bytes() as usize, token),
+        OpKind::Accumulate | OpKind::GetAccumulate => t.atomic(
+            w.id,
+            rank,
+            off,
+            NativeAtomic::Accumulate {
+                op: op.op.unwrap_or(AccOp::Replace),
+                datatype: dt,
+                operand: &op.data,
+                fetch: op.kind == OpKind::GetAccumulate,
+            },
+            token,
+        ),
+        OpKind::CompareAndSwap => {
+            let (c, s) = op.data.split_at(dt.size());
+            t.atomic(
+                w.id,
+                rank,
+                off,
+                NativeAtomic::CompareAndSwap {
+                    datatype: dt,
+                    compare: c,
+                    swap: s,
+                },
+                token,
+            )
+        }
+    }
+}
+
+#[inline(always)] // on every native op's path; a call costs the emulator more than its code
+pub(super) fn native_call_desc(
+    w: &WindowShared,
+    d: &OpDesc<'_>,
+    token: u64,
+) -> std::result::Result<Issued, TransportError> {
+    let t = &w.engine.transport;
+    let off = d.extent.offset;
+    match d.kind {
+        OpKind::Put => t.put(w.id, d.target, off, d.data, token),
+        OpKind::Get => t.get(w.id, d.target, off, d.extent.bytes() as usize, token),
+        OpKind::Accumulate | OpKind::GetAccumulate => t.atomic(
+            w.id,
+            d.target,
+            off,
+            NativeAtomic::Accumulate {
+                op: d.op.unwrap_or(AccOp::Replace),
+                datatype: d.datatype,
+                operand: d.data,
+                fetch: d.kind == OpKind::GetAccumulate,
+            },
+            token,
+        ),
+        OpKind::CompareAndSwap => {
+            let (c, s) = d.data.split_at(d.datatype.size());
+            t.atomic(
+                w.id,
+                d.target,
+                off,
+                NativeAtomic::CompareAndSwap {
+                    datatype: d.datatype,
+                    compare: c,
+                    swap: s,
+                },
+                token,
+            )
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! LOCK / UNLOCK (seed 004): per-target passive epochs, the single short op, and
+//! releasing what an unlock holds on every path, errors included.
+
+use super::*;
+
+impl WindowShared {
+    pub(super) fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK) {
+            return Err(UsageError::BadAssert { call: "lock" }.into());
+        }
+        self.check_rank(target)?;
+        let eager = {
+            let mut st = self.lock_state();
+            match st.epoch {
+                WindowEpoch::PerTarget => {}
+                _ if Self::no_access_epoch(&st) => st.epoch = WindowEpoch::PerTarget,
+                ref e => {
+                    return Err(UsageError::EpochConflict {
+                        call: "lock",
+                        state: e.name(),
+                    }
+                    .into())
+                }
+            }
+            if st.locks.contains_key(&target) {
+                return Err(UsageError::AlreadyLocked { target }.into());
+            }
+            let nocheck = assert.contains(Assert::NOCHECK);
+            let exclusive = lock_type == LockType::Exclusive;
+            st.locks.insert(
+                target,
+                LockInfo {
+                    exclusive,
+                    nocheck,
+                    granted: nocheck,
+                },
+            );
+            let state = if nocheck {
+                TargetState::LockGranted
+            } else {
+                TargetState::LockCalled
+            };
+            if let Some(t) = st.table.get_mut(target) {
+                t.state = state;
+            }
+            if !nocheck && WinState::native_locks(self, target) && st.table.get(target).is_none() {
+                // Native locks cost no message: take the lock now, so the epoch's ops go
+                // straight to the target (seed 004's LOCK, "do PROGRESS_WAIT until I got
+                // the lock", for every target).
+                drop(st);
+                let mut first = true;
+                self.engine.wait_until("lock", || {
+                    if !first {
+                        self.lock_state().make_progress(self)?;
+                    }
+                    first = false;
+                    if self.engine.transport.try_lock(self.id, target, exclusive)? {
+                        let mut st = self.lock_state();
+                        if let Some(l) = st.locks.get_mut(&target) {
+                            l.granted = true;
+                        }
+                        if let Some(t) = st.table.get_mut(target) {
+                            t.state = TargetState::LockGranted;
+                        }
+                        return Ok(true);
+                    }
+                    Ok(false)
+                })?;
+                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+                return Ok(());
+            }
+            !nocheck && st.must_take_lock(self, target)
+        };
+        if eager {
+            // Local loads/stores after lock must be protected: take the lock now.
+            self.wait_for("lock", |st| {
+                if st.table.get(target).is_none() && st.target_elem(self, target).is_none() {
+                    st.restore_target_elem_resources::<()>(self, target)?;
+                    return Ok(false);
+                }
+                let t = st.table.get_mut(target).expect("exists");
+                if t.state == TargetState::LockCalled {
+                    st.request_lock(self, target)?;
+                } else if t.state == TargetState::LockIssued {
+                    st.issue_ops_target(self, target)?;
+                }
+                Ok(st.locks.get(&target).is_some_and(|l| l.granted))
+            })?;
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+        }
+        Ok(())
+    }
+
+    pub(super) fn unlock(&self, target: Rank) -> Result<()> {
+        self.unlock_inner(target).inspect_err(|e| {
+            if !matches!(e, Error::Usage(_)) {
+                // The lock of `target` is over either way: release what this rank holds
+                // of it and fail its ops, so that the window is not stuck in the epoch.
+                let mut st = self.lock_state();
+                if let Some(info) = st.locks.remove(&target) {
+                    if info.granted && !info.nocheck && WinState::native_locks(self, target) {
+                        let _ = self
+                            .engine
+                            .transport
+                            .unlock(self.id, target, info.exclusive);
+                    }
+                }
+                st.abandon_target(self, target, e);
+                if st.locks.is_empty() && st.table.active == 0 {
+                    st.epoch = WindowEpoch::Unset;
+                    st.restoring = false;
+                }
+            }
+        })
+    }
+
+    pub(super) fn unlock_inner(&self, target: Rank) -> Result<()> {
+        self.check_rank(target)?;
+        let info = {
+            let mut st = self.lock_state();
+            if !matches!(st.epoch, WindowEpoch::PerTarget) {
+                return Err(UsageError::NotLocked { target }.into());
+            }
+            let info = *st
+                .locks
+                .get(&target)
+                .ok_or(UsageError::NotLocked { target })?;
+            // Hot path: native lock, nothing of the epoch left to complete.
+            let settled = st
+                .table
+                .get(target)
+                .is_none_or(|t| t.is_idle() && t.am_since_done == 0);
+            if WinState::native_locks(self, target) && settled && st.outbox.is_empty() {
+                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
+                st.free_target(self, target);
+                st.locks.remove(&target);
+                if info.granted && !info.nocheck {
+                    self.engine
+                        .transport
+                        .unlock(self.id, target, info.exclusive)?;
+                }
+                if st.locks.is_empty() && st.table.active == 0 {
+                    st.epoch = WindowEpoch::Unset;
+                    st.restoring = false;
+                }
+                return st.deferred.take().map_or(Ok(()), Err);
+            }
+            info
+        };
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
+        self.wait_for("unlock", |st| {
+            if st.table.get(target).is_none() && st.target_elem(self, target).is_none() {
+                st.restore_target_elem_resources::<()>(self, target)?;
+                return Ok(false);
+            }
+            let native = WinState::native_locks(self, target);
+            let t = st.table.get_mut(target).expect("exists");
+            t.sync = if info.nocheck || native {
+                if t.am_since_done > 0 || !t.pending.is_empty() {
+                    SyncFlag::Flush
+                } else {
+                    SyncFlag::None
+                }
+            } else {
+                SyncFlag::Unlock
+            };
+            st.issue_ops_target(self, target)?;
+            Ok(true)
+        })?;
+        self.wait_for("unlock", |st| {
+            Ok(st.table.get(target).is_none_or(|t| t.is_idle()))
+        })?;
+        let mut st = self.lock_state();
+        st.free_target(self, target);
+        let held = st
+            .locks
+            .remove(&target)
+            .is_some_and(|l| l.granted && !l.nocheck);
+        if held && WinState::native_locks(self, target) {
+            self.engine
+                .transport
+                .unlock(self.id, target, info.exclusive)?;
+        }
+        if st.locks.is_empty() && st.table.active == 0 {
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+        }
+        match st.deferred.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! LOCK_ALL / UNLOCK_ALL (seed 004): per-target locks taken lazily, or the window
+//! protocol when resources run short.
+
+use super::*;
+
+impl WindowShared {
+    pub(super) fn lock_all(&self, assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK) {
+            return Err(UsageError::BadAssert { call: "lock_all" }.into());
+        }
+        let mut st = self.lock_state();
+        if !Self::no_access_epoch(&st) {
+            return Err(UsageError::EpochConflict {
+                call: "lock_all",
+                state: st.epoch.name(),
+            }
+            .into());
+        }
+        st.epoch = if assert.contains(Assert::NOCHECK) {
+            WindowEpoch::LockAllGranted { nocheck: true }
+        } else {
+            WindowEpoch::LockAllCalled
+        };
+        for rank in st.table.ranks() {
+            let state = if assert.contains(Assert::NOCHECK) {
+                TargetState::Ready
+            } else {
+                TargetState::LockCalled
+            };
+            st.table.get_mut(rank).expect("listed").state = state;
+        }
+        drop(st);
+        if self.kind == WindowKind::Shared && !assert.contains(Assert::NOCHECK) {
+            // Shared memory may be touched by load/store: hold every lock before returning.
+            let mut st = self.lock_state();
+            st.lock_all_window_protocol(self)?;
+            drop(st);
+            self.wait_for("lock_all", |st| Ok(st.lock_all_issued_done()))?;
+        }
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: LOCK_ALL as LOCK
+        Ok(())
+    }
+
+    pub(super) fn unlock_all(&self) -> Result<()> {
+        self.sync_call("unlock_all", || {
+            let nocheck = {
+                let st = self.lock_state();
+                match st.epoch {
+                    WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => None,
+                    WindowEpoch::LockAllGranted { nocheck } => Some(nocheck),
+                    ref e => {
+                        return Err(UsageError::EpochConflict {
+                            call: "unlock_all",
+                            state: e.name(),
+                        }
+                        .into())
+                    }
+                }
+            };
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
+            self.wait_for("unlock_all", |st| Ok(st.lock_all_issued_done()))?;
+            let window_protocol = matches!(
+                self.lock_state().epoch,
+                WindowEpoch::LockAllGranted { nocheck: false }
+            );
+            {
+                let mut st = self.lock_state();
+                for rank in st.table.ranks() {
+                    let native = WinState::native_locks(self, rank);
+                    let t = st.table.get_mut(rank).expect("listed");
+                    let needs_done = t.am_since_done > 0 || !t.pending.is_empty();
+                    t.sync = match t.state {
+                        // Native locks: complete remotely, release after (below).
+                        TargetState::LockCalled
+                        | TargetState::LockIssued
+                        | TargetState::LockGranted
+                            if native =>
+                        {
+                            if needs_done {
+                                SyncFlag::Flush
+                            } else {
+                                SyncFlag::None
+                            }
+                        }
+                        // Per-target protocol: RMA_DONE+UNLOCK to each locked target.
+                        TargetState::LockCalled
+                        | TargetState::LockIssued
+                        | TargetState::LockGranted => SyncFlag::Unlock,
+                        TargetState::Ready if t.am_since_done > 0 || !t.pending.is_empty() => {
+                            SyncFlag::Flush
+                        }
+                        TargetState::Ready => SyncFlag::None,
+                    };
+                    st.issue_ops_target(self, rank)?;
+                }
+            }
+            self.wait_for("unlock_all", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+            {
+                let mut st = self.lock_state();
+                for rank in st.table.ranks() {
+                    let held = st
+                        .table
+                        .get(rank)
+                        .is_some_and(|t| t.state == TargetState::LockGranted);
+                    if held && !window_protocol && WinState::native_locks(self, rank) {
+                        self.engine.transport.unlock(self.id, rank, false)?;
+                    }
+                    st.free_target(self, rank);
+                }
+                // Released (or being released) from here on: a failure below must not
+                // release them twice.
+                st.epoch = WindowEpoch::Unset;
+                if window_protocol && nocheck != Some(true) {
+                    // Window protocol: every target was locked; unlock them all.
+                    for rank in 0..self.engine.size as Rank {
+                        if WinState::native_locks(self, rank) {
+                            self.engine.transport.unlock(self.id, rank, false)?;
+                        } else {
+                            st.window_acks += 1;
+                            st.send_control(self, rank, Kind::Done, flags::UNLOCK, 0)?;
+                        }
+                    }
+                }
+            }
+            self.wait_for("unlock_all", |st| Ok(st.window_acks == 0))?;
+            let mut st = self.lock_state();
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+            match st.deferred.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+}

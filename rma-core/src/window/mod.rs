@@ -1,0 +1,323 @@
+//! Windows: the origin side of every operation and synchronization (seed 004's
+//! algorithms for FENCE, PSCW, LOCK, LOCK_ALL and FLUSH), and the dispatch of incoming
+//! packets to the [target side](crate::target).
+//!
+//! All state of one window sits behind one mutex ([`WinState`]). Blocking calls never
+//! hold it while they wait: each turn of a wait loop takes it, makes progress on this
+//! window, checks its condition and lets go, then drives the engine's global progress.
+//!
+//! One file per concept of the design: this one holds the types ([`WindowShared`],
+//! [`WinState`] and their parts); [`rma_op`] posts an op (RMA_OP); [`issue`] puts ops
+//! and control on the wire (ISSUE_OPS); [`elements`] takes and gives back op and target
+//! elements (CLEANUP_OPS, RESTORE); [`access`] says when ops to a target may go and
+//! runs one window's progress; [`incoming`] handles packets and completions; [`shared`]
+//! waits and checks; [`fence`], [`pscw`], [`lock`], [`lock_all`] and [`flush`] are the
+//! synchronization algorithms; [`api`] is the public [`Window`].
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::barrier::Dissemination;
+use crate::datatype::{AccOp, DataType, Element};
+use crate::engine::{EngineShared, BLAME_MISMATCH};
+use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEpoch};
+use crate::error::{Error, PeerError, Result, TransportError, UsageError};
+use crate::op_table::{OpElem, OpKind, OpTable, SyncFlag, TargetElem};
+use crate::pool::LocalPool;
+use crate::request::{Request, RequestState};
+use crate::stats::{Counters, Stats};
+use crate::target::{Memory, Reply, TargetSide, Waiter, REGION_SHIFT};
+use crate::transport::{Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory};
+use crate::wire::{self, flags, Body, Departure, Encoder, Extent, Kind, Packet};
+use crate::Rank;
+
+mod access;
+mod api;
+mod elements;
+mod fence;
+mod flush;
+mod incoming;
+mod issue;
+mod lock;
+mod lock_all;
+mod pscw;
+mod rma_op;
+mod shared;
+
+pub use api::{FreeError, GetInto, Window};
+use issue::{encode_op, native_call, native_call_desc, op_kind_wire, sync_flags};
+use rma_op::short_op;
+
+/// How a window's memory came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowKind {
+    /// Memory allocated by the library (`allocate`).
+    Allocate,
+    /// Memory the user handed over (`create`).
+    Create,
+    /// Regions attached and detached at run time (`create_dynamic`).
+    Dynamic,
+    /// Memory shared by the ranks of a node, loadable and storable directly
+    /// (`allocate_shared`).
+    Shared,
+}
+
+/// A strided layout in elements: `count` blocks of `block` elements, `stride` elements
+/// apart. [`Layout::contiguous`] is one block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of blocks.
+    pub count: usize,
+    /// Elements per block.
+    pub block: usize,
+    /// Elements from the start of one block to the next.
+    pub stride: usize,
+}
+
+impl Layout {
+    /// `len` elements in one block.
+    pub fn contiguous(len: usize) -> Self {
+        Layout {
+            count: 1,
+            block: len,
+            stride: len,
+        }
+    }
+    /// `count` blocks of `block` elements every `stride` elements.
+    pub fn strided(count: usize, block: usize, stride: usize) -> Self {
+        Layout {
+            count,
+            block,
+            stride,
+        }
+    }
+    /// Elements described (`usize::MAX` when that overflows: such a layout is refused
+    /// by every call).
+    pub fn elements(&self) -> usize {
+        self.count.saturating_mul(self.block)
+    }
+    /// Blocks in order and not overlapping, and every count computable.
+    fn valid(&self) -> bool {
+        (self.count <= 1 || self.stride >= self.block)
+            && self.count.checked_mul(self.block).is_some()
+            && self.span().is_some()
+    }
+    /// Elements from the first to one past the last, if that fits.
+    fn span(&self) -> Option<usize> {
+        match self.count {
+            0 => Some(0),
+            n => (n - 1).checked_mul(self.stride)?.checked_add(self.block),
+        }
+    }
+}
+
+/// A window's state shared by its handle and the engine's progress.
+pub(crate) struct WindowShared {
+    pub id: u32,
+    pub kind: WindowKind,
+    pub engine: Arc<EngineShared>,
+    pub remote: Vec<RemoteSegment>,
+    pub memory: RwLock<Memory>,
+    pub state: Mutex<WinState>,
+    pub counters: Counters,
+    /// Per-target route: index into `classes`, decided once at creation (the native
+    /// capabilities of the backend toward that target on this window).
+    routes: Vec<u8>,
+    classes: Vec<crate::transport::Capabilities>,
+    /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
+    shares_memory: bool,
+    /// Next dynamic region id.
+    next_region: Mutex<u32>,
+    /// A `create` window's user buffer, kept aside while its bytes live in backend
+    /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
+    pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
+    /// Freed collectively: its drop tells nobody (otherwise peers learn it was abandoned).
+    freed: std::sync::atomic::AtomicBool,
+}
+
+/// Ops up to this many bytes never need pieces (every backend carries at least this in
+/// one message): the hot path of small contiguous ops skips the question.
+const SPLIT_ABOVE: u64 = 512;
+
+/// The largest op on a dynamic window (sent in pieces), whose target's regions the
+/// origin cannot check.
+const DYNAMIC_SPLIT_MAX: u64 = 1 << 30;
+
+/// Token bit of native ops tracked by their target's count alone (no op element): the
+/// low 32 bits are the target rank. A token is `window id << 40 | bits`.
+const UNTRACKED: u64 = 1 << 39;
+
+/// The token of an untracked native op of window `win` toward `rank`.
+fn untracked_token(win: u32, rank: Rank) -> u64 {
+    (u64::from(win) << 40) | UNTRACKED | u64::from(rank)
+}
+
+/// Hashes the tokens of native ops and ranks: distinct counters, so one multiplication
+/// spreads them (these maps are on every native op's and every PSCW epoch's path;
+/// SipHash's flood resistance buys nothing for keys we make ourselves or ranks the
+/// transport vouches for).
+#[derive(Default)]
+pub(crate) struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, token: u64) {
+        self.0 = token.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, rank: u32) {
+        self.write_u64(u64::from(rank));
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Everything mutable about a window (origin and target side).
+pub(crate) struct WinState {
+    epoch: WindowEpoch,
+    table: OpTable,
+    op_pool: LocalPool<OpElem>,
+    target_pool: LocalPool<TargetElem>,
+    /// Per-target locks of PER_TARGET epochs (bounded by the locks the user holds).
+    locks: LockTable,
+    next_token: u64,
+    /// Native ops under way: token to target rank (bounded by the op pool).
+    native_index: HashMap<u64, Rank, BuildHasherDefault<TokenHasher>>,
+    /// Ranks ISSUE_OPS_WIN visits, reused from pass to pass.
+    work: Vec<Rank>,
+    /// Window-protocol lock grants and unlock acks still to come (LOCK_ALL window protocol).
+    window_grants: u32,
+    window_acks: u32,
+    /// Next rank whose lock the native window protocol takes.
+    native_lock_cursor: Rank,
+    barrier: Option<Barrier>,
+    background_barriers: Vec<Dissemination>,
+    barrier_seq: u32,
+    /// A synchronization call in progress (other than flush), for the thread rules.
+    sync_call: Option<&'static str>,
+    /// Resource pressure: free idle target elements eagerly.
+    restoring: bool,
+    /// Errors found asynchronously (refused ops), reported by the next sync call.
+    deferred: Option<Error>,
+    pub target: TargetSide,
+    outbox: VecDeque<(Rank, Kind, Vec<u8>)>,
+    enc: Encoder,
+    /// What peers said of leaving this window (their `Depart` packets).
+    departures: PeerDepartures,
+}
+
+/// What peers said of leaving a window: the collectives on it that can no longer
+/// complete, and who is to blame.
+#[derive(Debug, Default)]
+struct PeerDepartures {
+    /// Per peer that dropped the window without freeing it: the barriers it had started
+    /// on it (the one furthest behind is the one to blame for a collective that cannot
+    /// complete; others may have dropped it only because that collective failed).
+    abandoned: Vec<Option<u32>>,
+    /// The first peer whose collective call failed as a mismatch, and that call.
+    mismatch: Option<(Rank, &'static str)>,
+    /// Per peer, in `free`: the barriers it had started on the window before.
+    freeing: Vec<Option<u32>>,
+}
+
+/// The locks of a PER_TARGET epoch: few (the ones the user holds at once), so a vector
+/// searched linearly beats hashing.
+#[derive(Debug, Default)]
+struct LockTable(Vec<(Rank, LockInfo)>);
+
+impl LockTable {
+    fn get(&self, rank: &Rank) -> Option<&LockInfo> {
+        self.0.iter().find(|(r, _)| r == rank).map(|(_, l)| l)
+    }
+    fn get_mut(&mut self, rank: &Rank) -> Option<&mut LockInfo> {
+        self.0.iter_mut().find(|(r, _)| r == rank).map(|(_, l)| l)
+    }
+    fn contains_key(&self, rank: &Rank) -> bool {
+        self.get(rank).is_some()
+    }
+    fn insert(&mut self, rank: Rank, info: LockInfo) {
+        match self.get_mut(&rank) {
+            Some(l) => *l = info,
+            None => self.0.push((rank, info)),
+        }
+    }
+    fn remove(&mut self, rank: &Rank) -> Option<LockInfo> {
+        let i = self.0.iter().position(|(r, _)| r == rank)?;
+        Some(self.0.swap_remove(i).1)
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The IBARRIER of a fence: active messages (dissemination), or the backend's own
+/// (shared counters) when it offers one for the window.
+#[derive(Debug)]
+enum Barrier {
+    Messages(Dissemination),
+    Native(u64),
+}
+
+/// What an attempt that may need resources or other ranks came to.
+enum Step<T> {
+    Done(T),
+    Blocked,
+}
+
+/// An operation, origin side, before it has an element.
+struct OpDesc<'a> {
+    kind: OpKind,
+    target: Rank,
+    extent: Extent,
+    op: Option<AccOp>,
+    datatype: DataType,
+    /// Payload (compare-and-swap: compare then swap).
+    data: &'a [u8],
+    /// The caller wants a request for the op's completion or fetched data.
+    wants_result: bool,
+    /// A get's destination, filled directly when the backend completes it in the call.
+    into: Option<std::cell::RefCell<&'a mut [u8]>>,
+}
+
+/// What posting an op came to.
+pub(crate) enum Posted {
+    /// Complete already; with the fetched bytes when a result was wanted.
+    Done(Option<Fetched>),
+    /// Queued or under way; the request completes later.
+    Later(Option<Arc<RequestState>>),
+}
+
+impl WinState {
+    pub(crate) fn new(engine: &EngineShared) -> Self {
+        let c = &engine.config;
+        WinState {
+            epoch: WindowEpoch::Unset,
+            table: OpTable::new(c.slots),
+            op_pool: LocalPool::new(c.op_pool_local),
+            target_pool: LocalPool::new(c.target_pool_local),
+            locks: LockTable::default(),
+            next_token: 0,
+            native_index: HashMap::default(),
+            work: Vec::new(),
+            window_grants: 0,
+            window_acks: 0,
+            native_lock_cursor: 0,
+            barrier: None,
+            background_barriers: Vec::new(),
+            barrier_seq: 0,
+            sync_call: None,
+            restoring: false,
+            deferred: None,
+            target: TargetSide::default(),
+            outbox: VecDeque::new(),
+            enc: Encoder::default(),
+            departures: PeerDepartures::default(),
+        }
+    }
+}

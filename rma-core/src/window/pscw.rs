@@ -1,0 +1,170 @@
+//! PSCW (seed 004): start, complete, post, wait and test, with the post and complete
+//! notices native where the backend offers them.
+
+use super::*;
+
+impl WindowShared {
+    pub(super) fn check_group(&self, group: &[Rank]) -> Result<()> {
+        for (i, r) in group.iter().enumerate() {
+            self.check_rank(*r)?;
+            if group[..i].contains(r) {
+                return Err(UsageError::BadLayout.into());
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK) {
+            return Err(UsageError::BadAssert { call: "start" }.into());
+        }
+        self.check_group(group)?;
+        self.sync_call("start", || {
+            let mut st = self.lock_state();
+            if !Self::no_access_epoch(&st) {
+                return Err(UsageError::EpochConflict {
+                    call: "start",
+                    state: st.epoch.name(),
+                }
+                .into());
+            }
+            let nocheck = assert.contains(Assert::NOCHECK);
+            st.epoch = WindowEpoch::Pscw(PscwAccess {
+                group: group.to_vec(),
+                granted: vec![nocheck; group.len()],
+            });
+            // Posts already left natively: the first ops go at once.
+            st.take_native_notices(self);
+            drop(st);
+            // seed 004 RMA+shm, PSCW row: WIN_START has MEM_SYNC after PROC_SYNC; the PROC_SYNC
+            // (posts) is awaited lazily per target, so the barrier is taken here, before any op.
+            self.engine.transport.memory_sync();
+            Ok(())
+        })
+    }
+
+    pub(super) fn complete(&self) -> Result<()> {
+        self.sync_call("complete", || {
+            let group = match &self.lock_state().epoch {
+                WindowEpoch::Pscw(p) => p.group.clone(),
+                _ => return Err(UsageError::NoExposureEpoch.into()),
+            };
+            let transport = &self.engine.transport;
+            transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
+            for &rank in &group {
+                // Ops may only go once the target posted; complete waits for that post.
+                let close = |st: &mut WinState| -> Result<bool> {
+                    st.take_native_posts(self, rank);
+                    if !st.access_granted(rank) {
+                        return Ok(false);
+                    }
+                    if st.table.get(rank).is_none() {
+                        if !transport.notify(self.id, rank, Notice::Complete)? {
+                            st.send_control(self, rank, Kind::Done, flags::COMPLETE, 0)?;
+                        }
+                    } else {
+                        st.table.get_mut(rank).expect("exists").sync = SyncFlag::Complete;
+                        st.issue_ops_target(self, rank)?;
+                    }
+                    Ok(true)
+                };
+                // Usually the post is in already: no progress pass before closing.
+                let closed = close(&mut self.lock_state())?;
+                if !closed {
+                    self.wait_for("complete", close)?;
+                }
+            }
+            let idle = |st: &mut WinState| Ok(st.table.iter().all(|t| t.is_idle()));
+            if !idle(&mut self.lock_state())? {
+                self.wait_for("complete", idle)?;
+            }
+            let mut st = self.lock_state();
+            for rank in st.table.ranks() {
+                st.free_target(self, rank);
+            }
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+            match st.deferred.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+    }
+
+    pub(super) fn post_exposure(&self, group: &[Rank], assert: Assert) -> Result<()> {
+        if !assert.only(Assert::NOCHECK | Assert::NOSTORE | Assert::NOPUT) {
+            return Err(UsageError::BadAssert { call: "post" }.into());
+        }
+        self.check_group(group)?;
+        let mut st = self.lock_state();
+        if st.target.exposure.is_some() {
+            return Err(UsageError::EpochConflict {
+                call: "post",
+                state: "exposure epoch open",
+            }
+            .into());
+        }
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_POST
+        if !assert.contains(Assert::NOCHECK) {
+            for &r in group {
+                if !self.engine.transport.notify(self.id, r, Notice::Post)? {
+                    st.send_control(self, r, Kind::Post, 0, 0)?;
+                }
+            }
+        }
+        st.target.exposure = Some(group.to_vec());
+        st.make_progress(self)
+    }
+
+    pub(super) fn exposure_done(st: &mut WinState) -> bool {
+        let Some(group) = &st.target.exposure else {
+            return true;
+        };
+        if group
+            .iter()
+            .all(|r| st.target.completes.get(r).is_some_and(|n| *n > 0))
+        {
+            for r in group.clone() {
+                let n = st.target.completes.get_mut(&r).expect("checked");
+                *n -= 1;
+                if *n == 0 {
+                    st.target.completes.remove(&r);
+                }
+            }
+            st.target.exposure = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(super) fn wait_exposure(&self) -> Result<()> {
+        if self.lock_state().target.exposure.is_none() {
+            return Err(UsageError::NoExposureEpoch.into());
+        }
+        let done = |st: &mut WinState| {
+            st.take_native_completes(self);
+            Ok(Self::exposure_done(st))
+        };
+        // The completes may all be in already: no progress pass then.
+        if !done(&mut self.lock_state())? {
+            self.wait_for("wait", done)?;
+        }
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_WAIT
+        Ok(())
+    }
+
+    pub(super) fn test_exposure(&self) -> Result<bool> {
+        if self.lock_state().target.exposure.is_none() {
+            return Err(UsageError::NoExposureEpoch.into());
+        }
+        self.engine.progress()?;
+        let mut st = self.lock_state();
+        st.make_progress(self)?;
+        let done = Self::exposure_done(&mut st);
+        if done {
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_TEST
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,368 @@
+//! RMA_OP (seed 004): posting an op, native where the backend can, queued in the op
+//! table otherwise; the single short op; ops too large for one message in pieces.
+
+use super::*;
+
+impl WinState {
+    pub(super) fn try_post(
+        &mut self,
+        w: &WindowShared,
+        d: &OpDesc<'_>,
+        native: bool,
+    ) -> Result<Step<Posted>> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        let rank = d.target;
+        // Which epoch grants access to this target?
+        match &self.epoch {
+            WindowEpoch::Unset => return Err(UsageError::NoEpoch { target: rank }.into()),
+            WindowEpoch::Pscw(p) if p.index(rank).is_none() => {
+                return Err(UsageError::NotInGroup { target: rank }.into())
+            }
+            WindowEpoch::PerTarget
+                if !self.locks.contains_key(&rank) && self.table.get(rank).is_none() =>
+            {
+                return Err(UsageError::NoEpoch { target: rank }.into())
+            }
+            _ => {}
+        }
+        if matches!(self.epoch, WindowEpoch::FenceIssued) && self.advance_barrier(w)? {
+            self.epoch = WindowEpoch::FenceGranted;
+        }
+        // Fast path: native, access granted, nothing queued before it. The target
+        // element is looked up once (the state and whether there is one).
+        let elem_state = self
+            .table
+            .get(rank)
+            .map(|t| (t.state, t.pending.is_empty()));
+        let has_elem = elem_state.is_some();
+        if native && elem_state.is_none_or(|(s, empty)| empty && s != TargetState::LockCalled) {
+            let granted = match (&self.epoch, elem_state) {
+                (WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. }, _) => true,
+                (WindowEpoch::PerTarget, Some((s, _))) => {
+                    matches!(s, TargetState::LockGranted | TargetState::Ready)
+                }
+                (WindowEpoch::PerTarget, None) => self.locks.get(&rank).is_some_and(|l| l.granted),
+                (WindowEpoch::Pscw(_), _) => {
+                    // A post left natively goes straight to this op (no element queued
+                    // to wait for the next progress pass).
+                    self.take_native_posts(w, rank);
+                    self.access_granted(rank)
+                }
+                _ => has_elem && self.access_granted(rank),
+            };
+            // A get into the caller's buffer that the backend completes in the call: no
+            // element, no copy of ours.
+            if granted && d.kind == OpKind::Get && w.caps(rank).get_in_call {
+                if let Some(dst) = &d.into {
+                    let mut dst = dst.borrow_mut();
+                    if w.engine
+                        .transport
+                        .get_into(w.id, rank, d.extent.offset, &mut dst)?
+                    {
+                        w.counters.op(true);
+                        return Ok(Step::Done(Posted::Done(None)));
+                    }
+                }
+            }
+            // Resources to track the op in case it does not complete at once.
+            let room = has_elem || !self.target_pool_empty(w);
+            if granted && room && !d.wants_result {
+                // Nothing to hand back: no op element, no token of its own. The target
+                // element counts it, and its completion names the target (as a provider
+                // counter would); the backend bounds how many are under way (Busy).
+                let token = untracked_token(w.id, rank);
+                return match native_call_desc(w, d, token) {
+                    Ok(Issued::Complete(_)) => {
+                        w.counters.op(true);
+                        Ok(Step::Done(Posted::Done(None)))
+                    }
+                    Ok(Issued::Pending) => {
+                        w.counters.op(true);
+                        let elem = self.target_elem(w, rank).expect("room checked");
+                        elem.native_in_flight += 1;
+                        Ok(Step::Done(Posted::Later(None)))
+                    }
+                    Err(TransportError::Busy) => Ok(Step::Blocked),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            // An op that hands a result back needs an op element only if it does not
+            // complete in the call. One free in the window's local pool (which only this
+            // locked state touches) is still free after the call, so it is taken then;
+            // otherwise one is taken from the global pool first.
+            let held = if granted && room && !self.op_pool.has_local() {
+                self.op_pool.get(&w.engine.op_pool)
+            } else {
+                None
+            };
+            if granted && room && (held.is_some() || self.op_pool.has_local()) {
+                let token = self.new_token(w);
+                let issued = native_call_desc(w, d, token);
+                // Kept only for an op that stays pending.
+                let held = match held {
+                    Some(op) if !matches!(issued, Ok(Issued::Pending)) => {
+                        self.free_op(w, op);
+                        None
+                    }
+                    held => held,
+                };
+                match issued {
+                    Ok(Issued::Complete(data)) => {
+                        w.counters.op(true);
+                        // A get into the caller's buffer, complete in the call: the bytes
+                        // go there now (no request to make and wait on).
+                        if let (Some(dst), Some(bytes)) = (&d.into, &data) {
+                            let mut dst = dst.borrow_mut();
+                            if bytes.len() == dst.len() {
+                                dst.copy_from_slice(bytes);
+                                return Ok(Step::Done(Posted::Done(None)));
+                            }
+                        }
+                        let data = d.wants_result.then(|| data.unwrap_or_default());
+                        return Ok(Step::Done(Posted::Done(data)));
+                    }
+                    Ok(Issued::Pending) => {
+                        let op = match held {
+                            Some(op) => op,
+                            None => self
+                                .op_pool
+                                .get(&w.engine.op_pool)
+                                .expect("a local element was free before the call"),
+                        };
+                        return self.track_native(w, d, token, op);
+                    }
+                    Err(TransportError::Busy) => return Ok(Step::Blocked),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        // Everything else needs a target element and an op element.
+        if self.table.get(rank).is_none() {
+            if self.target_pool_empty(w) {
+                return self.restore_target_elem_resources(w, rank);
+            }
+            self.target_elem(w, rank).expect("pool checked");
+        }
+        let Some(mut op) = self.op_pool.get(&w.engine.op_pool) else {
+            return self.restore_op_elem_resources(w, rank);
+        };
+        w.counters
+            .elements_in_use(self.op_pool.in_use(), self.target_pool.in_use());
+        op.kind = d.kind;
+        op.extent = d.extent;
+        op.op = d.op;
+        op.datatype = Some(d.datatype);
+        op.data.clear();
+        op.data.extend_from_slice(d.data);
+        op.native = native;
+        op.token = self.new_token(w);
+        op.request = if d.wants_result {
+            Some(RequestState::reuse_or_new(op.spare_request.take()))
+        } else {
+            None
+        };
+        let request = op.request.clone();
+        let config = &w.engine.config;
+        let elem = self.table.get_mut(rank).expect("created above");
+        elem.pending.push_back(op);
+        // Issue now unless the op may wait for piggybacking (or single-op at unlock).
+        let big = d.data.len() > config.queue_max_bytes;
+        let issue_now =
+            big || elem.pending.len() > config.piggyback_threshold || !config.piggyback || native;
+        let lock_now = elem.state == TargetState::LockCalled
+            && (elem.pending.len() > 1
+                || !config.single_op
+                || d.data.len() > config.single_op_threshold
+                || d.extent.bytes() > config.single_op_threshold as u64);
+        if issue_now || lock_now {
+            self.issue_ops_target(w, rank)?;
+        }
+        if self.table.get(rank).is_some_and(|t| !t.pending.is_empty()) {
+            w.counters.queued();
+        }
+        Ok(Step::Done(Posted::Later(request)))
+    }
+
+    /// Tracks a native op that is under way, in the element reserved for it, so that its
+    /// completion (matched by token) finds its request.
+    pub(super) fn track_native(
+        &mut self,
+        w: &WindowShared,
+        d: &OpDesc<'_>,
+        token: u64,
+        mut op: Box<OpElem>,
+    ) -> Result<Step<Posted>> {
+        w.counters.op(true);
+        self.native_index.insert(token, d.target);
+        op.kind = d.kind;
+        op.token = token;
+        op.native = true;
+        op.request = if d.wants_result {
+            Some(RequestState::reuse_or_new(op.spare_request.take()))
+        } else {
+            None
+        };
+        let request = op.request.clone();
+        let elem = self
+            .target_elem(w, d.target)
+            .expect("room checked before issue");
+        elem.native_in_flight += 1;
+        elem.issued.push(op);
+        Ok(Step::Done(Posted::Later(request)))
+    }
+
+    pub(super) fn target_pool_empty(&self, w: &WindowShared) -> bool {
+        self.target_pool.in_use() >= w.engine.config.target_pool_local
+            && w.engine.target_pool.available() == 0
+    }
+
+    /// RESTORE_TARGET_ELEM_RESOURCES, as a step: pick an element to drain and let
+    /// progress complete it; LOCK_ALL_CALLED falls back to the window protocol instead.
+    pub(super) fn restore_target_elem_resources<T>(
+        &mut self,
+        w: &WindowShared,
+        _for_rank: Rank,
+    ) -> Result<Step<T>> {
+        w.counters.restore();
+        if matches!(self.epoch, WindowEpoch::LockAllCalled) {
+            self.lock_all_window_protocol(w)?;
+            return Ok(Step::Blocked);
+        }
+        self.restoring = true;
+        self.drain_one();
+        self.cleanup_ops_win(w);
+        Ok(Step::Blocked)
+    }
+
+    /// RESTORE_OP_ELEM_RESOURCES: flush one target with queued ops.
+    pub(super) fn restore_op_elem_resources<T>(
+        &mut self,
+        w: &WindowShared,
+        for_rank: Rank,
+    ) -> Result<Step<T>> {
+        w.counters.restore();
+        let victim = match self.table.get(for_rank) {
+            Some(t) if !t.pending.is_empty() => Some(for_rank),
+            _ => self
+                .table
+                .iter()
+                .find(|t| !t.pending.is_empty())
+                .map(|t| t.rank),
+        };
+        if let Some(v) = victim {
+            let elem = self.table.get_mut(v).expect("exists");
+            if elem.sync == SyncFlag::None {
+                elem.sync = if matches!(self.epoch, WindowEpoch::Pscw(_)) {
+                    SyncFlag::None
+                } else {
+                    SyncFlag::Flush
+                };
+            }
+            // In PSCW no RMA_DONE is needed: just issue (the complete closes it).
+            self.force_issue(w, v)?;
+        }
+        Ok(Step::Blocked)
+    }
+
+    /// Issues a target's queued ops now, asking for its lock if needed (a request is
+    /// waited on, or flush_local).
+    pub(crate) fn force_issue(&mut self, w: &WindowShared, rank: Rank) -> Result<()> {
+        if let Some(t) = self.table.get_mut(rank) {
+            t.no_delay = true;
+            self.issue_ops_target(w, rank)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn drain_one(&mut self) {
+        let in_pscw = matches!(self.epoch, WindowEpoch::Pscw(_));
+        let victim = self
+            .table
+            .iter()
+            .find(|t| t.state == TargetState::LockGranted || t.state == TargetState::Ready)
+            .or_else(|| self.table.iter().next())
+            .map(|t| t.rank);
+        if let Some(v) = victim {
+            let elem = self.table.get_mut(v).expect("exists");
+            elem.no_delay = true;
+            if elem.sync == SyncFlag::None && (!elem.pending.is_empty() || elem.am_since_done > 0) {
+                elem.sync = if in_pscw {
+                    SyncFlag::None
+                } else {
+                    SyncFlag::Flush
+                };
+                if in_pscw {
+                    // PSCW needs no RMA_DONE until complete: issuing frees the op elements,
+                    // and the count rides on the complete.
+                    elem.am_since_done = 0;
+                }
+            }
+        }
+    }
+
+    /// LOCK_ALL: fall back from the per-target to the window protocol.
+    pub(super) fn lock_all_window_protocol(&mut self, w: &WindowShared) -> Result<()> {
+        tracing::debug!(win = w.id, "lock_all falls back to the window protocol");
+        self.epoch = WindowEpoch::LockAllIssued;
+        self.native_lock_cursor = 0;
+        for rank in 0..w.engine.size as Rank {
+            match self.table.get(rank).map(|t| t.state) {
+                Some(TargetState::LockCalled) => self.request_lock(w, rank)?,
+                Some(_) => {}
+                None => {
+                    self.window_grants += 1;
+                    if !Self::native_locks(w, rank) {
+                        let fl = flags::LOCK_SHARED | flags::LOCK_ALL;
+                        self.send_control(w, rank, Kind::Lock, fl, 0)?;
+                    }
+                }
+            }
+        }
+        self.advance_native_window_locks(w)
+    }
+
+    /// Window protocol over native locks: take the remaining targets' locks in rank order,
+    /// as far as they are free now.
+    pub(super) fn advance_native_window_locks(&mut self, w: &WindowShared) -> Result<()> {
+        while (self.native_lock_cursor as usize) < w.engine.size {
+            let rank = self.native_lock_cursor;
+            if self.table.get(rank).is_none() && Self::native_locks(w, rank) {
+                if !w.engine.transport.try_lock(w.id, rank, false)? {
+                    return Ok(());
+                }
+                self.window_grants -= 1;
+            }
+            self.native_lock_cursor += 1;
+        }
+        Ok(())
+    }
+
+    pub(super) fn lock_all_issued_done(&mut self) -> bool {
+        if !matches!(self.epoch, WindowEpoch::LockAllIssued) {
+            return true;
+        }
+        let done = self.window_grants == 0
+            && self
+                .table
+                .iter()
+                .all(|t| t.state != TargetState::LockIssued);
+        if done {
+            for t in self.table.ranks() {
+                if let Some(t) = self.table.get_mut(t) {
+                    // Every target is locked by the window now.
+                    t.state = TargetState::Ready;
+                }
+            }
+            self.epoch = WindowEpoch::LockAllGranted { nocheck: false };
+        }
+        done
+    }
+}
+
+/// Whether `op` may be the single short op of its epoch (lock, op and unlock in one
+/// message, its answer in one): both what it carries and what it fetches are short.
+pub(super) fn short_op(op: &OpElem, threshold: usize) -> bool {
+    op.data.len() <= threshold && op.extent.bytes() <= threshold as u64
+}

@@ -1,0 +1,293 @@
+//! [`WindowShared`]: creation, waiting (PROGRESS_WAIT on one window), the checks of
+//! ranks and extents, the choice of path per op, and the rules of synchronization calls
+//! (one at a time, closing what a failure left open).
+
+use super::*;
+
+impl WindowShared {
+    pub(crate) fn new(
+        id: u32,
+        kind: WindowKind,
+        engine: Arc<EngineShared>,
+        remote: Vec<RemoteSegment>,
+        memory: Memory,
+    ) -> Self {
+        let state = Mutex::new(WinState::new(&engine));
+        // Capabilities per target, once: a byte per rank and the few distinct classes.
+        let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
+        let routes = (0..engine.size as Rank)
+            .map(|r| {
+                let c = engine.transport.window_capabilities(id, r);
+                match classes.iter().position(|x| *x == c) {
+                    Some(i) => i as u8,
+                    None => {
+                        classes.push(c);
+                        (classes.len() - 1) as u8
+                    }
+                }
+            })
+            .collect();
+        let shares_memory = classes.iter().any(|c| c.shared_memory);
+        WindowShared {
+            routes,
+            classes,
+            shares_memory,
+            id,
+            kind,
+            engine,
+            remote,
+            memory: RwLock::new(memory),
+            state,
+            counters: Counters::default(),
+            next_region: Mutex::new(1),
+            user_copy: Mutex::new(None),
+            freed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn count_message(&self, kind: Kind, bytes: usize) {
+        self.counters.message(kind, bytes);
+        self.engine.stats.message(kind, bytes);
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, WinState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks until `cond` holds on this window's state, making progress on the way.
+    pub(super) fn wait_for(
+        &self,
+        call: &'static str,
+        cond: impl FnMut(&mut WinState) -> Result<bool>,
+    ) -> Result<()> {
+        self.lock_state().make_progress(self)?;
+        self.wait_issued(call, cond)
+    }
+
+    /// As [`wait_for`](Self::wait_for), for a caller that has just issued what it waits
+    /// on: ISSUE_OPS is left to the engine's progress passes, which run it on every
+    /// registered window (or another thread's pass does).
+    pub(super) fn wait_issued(
+        &self,
+        call: &'static str,
+        mut cond: impl FnMut(&mut WinState) -> Result<bool>,
+    ) -> Result<()> {
+        self.engine
+            .wait_until(call, || {
+                let mut st = self.lock_state();
+                if cond(&mut st)? {
+                    return Ok(true);
+                }
+                st.departure_error(self, call).map(|()| false)
+            })
+            .map_err(|e| match e {
+                Error::Peer(PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
+                    call,
+                    rank: self.lock_state().awaited_rank(self),
+                }
+                .into(),
+                e => e,
+            })
+    }
+
+    pub(super) fn check_rank(&self, rank: Rank) -> Result<()> {
+        if (rank as usize) < self.engine.size {
+            Ok(())
+        } else {
+            Err(UsageError::RankOutOfRange {
+                rank,
+                size: self.engine.size,
+            }
+            .into())
+        }
+    }
+
+    /// Origin-side bounds check and conversion of a displacement to a byte extent.
+    #[inline]
+    pub(super) fn extent(
+        &self,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        elem: usize,
+    ) -> Result<Extent> {
+        self.check_rank(target)?;
+        if !layout.valid() {
+            return Err(UsageError::BadLayout.into());
+        }
+        // Every size in bytes, checked: a layout whose bytes overflow is an error, never
+        // a wrapped or truncated extent.
+        let bytes = |x: usize| {
+            x.checked_mul(elem)
+                .map(|b| b as u64)
+                .ok_or(UsageError::TooLarge { what: "the layout" })
+        };
+        let extent = |offset: u64| -> Result<Extent> {
+            let e = Extent {
+                offset,
+                count: layout.count as u64,
+                block: bytes(layout.block)?,
+                stride: bytes(layout.stride)?,
+            };
+            if e.is_well_formed() {
+                Ok(e)
+            } else {
+                Err(UsageError::TooLarge { what: "the layout" }.into())
+            }
+        };
+        if self.kind == WindowKind::Dynamic {
+            // Addresses come from `attach`; the target checks them against its regions.
+            return extent(disp);
+        }
+        let r = &self.remote[target as usize];
+        let offset = disp
+            .checked_mul(u64::from(r.disp_unit))
+            .ok_or(UsageError::TooLarge {
+                what: "the displacement",
+            })?;
+        let len = layout
+            .span()
+            .and_then(|s| s.checked_mul(elem))
+            .map(|b| b as u64)
+            .ok_or(UsageError::TooLarge { what: "the layout" })?;
+        if offset.checked_add(len).is_none_or(|end| end > r.len) {
+            return Err(UsageError::OutOfBounds {
+                target,
+                offset,
+                len,
+                window_len: r.len,
+            }
+            .into());
+        }
+        extent(offset)
+    }
+
+    /// The backend's native capabilities toward `target` on this window.
+    pub(crate) fn caps(&self, target: Rank) -> &crate::transport::Capabilities {
+        &self.classes[self.routes[target as usize] as usize]
+    }
+
+    pub(super) fn native_allowed(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        dt: DataType,
+        target: Rank,
+        extent: Extent,
+    ) -> bool {
+        let contiguous = extent.count <= 1;
+        if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
+            return false;
+        }
+        let caps = self.caps(target);
+        match kind {
+            OpKind::Put => caps.rdma_write,
+            OpKind::Get => caps.rdma_read,
+            OpKind::Accumulate | OpKind::GetAccumulate => {
+                op.is_some_and(|o| caps.has_atomic(o, dt))
+                    && extent.block / dt.size() as u64 <= caps.max_atomic_elements as u64
+            }
+            OpKind::CompareAndSwap => caps.has_compare_and_swap(dt),
+        }
+    }
+
+    pub(super) fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
+        let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
+        if !native {
+            self.check_active_message(d.target, d.extent)?;
+        }
+        // Most ops post at the first try: no waiting machinery for them.
+        if let Step::Done(p) = self.lock_state().try_post(self, &d, native)? {
+            return Ok(p);
+        }
+        let mut result = Ok(Posted::Later(None));
+        self.engine.wait_until("operation", || {
+            let mut st = self.lock_state();
+            st.make_progress(self)?;
+            match st.try_post(self, &d, native) {
+                Ok(Step::Done(p)) => {
+                    result = Ok(p);
+                    Ok(true)
+                }
+                Ok(Step::Blocked) => Ok(false),
+                Err(e) => {
+                    result = Err(e);
+                    Ok(true)
+                }
+            }
+        })?;
+        result
+    }
+
+    /// An op that goes as an active message must fit in one (its request, or its reply
+    /// for a get): what does not is refused here, before anything is sent or allocated.
+    pub(super) fn check_active_message(&self, target: Rank, extent: Extent) -> Result<()> {
+        let max = self.caps(target).max_message as u64;
+        if extent.bytes().saturating_add(64) > max {
+            return Err(TransportError::Unsupported(
+                "active message larger than the transport carries",
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    pub(super) fn enter_sync(&self, st: &mut WinState, call: &'static str) -> Result<()> {
+        if let Some(other) = st.sync_call {
+            let _ = other;
+            return Err(UsageError::ConcurrentSync { call }.into());
+        }
+        st.sync_call = Some(call);
+        Ok(())
+    }
+
+    pub(super) fn leave_sync(&self) {
+        self.lock_state().sync_call = None;
+    }
+
+    /// Runs a sync call with the thread rules enforced and the call traced.
+    pub(super) fn sync_call<R>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        self.engine.activity.bump();
+        {
+            let mut st = self.lock_state();
+            self.enter_sync(&mut st, call)?;
+        }
+        let span = tracing::debug_span!("rma_sync", call, win = self.id);
+        let _g = span.enter();
+        let r = f();
+        if let Err(e) = &r {
+            // Misuse changes nothing; any other failure (a peer dead or gone, a
+            // transport error, a timeout) must not leave the epoch half closed.
+            if !matches!(e, Error::Usage(_)) {
+                self.close_after_failure(call, e);
+            }
+        }
+        self.leave_sync();
+        r
+    }
+
+    /// After a synchronization call failed for a reason other than misuse: what this
+    /// rank holds is released (native lock words it took), every op still queued or
+    /// under way fails with the error (no request waits forever), and the window has no
+    /// epoch open, so that it can be freed or dropped. Locks taken by message stay with
+    /// their target until it learns this window is gone (its drop, or this rank's death
+    /// or departure, revokes them there).
+    pub(super) fn close_after_failure(&self, call: &'static str, err: &Error) {
+        tracing::warn!(call, win = self.id, error = %err, "synchronization failed: epoch closed");
+        let mut st = self.lock_state();
+        st.release_native_locks(self);
+        for rank in st.table.ranks() {
+            st.abandon_target(self, rank, err);
+        }
+        st.locks = LockTable::default();
+        if call == "fence" {
+            st.barrier = None;
+        }
+        st.epoch = WindowEpoch::Unset;
+        st.restoring = false;
+    }
+}
