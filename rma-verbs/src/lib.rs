@@ -122,6 +122,7 @@ const WC_WITH_IMM: u32 = 1 << 1;
 /// not a silent default.
 pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
     ("RMA_VERBS_PORT", 1, 255, "a port number from 1 to 255"),
+    ("RMA_VERBS_GID_INDEX", 0, 255, "a GID index from 0 to 255"),
     (
         "RMA_VERBS_TIMEOUT",
         0,

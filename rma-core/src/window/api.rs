@@ -195,21 +195,42 @@ impl<T: Element> Window<T> {
             } else {
                 &packed[piece.data_at..piece.data_at + piece.layout.elements()]
             };
-            let posted = self.shared.post(OpDesc {
+            let posted = self.shared.post(Self::desc(
                 kind,
                 target,
                 extent,
                 op,
-                datatype: T::DATATYPE,
-                data: bytemuck::cast_slice(data),
+                bytemuck::cast_slice(data),
                 wants_result,
-                into: None,
-            })?;
+            ))?;
             if wants_result {
                 requests.push(self.request(posted, target, |bytes| bytes));
             }
         }
         Ok(requests)
+    }
+
+    /// The descriptor of an op on elements of type `T`, with no buffer for a get to land
+    /// in.
+    #[inline]
+    fn desc<'a>(
+        kind: OpKind,
+        target: Rank,
+        extent: Extent,
+        op: Option<AccOp>,
+        data: &'a [u8],
+        wants_result: bool,
+    ) -> OpDesc<'a> {
+        OpDesc {
+            kind,
+            target,
+            extent,
+            op,
+            datatype: T::DATATYPE,
+            data,
+            wants_result,
+            into: None,
+        }
     }
 
     fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Fetched) -> R) -> Request<R> {
@@ -242,16 +263,14 @@ impl<T: Element> Window<T> {
     #[inline]
     fn post_put(&self, data: &[T], target: Rank, extent: Extent) -> Result<()> {
         self.shared
-            .post(OpDesc {
-                kind: OpKind::Put,
+            .post(Self::desc(
+                OpKind::Put,
                 target,
                 extent,
-                op: None,
-                datatype: T::DATATYPE,
-                data: bytemuck::cast_slice(data),
-                wants_result: false,
-                into: None,
-            })
+                None,
+                bytemuck::cast_slice(data),
+                false,
+            ))
             .map(drop)
     }
 
@@ -282,16 +301,14 @@ impl<T: Element> Window<T> {
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        let posted = self.shared.post(OpDesc {
-            kind: OpKind::Put,
+        let posted = self.shared.post(Self::desc(
+            OpKind::Put,
             target,
             extent,
-            op: None,
-            datatype: T::DATATYPE,
-            data: bytemuck::cast_slice(data),
-            wants_result: true,
-            into: None,
-        })?;
+            None,
+            bytemuck::cast_slice(data),
+            true,
+        ))?;
         Ok(self.request(posted, target, |_| ()))
     }
 
@@ -323,14 +340,8 @@ impl<T: Element> Window<T> {
         let into = (extent.count <= 1)
             .then(|| std::cell::RefCell::new(bytemuck::cast_slice_mut(out.as_mut_slice())));
         let posted = self.shared.post(OpDesc {
-            kind: OpKind::Get,
-            target,
-            extent,
-            op: None,
-            datatype: T::DATATYPE,
-            data: &[],
-            wants_result: true,
             into,
+            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
         })?;
         Ok(match posted {
             Posted::Done(None) => Request::value(out),
@@ -356,14 +367,8 @@ impl<T: Element> Window<T> {
             return Ok(GetInto { buf, pending });
         }
         let posted = self.shared.post(OpDesc {
-            kind: OpKind::Get,
-            target,
-            extent,
-            op: None,
-            datatype: T::DATATYPE,
-            data: &[],
-            wants_result: true,
             into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
+            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
         })?;
         let pending = match posted {
             Posted::Done(None) => None,
@@ -407,16 +412,14 @@ impl<T: Element> Window<T> {
                 .map(drop);
         }
         self.shared
-            .post(OpDesc {
-                kind: OpKind::Accumulate,
+            .post(Self::desc(
+                OpKind::Accumulate,
                 target,
                 extent,
-                op: Some(op),
-                datatype: T::DATATYPE,
-                data: bytemuck::cast_slice(&packed),
-                wants_result: false,
-                into: None,
-            })
+                Some(op),
+                bytemuck::cast_slice(&packed),
+                false,
+            ))
             .map(drop)
     }
 
@@ -432,16 +435,14 @@ impl<T: Element> Window<T> {
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        let posted = self.shared.post(OpDesc {
-            kind: OpKind::Accumulate,
+        let posted = self.shared.post(Self::desc(
+            OpKind::Accumulate,
             target,
             extent,
-            op: Some(op),
-            datatype: T::DATATYPE,
-            data: bytemuck::cast_slice(data),
-            wants_result: true,
-            into: None,
-        })?;
+            Some(op),
+            bytemuck::cast_slice(data),
+            true,
+        ))?;
         Ok(self.request(posted, target, |_| ()))
     }
 
@@ -462,16 +463,14 @@ impl<T: Element> Window<T> {
             let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
             return Ok(Request::joined(parts, to_vec::<T>));
         }
-        let posted = self.shared.post(OpDesc {
-            kind: OpKind::GetAccumulate,
+        let posted = self.shared.post(Self::desc(
+            OpKind::GetAccumulate,
             target,
             extent,
-            op: Some(op),
-            datatype: T::DATATYPE,
-            data: bytemuck::cast_slice(data),
-            wants_result: true,
-            into: None,
-        })?;
+            Some(op),
+            bytemuck::cast_slice(data),
+            true,
+        ))?;
         Ok(self.request(posted, target, to_vec::<T>))
     }
 
@@ -493,16 +492,14 @@ impl<T: Element> Window<T> {
         let extent = self
             .shared
             .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-        let posted = self.shared.post(OpDesc {
-            kind: OpKind::GetAccumulate,
+        let posted = self.shared.post(Self::desc(
+            OpKind::GetAccumulate,
             target,
             extent,
-            op: Some(op),
-            datatype: T::DATATYPE,
-            data: bytemuck::bytes_of(&value),
-            wants_result: true,
-            into: None,
-        })?;
+            Some(op),
+            bytemuck::bytes_of(&value),
+            true,
+        ))?;
         Ok(self.request(posted, target, to_one::<T>))
     }
 
@@ -529,16 +526,14 @@ impl<T: Element> Window<T> {
             .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
         let mut data = bytemuck::bytes_of(&compare).to_vec();
         data.extend_from_slice(bytemuck::bytes_of(&swap));
-        let posted = self.shared.post(OpDesc {
-            kind: OpKind::CompareAndSwap,
+        let posted = self.shared.post(Self::desc(
+            OpKind::CompareAndSwap,
             target,
             extent,
-            op: None,
-            datatype: T::DATATYPE,
-            data: &data,
-            wants_result: true,
-            into: None,
-        })?;
+            None,
+            &data,
+            true,
+        ))?;
         Ok(self.request(posted, target, to_one::<T>))
     }
 
