@@ -2,13 +2,15 @@
 //! while no thread of the process is inside the library, so that peers' passive-target
 //! and PSCW epochs toward this process complete while it computes or blocks elsewhere.
 //!
-//! Hand-off without a lock on the fast path: every wait of the application's threads
-//! bumps [`Activity`] (one relaxed add per wait, and one per 64 polls of a long wait).
-//! The agent looks at the count; while it moves, the application polls by itself and
-//! the agent only naps ([`BACK_OFF`], longer while that lasts). Once it stands still
-//! for a whole nap, the agent sleeps on the transport's wait object
-//! ([`Transport::wait_for_traffic`](crate::Transport::wait_for_traffic)) and runs a progress pass for what wakes it. Progress passes are mutually exclusive already (one
-//! poller at a time), so an agent and an application meeting in one simply take turns.
+//! Hand-off without a lock on the fast path: every wait, flush and synchronization call
+//! of the application's threads bumps [`Activity`] (one relaxed add, and one per 64
+//! polls of a long wait). The agent looks at the count; while it moves, the application
+//! polls by itself and the agent only naps ([`BACK_OFF`], longer while that lasts).
+//! Once the count stands still for a whole nap, the agent sleeps on the transport's
+//! wait object ([`Transport::wait_for_traffic`](crate::Transport::wait_for_traffic))
+//! and runs a progress pass for what wakes it. Progress passes are mutually exclusive
+//! already (one poller at a time), so an agent and an application meeting in one take
+//! turns.
 //!
 //! Cost when idle: one wake-up per [`IDLE_SLEEP`] (the transport's keepalives and
 //! liveness checks ride on it), or, where the transport has no wait object, one
@@ -37,7 +39,7 @@ pub(crate) const IDLE_SLEEP: Duration = Duration::from_millis(50);
 pub(crate) struct Activity(AtomicU64);
 
 impl Activity {
-    /// An application thread is waiting (polling) inside the library.
+    /// An application thread is inside the library (waiting, flushing, synchronizing).
     #[inline]
     pub(crate) fn bump(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
