@@ -263,45 +263,25 @@ pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_
     }
 }
 
+/// The transport call of a native op issued from its element (queued first).
 pub(super) fn native_call(
     w: &WindowShared,
     rank: Rank,
     op: &OpElem,
     token: u64,
 ) -> std::result::Result<Issued, TransportError> {
-    let t = &w.engine.transport;
-    let off = op.extent.offset;
-    let dt = op.datatype.unwrap_or(DataType::U8);
-    match op.kind {
-        OpKind::Put => t.put(w.id, rank, off, &op.data, token),
-        OpKind::Get => t.get(w.id, rank, off, op.extent.bytes() as usize, token),
-        OpKind::Accumulate | OpKind::GetAccumulate => t.atomic(
-            w.id,
-            rank,
-            off,
-            NativeAtomic::Accumulate {
-                op: op.op.unwrap_or(AccOp::Replace),
-                datatype: dt,
-                operand: &op.data,
-                fetch: op.kind == OpKind::GetAccumulate,
-            },
-            token,
-        ),
-        OpKind::CompareAndSwap => {
-            let (c, s) = op.data.split_at(dt.size());
-            t.atomic(
-                w.id,
-                rank,
-                off,
-                NativeAtomic::CompareAndSwap {
-                    datatype: dt,
-                    compare: c,
-                    swap: s,
-                },
-                token,
-            )
-        }
-    }
+    // The same call as an op still in its descriptor makes.
+    let d = OpDesc {
+        kind: op.kind,
+        target: rank,
+        extent: op.extent,
+        op: op.op,
+        datatype: op.datatype.unwrap_or(DataType::U8),
+        data: &op.data,
+        wants_result: false,
+        into: None,
+    };
+    native_call_desc(w, &d, token)
 }
 
 #[inline(always)] // on every native op's path; a call costs the emulator more than its code
