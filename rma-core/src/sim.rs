@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::datatype::{self, AccOp, DataType};
 use crate::error::{Error, Result, TransportError};
 use crate::transport::{
-    Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
+    Capabilities, Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, Transport,
     UserMemory,
 };
 use crate::{Config, Engine, Rank};
@@ -32,8 +32,8 @@ pub enum Profile {
     /// Put, get, fetch-and-add/replace/no-op on 4- and 8-byte integers and
     /// compare-and-swap on 8-byte integers are native, completing asynchronously.
     Rdma,
-    /// Like shared memory: every op native (all atomics), and native passive-target
-    /// locks that need no message and no help from the target.
+    /// Like shared memory: every op native (all atomics), native passive-target locks
+    /// and PSCW notices that need no message and no help from the target.
     SharedMemory,
 }
 
@@ -187,6 +187,9 @@ pub struct Network {
     locks: Mutex<HashMap<(u32, Rank), (bool, u32)>>,
     /// Native barriers (SharedMemory profile): (arrived, generation) per window.
     barriers: Mutex<HashMap<u32, (usize, u64)>>,
+    /// Native PSCW notices (SharedMemory profile): count per (window, receiver, sender,
+    /// complete?).
+    notices: Mutex<HashMap<(u32, Rank, Rank, bool), u64>>,
     collective: Mutex<Collective>,
     collective_cv: Condvar,
     dead: Vec<AtomicBool>,
@@ -205,6 +208,7 @@ impl Network {
             segments: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             barriers: Mutex::new(HashMap::new()),
+            notices: Mutex::new(HashMap::new()),
             collective: Mutex::new(Collective {
                 slots: vec![Vec::new(); size],
                 ..Default::default()
@@ -511,6 +515,35 @@ impl Transport for SimTransport {
     fn barrier_done(&self, win: u32, ticket: u64) -> std::result::Result<bool, TransportError> {
         let b = self.net.barriers.lock().unwrap_or_else(|e| e.into_inner());
         Ok(b.get(&win).is_some_and(|(_, g)| *g != ticket))
+    }
+    fn notify(
+        &self,
+        win: u32,
+        rank: Rank,
+        notice: Notice,
+    ) -> std::result::Result<bool, TransportError> {
+        if self.net.profile != Profile::SharedMemory {
+            return Ok(false);
+        }
+        self.alive(rank)?;
+        let key = (win, rank, self.rank, notice == Notice::Complete);
+        *self
+            .net
+            .notices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default() += 1;
+        Ok(true)
+    }
+    fn take_notices(&self, win: u32, from: Rank, notice: Notice) -> u64 {
+        let key = (win, self.rank, from, notice == Notice::Complete);
+        self.net
+            .notices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .unwrap_or(0)
     }
     fn try_lock(
         &self,

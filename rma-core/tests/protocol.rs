@@ -80,6 +80,52 @@ fn native_locks_need_no_message_and_no_target_progress() {
 }
 
 #[test]
+fn pscw_notices_go_natively_where_the_backend_has_them() {
+    // Shared-memory-like: post and complete are notices in memory, a put native: a PSCW
+    // epoch sends no message at all, in either direction, and the put lands.
+    run(2, Profile::SharedMemory, 31, config(), |e| {
+        let win = e.allocate::<u64>(2)?;
+        e.barrier()?;
+        let (me, peer) = (e.rank(), 1 - e.rank());
+        let before = win.stats();
+        for i in 0..50u64 {
+            win.post(&[peer], Assert::NONE)?;
+            win.start(&[peer], Assert::NONE)?;
+            win.put(&[i + 10 * u64::from(me)], peer, 0)?;
+            win.complete()?;
+            win.wait()?;
+            assert_eq!(win.local_to_vec()[0], i + 10 * u64::from(peer));
+        }
+        let s = win.stats().since(&before);
+        assert_eq!(s.total_messages(), 0, "{s:?}");
+        e.barrier()?;
+        win.free()?;
+        Ok(())
+    });
+    // Without them (active messages only), one POST and one DONE|COMPLETE (riding on
+    // the put) per epoch and direction.
+    run(2, Profile::ActiveMessages, 32, config(), |e| {
+        let win = e.allocate::<u64>(2)?;
+        e.barrier()?;
+        let peer = 1 - e.rank();
+        let before = win.stats();
+        for i in 0..50u64 {
+            win.post(&[peer], Assert::NONE)?;
+            win.start(&[peer], Assert::NONE)?;
+            win.put(&[i], peer, 0)?;
+            win.complete()?;
+            win.wait()?;
+        }
+        let s = win.stats().since(&before);
+        assert_eq!(s.messages(Kind::Post), 50, "{s:?}");
+        assert_eq!(s.messages(Kind::Put), 50, "{s:?}");
+        e.barrier()?;
+        win.free()?;
+        Ok(())
+    });
+}
+
+#[test]
 fn without_single_op_lock_put_unlock_takes_more_messages() {
     let cfg = Config {
         single_op: false,
