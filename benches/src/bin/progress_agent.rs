@@ -204,15 +204,7 @@ fn raw_reference(world: &World, iters: u32) -> Result<Option<(Duration, Duration
         // Spinning: non-blocking reads in a loop.
         s.set_nonblocking(true).map_err(io)?;
         for _ in 0..rounds {
-            let mut got = 0;
-            while got < buf.len() {
-                match s.read(&mut buf[got..]) {
-                    Ok(0) => return Err("the origin closed".into()),
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
+            read_spinning(&mut s, &mut buf)?;
             s.write_all(&buf).map_err(io)?;
         }
         // Sleeping: a thread blocked in read, the main thread computing meanwhile.
@@ -247,17 +239,7 @@ fn raw_reference(world: &World, iters: u32) -> Result<Option<(Duration, Duration
             let start = Instant::now();
             for i in 0..rounds {
                 s.write_all(&u64::from(i).to_le_bytes()).map_err(io)?;
-                let mut got = 0;
-                while got < buf.len() {
-                    match s.read(&mut buf[got..]) {
-                        Ok(0) => return Err("the responder closed".into()),
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::hint::spin_loop()
-                        }
-                        Err(e) => return Err(e.to_string()),
-                    }
-                }
+                read_spinning(&mut s, &mut buf)?;
             }
             Ok(start.elapsed() / rounds)
         };
@@ -267,4 +249,19 @@ fn raw_reference(world: &World, iters: u32) -> Result<Option<(Duration, Duration
     } else {
         Ok(None)
     }
+}
+
+/// Fills `buf` from the non-blocking `s`, spinning while nothing is there.
+fn read_spinning(s: &mut std::net::TcpStream, buf: &mut [u8]) -> Result<(), String> {
+    use std::io::Read;
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err("the peer closed".into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
 }

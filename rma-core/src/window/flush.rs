@@ -20,9 +20,6 @@ impl WindowShared {
     }
 
     pub(super) fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
-        // In the library: the progress agent stays away (also when the hot path below
-        // returns at once).
-        self.engine.activity.bump();
         if let Some(t) = target {
             self.check_rank(t)?;
         }
@@ -46,6 +43,9 @@ impl WindowShared {
             };
             if settled && st.deferred.is_none() && st.outbox.is_empty() {
                 drop(st);
+                // In the library all the same: the progress agent stays away (a flush
+                // that waits says so in its wait).
+                self.engine.activity.bump();
                 self.flush_memory_sync();
                 return Ok(());
             }
