@@ -142,7 +142,11 @@ impl Transport for Echo {
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         }
     }
-    fn allocate(&self, len: usize, _shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+    fn allocate(
+        &self,
+        len: usize,
+        _shared: Option<&rma_core::SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError> {
         Ok(Arc::new(EchoSegment {
             bytes: Mutex::new(vec![0; len]),
         }))

@@ -4,13 +4,15 @@
 //! from the environment (`RMA_BACKEND`, the launcher's variables), so the same suite
 //! runs unchanged on every backend.
 
+mod comm;
 mod failure;
 mod progress;
 
 use std::time::{Duration, Instant};
 
 use rma::{
-    AccOp, Assert, Error, LockType, PeerError, Rank, Request, Result, UsageError, Window, World,
+    AccOp, Assert, Comm, Error, LockType, PeerError, Rank, Request, Result, UsageError, Window,
+    World,
 };
 
 const N: usize = 16;
@@ -33,7 +35,12 @@ fn main() {
         }
     };
     let out = match case {
-        "ops" => ops(&world, kind),
+        "ops" => ops(&world.comm(), kind),
+        "comm_ops" => comm::comm_ops(&world, kind),
+        "collectives" => comm::collectives(&world),
+        "subset_epochs" => comm::subset_epochs(&world),
+        "overlapping" => comm::overlapping(&world),
+        "comm_errors" => comm::comm_errors(&world),
         "progress" => progress(&world),
         "fence_then_lock" => fence_then_lock(&world),
         "stress_fetch_and_op" => stress_fetch_and_op(&world),
@@ -155,7 +162,7 @@ fn check_window(v: &[u64], left: Rank) -> Result<()> {
 
 /// One window of the kind, initialized; returns it, the base displacement, and for
 /// dynamic windows the attached address.
-fn make(world: &World, kind: &str) -> Result<(Window<u64>, u64)> {
+fn make(world: &Comm, kind: &str) -> Result<(Window<u64>, u64)> {
     let me = world.rank();
     Ok(match kind {
         "allocate" => {
@@ -177,7 +184,7 @@ fn make(world: &World, kind: &str) -> Result<(Window<u64>, u64)> {
             }
             (w, 0)
         }
-        "create" => (world.create(initial(me))?, 0),
+        "create" => (world.create_window(initial(me))?, 0),
         "dynamic" => {
             let w = world.create_dynamic::<u64>()?;
             // Every rank attaches one region first: the addresses agree.
@@ -201,7 +208,9 @@ fn snapshot(win: &Window<u64>, kind: &str, base: u64) -> Result<Vec<u64>> {
     Ok(win.local_to_vec())
 }
 
-fn ops(world: &World, kind: &str) -> Result<()> {
+/// Every op under every sync mode on windows of `kind` over `world` (the World or any
+/// communicator: ranks are its own), checked by exact contents and results.
+pub(crate) fn ops(world: &Comm, kind: &str) -> Result<()> {
     let (me, n) = (world.rank(), world.size() as Rank);
     let (right, left) = ((me + 1) % n, (me + n - 1) % n);
     for mode in [

@@ -68,6 +68,25 @@ fn every_op_every_sync_mode_every_window_kind() {
     }
 }
 
+/// Windows of every kind and sync mode over communicators (halves ordered by key, one
+/// process, the node), collectives against sequential results on 1 to 5 ranks, epochs
+/// among a subset while the rest computes, overlapping communicators, misuse.
+#[test]
+fn communicators_on_shared_memory() {
+    for kind in ["allocate", "create", "dynamic", "shared"] {
+        ok(4, &["comm_ops", kind]);
+    }
+    ok(2, &["comm_ops", "allocate"]);
+    for ranks in 1..=5 {
+        ok(ranks, &["collectives"]);
+    }
+    ok(3, &["subset_epochs"]);
+    ok(4, &["subset_epochs"]);
+    ok(4, &["overlapping"]);
+    ok(3, &["overlapping"]);
+    ok(4, &["comm_errors"]);
+}
+
 #[test]
 fn progress_cases_of_seed_003() {
     ok(2, &["progress"]);
@@ -554,6 +573,21 @@ mod ofi {
         ok_on("tcp;ofi_rxm", 4, &["stress_fetch_and_op"], &forced);
     }
 
+    /// Communicators over the network backend (every window and collective by message
+    /// or RDMA, the progress agent answering for ranks that compute).
+    #[test]
+    fn communicators_on_tcp() {
+        let p = "tcp;ofi_rxm";
+        for kind in ["allocate", "create", "dynamic"] {
+            ok_on(p, 4, &["comm_ops", kind], &[]);
+        }
+        ok_on(p, 3, &["collectives"], &[]);
+        ok_on(p, 4, &["collectives"], &[]);
+        ok_on(p, 4, &["subset_epochs"], &[]);
+        ok_on(p, 4, &["overlapping"], &[]);
+        ok_on(p, 4, &["comm_errors"], &[]);
+    }
+
     #[test]
     fn tcp_rxm_active_messages_only() {
         let am = [
@@ -812,6 +846,14 @@ mod hybrid {
             (4, &["litmus", "lock"]),
             (4, &["litmus", "lock_all"]),
             (4, &["fence_then_lock"]),
+            // Communicators across the hosts: halves and nodes (shared windows per
+            // host), collectives, subsets, overlapping windows.
+            (4, &["comm_ops", "allocate"]),
+            (4, &["comm_ops", "dynamic"]),
+            (3, &["comm_ops", "create"]),
+            (4, &["collectives"]),
+            (3, &["subset_epochs"]),
+            (4, &["overlapping"]),
         ];
         for (n, args) in cases {
             ok_on_two_hosts(*n, args, &[]);
@@ -887,6 +929,9 @@ mod hybrid {
                 &["paths"][..],
                 &["ops", "allocate"],
                 &["stress_lock_counter"],
+                // A node split across the two nodes: shm inside, the network across.
+                &["comm_ops", "allocate"],
+                &["collectives"],
             ] {
                 let mut cmd = std::process::Command::new("srun");
                 cmd.args([mpi, "-N", "2", "-n", "4", "-K1"])

@@ -8,21 +8,24 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use crate::barrier::Dissemination;
+use crate::collective;
+use crate::comm::{as_transport_error, Comm, GroupCreations};
 use crate::config::{AsyncProgress, Config};
 use crate::datatype::Element;
 use crate::error::{Error, PeerError, Result, TransportError, UsageError};
+use crate::group::Group;
 use crate::op_table::{OpElem, TargetElem};
 use crate::pool::GlobalPool;
 use crate::progress::{self, Activity};
 use crate::stats::{Counters, Stats};
 use crate::target::Memory;
-use crate::transport::{Event, RemoteSegment, Segment, Transport};
+use crate::transport::{Event, RemoteSegment, Segment, SharedAmong, Transport};
 use crate::window::{WinState, Window, WindowKind, WindowShared};
 use crate::wire::{self, Body, Kind};
 use crate::Rank;
 
-/// Window id used by the engine's own barrier.
-const ENGINE_WINDOW: u32 = u32::MAX;
+/// Window id of the engine's own packets (its barrier, departures, collectives).
+pub(crate) const ENGINE_WINDOW: u32 = u32::MAX;
 
 /// A peer that left the job: the engine barriers it had started, and the peer it blamed.
 type Departed = (u32, Option<Rank>);
@@ -42,7 +45,20 @@ pub(crate) struct EngineShared {
     pub rank: Rank,
     pub size: usize,
     windows: RwLock<Vec<Arc<WindowShared>>>,
+    /// The id this process proposes for its next window: ids are agreed by the members
+    /// of a window (the largest proposal), so that each is new to every member.
     next_window: AtomicU32,
+    /// Creations of World windows so far (the same count on every rank).
+    world_creations: AtomicU32,
+    /// The context this process proposes for its next communicator (0 is the World's).
+    next_context: AtomicU32,
+    /// Held while a communicator or window is made (its id or context agreed and taken),
+    /// so that two threads never take the same one; counts group creations.
+    creating: Mutex<GroupCreations>,
+    /// Collective calls on the World communicator (shared by its handles).
+    world_calls: Arc<AtomicU32>,
+    /// Pieces of communicators' collectives, waiting to be taken.
+    pub(crate) collectives: Mutex<collective::Inbox>,
     pub op_pool: GlobalPool<OpElem>,
     pub target_pool: GlobalPool<TargetElem>,
     pub stats: Counters,
@@ -92,7 +108,7 @@ struct EngineBarrier {
 /// ```
 #[derive(Clone)]
 pub struct Engine {
-    shared: Arc<EngineShared>,
+    pub(crate) shared: Arc<EngineShared>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -115,6 +131,11 @@ impl Engine {
             transport,
             windows: RwLock::new(Vec::new()),
             next_window: AtomicU32::new(0),
+            world_creations: AtomicU32::new(0),
+            next_context: AtomicU32::new(1),
+            creating: Mutex::new(GroupCreations::default()),
+            world_calls: Arc::new(AtomicU32::new(0)),
+            collectives: Mutex::new(collective::Inbox::default()),
             stats: Counters::default(),
             events: Mutex::new(Vec::new()),
             failed: AtomicU64::new(0),
@@ -306,15 +327,55 @@ impl Engine {
         }
     }
 
+    /// The World communicator: every process, in World rank order. Windows made by the
+    /// engine's own `allocate`, `create`, ... are over it.
+    pub fn world(&self) -> Comm {
+        Comm::world(self.clone(), self.shared.world_calls.clone())
+    }
+
+    /// Held while a communicator is made (its context agreed and taken).
+    pub(crate) fn creation_lock(&self) -> MutexGuard<'_, GroupCreations> {
+        self.shared
+            .creating
+            .lock()
+            .unwrap_or_else(|x| x.into_inner())
+    }
+
+    /// The context this process proposes for its next communicator.
+    pub(crate) fn proposed_context(&self) -> u32 {
+        self.shared.next_context.load(Ordering::Relaxed)
+    }
+
+    /// Context `context` is taken: later proposals are larger.
+    pub(crate) fn context_taken(&self, context: u32) {
+        self.shared
+            .next_context
+            .fetch_max(context.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether this process reaches World rank `rank`'s memory by load and store.
+    pub(crate) fn shares_memory_with(&self, rank: Rank) -> bool {
+        self.shared.transport.capabilities(rank).shared_memory
+    }
+
     /// Allocates a window of `len` elements on every rank (collective, MPI_Win_allocate).
     ///
     /// Every rank returns the same outcome: when the memory cannot be had on one rank (an
     /// impossible size, no memory, a registration refused), the others return
     /// [`PeerError::CollectiveFailed`] naming it, and nobody keeps a window.
     pub fn allocate<T: Element>(&self, len: usize) -> Result<Window<T>> {
+        self.allocate_over(None, len)
+    }
+
+    pub(crate) fn allocate_in<T: Element>(&self, comm: &Comm, len: usize) -> Result<Window<T>> {
+        self.allocate_over(Some(comm).filter(|c| !c.is_world()), len)
+    }
+
+    fn allocate_over<T: Element>(&self, comm: Option<&Comm>, len: usize) -> Result<Window<T>> {
         let seg = window_bytes::<T>(len)
-            .and_then(|bytes| Ok(self.shared.transport.allocate(bytes, false)?));
+            .and_then(|bytes| Ok(self.shared.transport.allocate(bytes, None)?));
         self.make_window(
+            comm,
             WindowKind::Allocate,
             seg.map(Memory::Static),
             std::mem::size_of::<T>(),
@@ -326,17 +387,65 @@ impl Engine {
     /// [`TransportError::Unsupported`], where some ranks of the window share no memory
     /// (a network backend, a job over several nodes).
     pub fn allocate_shared<T: Element>(&self, len: usize) -> Result<Window<T>> {
+        self.allocate_shared_over(None, len)
+    }
+
+    pub(crate) fn allocate_shared_in<T: Element>(
+        &self,
+        comm: &Comm,
+        len: usize,
+    ) -> Result<Window<T>> {
+        self.allocate_shared_over(Some(comm).filter(|c| !c.is_world()), len)
+    }
+
+    fn allocate_shared_over<T: Element>(
+        &self,
+        comm: Option<&Comm>,
+        len: usize,
+    ) -> Result<Window<T>> {
         // The backend's allocation of shared memory is itself collective: every rank
         // must know beforehand that every other will take part.
-        let id = self.shared.next_window.load(Ordering::Relaxed);
         let bytes = window_bytes::<T>(len);
         let checked = bytes.as_ref().map(|_| Vec::new()).map_err(Clone::clone);
-        if let Err(e) = self.agree(WindowKind::Shared, id, checked) {
-            self.shared.next_window.fetch_add(1, Ordering::Relaxed);
+        let seq = self.shared.world_creations.load(Ordering::Relaxed);
+        if let Err(e) = self.agree(comm, WindowKind::Shared, seq, checked) {
+            if comm.is_none() {
+                self.shared.world_creations.fetch_add(1, Ordering::Relaxed);
+            }
             return Err(e);
         }
-        let seg = bytes.and_then(|bytes| Ok(self.shared.transport.allocate(bytes, true)?));
+        let t = &self.shared.transport;
+        let seg = bytes.and_then(|bytes| {
+            Ok(match comm {
+                None => {
+                    let all = |mine: &[u8]| t.allgather(mine);
+                    t.allocate(
+                        bytes,
+                        Some(&SharedAmong {
+                            members: Group::world(self.size()).members(),
+                            index: self.rank() as usize,
+                            allgather: &all,
+                        }),
+                    )?
+                }
+                Some(c) => {
+                    let all = |mine: &[u8]| {
+                        c.allgather_as("allocate_shared", mine)
+                            .map_err(as_transport_error)
+                    };
+                    t.allocate(
+                        bytes,
+                        Some(&SharedAmong {
+                            members: c.group().members(),
+                            index: c.rank() as usize,
+                            allgather: &all,
+                        }),
+                    )?
+                }
+            })
+        });
         self.make_window(
+            comm,
             WindowKind::Shared,
             seg.map(Memory::Static),
             std::mem::size_of::<T>(),
@@ -346,14 +455,23 @@ impl Engine {
     /// Creates a window over memory the user hands over (collective, MPI_Win_create);
     /// [`Window::free`] gives it back.
     pub fn create<T: Element>(&self, memory: Vec<T>) -> Result<Window<T>> {
+        self.create_over(None, memory)
+    }
+
+    pub(crate) fn create_in<T: Element>(&self, comm: &Comm, memory: Vec<T>) -> Result<Window<T>> {
+        self.create_over(Some(comm).filter(|c| !c.is_world()), memory)
+    }
+
+    fn create_over<T: Element>(&self, comm: Option<&Comm>, memory: Vec<T>) -> Result<Window<T>> {
         let t = &self.shared.transport;
         if t.copies_user_memory() {
             let mut memory: Box<dyn crate::transport::UserMemory> = Box::new(memory);
             let bytes = memory.bytes_mut();
             let seg = t
-                .allocate(bytes.len(), false)
+                .allocate(bytes.len(), None)
                 .inspect(|seg| seg.write(0, bytes));
             let w = self.make_window(
+                comm,
                 WindowKind::Create,
                 seg.map(Memory::Static).map_err(Into::into),
                 std::mem::size_of::<T>(),
@@ -363,6 +481,7 @@ impl Engine {
         }
         let seg = t.expose(Box::new(memory));
         self.make_window(
+            comm,
             WindowKind::Create,
             seg.map(Memory::Static).map_err(Into::into),
             std::mem::size_of::<T>(),
@@ -372,57 +491,92 @@ impl Engine {
     /// Creates a dynamic window with no memory yet (collective, MPI_Win_create_dynamic);
     /// use [`Window::attach`].
     pub fn create_dynamic<T: Element>(&self) -> Result<Window<T>> {
-        self.make_window(WindowKind::Dynamic, Ok(Memory::Dynamic(Vec::new())), 1)
+        self.make_window(
+            None,
+            WindowKind::Dynamic,
+            Ok(Memory::Dynamic(Vec::new())),
+            1,
+        )
     }
 
-    /// The collective of window creation: every rank brings its memory (or why it has
-    /// none), and every rank returns the same outcome. Two agreements: on the memory
-    /// (with the descriptors peers need), then on the backend's registration of them.
+    pub(crate) fn create_dynamic_in<T: Element>(&self, comm: &Comm) -> Result<Window<T>> {
+        let comm = Some(comm).filter(|c| !c.is_world());
+        self.make_window(
+            comm,
+            WindowKind::Dynamic,
+            Ok(Memory::Dynamic(Vec::new())),
+            1,
+        )
+    }
+
+    /// The collective of window creation over the World (`comm` None) or a
+    /// communicator's members: every member brings its memory (or why it has none), and
+    /// every member returns the same outcome. Two agreements: on the memory (with the
+    /// descriptors peers need and the window id each proposes), then on the backend's
+    /// registration of them.
     fn make_window<T: Element>(
         &self,
+        comm: Option<&Comm>,
         kind: WindowKind,
         memory: Result<Memory>,
         disp_unit: usize,
     ) -> Result<Window<T>> {
         let e = &self.shared;
-        let id = e.next_window.fetch_add(1, Ordering::Relaxed);
+        // One creation at a time in this process: the id agreed is then new to it.
+        let creating = self.creation_lock();
+        let seq = match comm {
+            None => e.world_creations.fetch_add(1, Ordering::Relaxed),
+            Some(_) => 0,
+        };
+        let proposal = e.next_window.load(Ordering::Relaxed);
         let mine = memory.as_ref().map_err(Clone::clone).map(|memory| {
             let (len, key) = match memory {
                 Memory::Static(seg) => (seg.len() as u64, seg.descriptor()),
                 Memory::Dynamic(_) => (u64::MAX, Vec::new()),
             };
-            let mut mine = Vec::with_capacity(12 + key.len());
+            let mut mine = Vec::with_capacity(16 + key.len());
+            mine.extend_from_slice(&proposal.to_le_bytes());
             mine.extend_from_slice(&len.to_le_bytes());
             mine.extend_from_slice(&(disp_unit as u32).to_le_bytes());
             mine.extend_from_slice(&key);
             mine
         });
-        let all = self.agree(kind, id, mine)?;
+        let all = self.agree(comm, kind, seq, mine)?;
         let memory = memory?;
-        let remote = all
-            .iter()
-            .enumerate()
-            .map(|(rank, b)| {
-                if b.len() < 12 {
-                    return Err(PeerError::Malformed {
-                        from: rank as Rank,
-                        reason: "short window descriptor",
-                    });
+        let members = comm.map(|c| c.group().members());
+        let world_rank = |i: usize| members.map_or(i as Rank, |m| m[i]);
+        let mut id = 0;
+        let mut remote = vec![RemoteSegment::default(); e.size];
+        for (i, b) in all.iter().enumerate() {
+            if b.len() < 16 {
+                return Err(PeerError::Malformed {
+                    from: world_rank(i),
+                    reason: "short window descriptor",
                 }
-                Ok(RemoteSegment {
-                    len: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
-                    disp_unit: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
-                    key: b[12..].to_vec(),
-                })
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+                .into());
+            }
+            id = id.max(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")));
+            remote[world_rank(i) as usize] = RemoteSegment {
+                len: u64::from_le_bytes(b[4..12].try_into().expect("8 bytes")),
+                disp_unit: u32::from_le_bytes(b[12..16].try_into().expect("4 bytes")),
+                key: b[16..].to_vec(),
+            };
+        }
+        if id == ENGINE_WINDOW {
+            return Err(UsageError::Unsupported {
+                what: "more than 2^32 - 1 window creations in one process",
+            }
+            .into());
+        }
+        e.next_window.fetch_max(id + 1, Ordering::Relaxed);
+        drop(creating);
         let local: Option<Arc<dyn Segment>> = match &memory {
             Memory::Static(s) => Some(s.clone()),
             Memory::Dynamic(_) => None,
         };
-        // The backend maps or registers every rank's part; that too can fail on one rank
-        // alone, and the agreement on it is also the barrier after which peers may send
-        // to this window (everyone has registered it).
+        // The backend maps or registers every member's part; that too can fail on one
+        // rank alone, and the agreement on it is also the barrier after which peers may
+        // send to this window (everyone has registered it).
         let ready = e
             .transport
             .window_ready(id, local.as_ref(), &remote)
@@ -434,12 +588,20 @@ impl Engine {
         // (seen: a lock_all request across nodes lost, its origin's flush timing out).
         // Nobody sends before every rank registered with its backend, which the
         // agreement also says; if it fails, nobody sends at all.
-        let w = Arc::new(WindowShared::new(id, kind, e.clone(), remote, memory));
+        let group = comm.map(|c| c.group().clone());
+        let w = Arc::new(WindowShared::new(
+            id,
+            kind,
+            e.clone(),
+            remote,
+            memory,
+            group,
+        ));
         e.windows
             .write()
             .unwrap_or_else(|x| x.into_inner())
             .push(w.clone());
-        if let Err(err) = self.agree(kind, id, ready) {
+        if let Err(err) = self.agree(comm, kind, seq, ready) {
             e.windows
                 .write()
                 .unwrap_or_else(|x| x.into_inner())
@@ -454,19 +616,26 @@ impl Engine {
         })
     }
 
-    /// One agreement of window creation: every rank's `mine` (or its failure), in rank
-    /// order, once every rank made the same call for the same window. This rank's own
+    /// One agreement of window creation: every member's `mine` (or its failure), in rank
+    /// order, once every member made the same call for the same window. This rank's own
     /// failure comes back as it was; another's as [`PeerError::CollectiveFailed`]; a rank
     /// in another collective as [`PeerError::Mismatch`].
-    fn agree(&self, kind: WindowKind, id: u32, mine: Result<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        self.agree_inner(kind, id, mine)
+    fn agree(
+        &self,
+        comm: Option<&Comm>,
+        kind: WindowKind,
+        seq: u32,
+        mine: Result<Vec<u8>>,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.agree_inner(comm, kind, seq, mine)
             .inspect_err(|e| self.shared.blame(e))
     }
 
     fn agree_inner(
         &self,
+        comm: Option<&Comm>,
         kind: WindowKind,
-        id: u32,
+        seq: u32,
         mine: Result<Vec<u8>>,
     ) -> Result<Vec<Vec<u8>>> {
         let call = creation_call(kind as u8);
@@ -483,22 +652,29 @@ impl Engine {
         let mut msg = Vec::with_capacity(6 + body.len());
         msg.push(status);
         msg.push(kind as u8);
-        msg.extend_from_slice(&id.to_le_bytes());
+        msg.extend_from_slice(&seq.to_le_bytes());
         msg.extend_from_slice(&body);
-        let all = self
-            .shared
-            .transport
-            .allgather(&msg)
-            .map_err(|err| match Error::from(err) {
-                Error::Peer(PeerError::Departed { rank, .. }) => {
-                    PeerError::Departed { rank, call }.into()
-                }
-                other => other,
-            })?;
+        let all = match comm {
+            // The World's creations go through the bootstrap, which also watches the
+            // launcher for ranks that never started.
+            None => {
+                self.shared
+                    .transport
+                    .allgather(&msg)
+                    .map_err(|err| match Error::from(err) {
+                        Error::Peer(PeerError::Departed { rank, .. }) => {
+                            PeerError::Departed { rank, call }.into()
+                        }
+                        other => other,
+                    })?
+            }
+            Some(c) => c.allgather_as(call, &msg)?,
+        };
+        let world_rank = |i: usize| comm.map_or(i as Rank, |c| c.group().members()[i]);
         let mut out = Vec::with_capacity(all.len());
         let mut failed = None;
-        for (rank, theirs) in all.into_iter().enumerate() {
-            let rank = rank as Rank;
+        for (i, theirs) in all.into_iter().enumerate() {
+            let rank = world_rank(i);
             if theirs.len() < 6 {
                 return Err(PeerError::Malformed {
                     from: rank,
@@ -506,8 +682,8 @@ impl Engine {
                 }
                 .into());
             }
-            let their_id = u32::from_le_bytes(theirs[2..6].try_into().expect("4 bytes"));
-            if theirs[1] != kind as u8 || their_id != id {
+            let their_seq = u32::from_le_bytes(theirs[2..6].try_into().expect("4 bytes"));
+            if theirs[1] != kind as u8 || their_seq != seq {
                 let theirs = if theirs[1] != kind as u8 {
                     creation_call(theirs[1])
                 } else {
@@ -650,6 +826,12 @@ impl EngineShared {
         Ok(())
     }
 
+    /// Whether World rank `rank` left the job (its World was dropped).
+    pub(crate) fn has_departed(&self, rank: Rank) -> bool {
+        let d = self.departed.lock().unwrap_or_else(|x| x.into_inner());
+        d.get(rank as usize).is_some_and(Option::is_some)
+    }
+
     fn dispatch<'w>(
         &self,
         windows: &'w [Arc<WindowShared>],
@@ -672,6 +854,21 @@ impl EngineShared {
                     held.release();
                     let mut b = self.barrier.lock().unwrap_or_else(|x| x.into_inner());
                     *b.arrivals.entry((seq, round)).or_default() += 1;
+                }
+                Body::Collective {
+                    tag,
+                    step,
+                    call,
+                    total,
+                    offset,
+                    data,
+                } => {
+                    held.release();
+                    let mut inbox = self.collectives.lock().unwrap_or_else(|x| x.into_inner());
+                    if let Err(reason) = inbox.piece(from, tag, step, call, total, offset, data) {
+                        tracing::warn!(from, reason, "dropped collective piece");
+                        self.stats.refused();
+                    }
                 }
                 Body::Depart {
                     what: wire::Departure::Job,

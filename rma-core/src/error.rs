@@ -119,6 +119,20 @@ pub enum UsageError {
         /// What was too large.
         what: &'static str,
     },
+    /// A group or communicator argument MPI forbids (a rank named twice, a root outside
+    /// the communicator, buffers of different lengths across the ranks of a collective).
+    BadGroup {
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A reduction with an operation that is not one (`Replace`, `NoOp`), or not defined
+    /// for the element type.
+    BadReduction {
+        /// The operation.
+        op: crate::AccOp,
+        /// The element type.
+        datatype: crate::DataType,
+    },
 }
 
 /// A peer at fault: it died, or sent something this process refuses to apply.
@@ -243,7 +257,8 @@ impl fmt::Display for UsageError {
             ),
             RankOutOfRange { rank, size } => write!(
                 f,
-                "rank {rank} is outside the window's group of {size} ranks (0..{size})"
+                "rank {rank} is outside the group of {size} ranks (0..{size}) of the window or \
+                 communicator"
             ),
             OutOfBounds {
                 target,
@@ -289,6 +304,12 @@ impl fmt::Display for UsageError {
             TooLarge { what } => write!(
                 f,
                 "{what} is too large: its size in bytes overflows what memory can hold"
+            ),
+            BadGroup { why } => write!(f, "bad group or communicator argument: {why}"),
+            BadReduction { op, datatype } => write!(
+                f,
+                "{op:?} is not a reduction defined for {datatype:?} elements (reductions: \
+                 Sum, Prod, Min, Max and, for integers, the bitwise and logical operations)"
             ),
             EpochOpen => f.write_str(
                 "an epoch is still open on the window: close it (fence with NOSUCCEED, \

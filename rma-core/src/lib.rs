@@ -41,11 +41,14 @@
 
 mod barrier;
 pub mod bootstrap;
+mod collective;
+mod comm;
 pub mod config;
 mod datatype;
 mod engine;
 mod epoch;
 mod error;
+mod group;
 mod op_table;
 mod pool;
 mod progress;
@@ -60,17 +63,19 @@ pub mod wire;
 pub mod sim;
 
 pub use bootstrap::{exchange_hellos, Bootstrap, Hello};
+pub use comm::{Comm, LocOp};
 pub use config::{AsyncProgress, Config};
 pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};
 pub use error::{Error, PeerError, Result, TransportError, UsageError};
+pub use group::Group;
 pub use pool::{GlobalPool, LocalPool};
 pub use request::Request;
 pub use stats::{Counters, Stats};
 pub use transport::{
-    Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, Transport,
-    UserMemory, Wake,
+    Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, SharedAmong,
+    Transport, UserMemory, Wake,
 };
 pub use window::{FreeError, GetInto, Layout, Window, WindowKind};
 

@@ -336,9 +336,9 @@ impl Transport for SimTransport {
     fn allocate(
         &self,
         len: usize,
-        shared: bool,
+        shared: Option<&crate::transport::SharedAmong<'_>>,
     ) -> std::result::Result<Arc<dyn Segment>, TransportError> {
-        if shared && !self.net.profile.capabilities().shared_memory {
+        if shared.is_some() && !self.net.profile.capabilities().shared_memory {
             return Err(TransportError::Unsupported(
                 "shared memory in the active-message profile",
             ));

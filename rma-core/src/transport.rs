@@ -331,8 +331,9 @@ impl<T: Element> UserMemory for Vec<T> {
     }
 }
 
-/// The peer-side facts about one target's window, as the origin keeps them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The peer-side facts about one target's window, as the origin keeps them. A rank
+/// outside the window's communicator has the default: no bytes, an empty key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RemoteSegment {
     /// Bytes in the target's window.
     pub len: u64,
@@ -452,6 +453,30 @@ pub enum Wake {
     NoWaitObject,
 }
 
+/// The ranks that allocate one shared segment together
+/// ([`Transport::allocate`] for allocate_shared): the members of the window's
+/// communicator, with the allgather over them the backend uses to agree on the segment.
+pub struct SharedAmong<'a> {
+    /// The members' World ranks, in the communicator's order (the order of their parts).
+    pub members: &'a [Rank],
+    /// This process's index in `members`.
+    pub index: usize,
+    /// Every member's bytes, in member order; collective over the members.
+    pub allgather: &'a MemberAllgather<'a>,
+}
+
+/// The allgather over a window's members that [`SharedAmong`] carries.
+pub type MemberAllgather<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>, TransportError> + 'a;
+
+impl std::fmt::Debug for SharedAmong<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedAmong")
+            .field("members", &self.members)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
 /// A backend: moves bytes, reports completions, and offers the bootstrap collectives a
 /// window needs.
 ///
@@ -476,9 +501,14 @@ pub trait Transport: Send + Sync {
         self.capabilities(target)
     }
 
-    /// Allocates window memory of `len` bytes, zeroed; `shared` asks for memory that the
-    /// ranks of this node can load and store directly.
-    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError>;
+    /// Allocates window memory of `len` bytes, zeroed. `shared` (allocate_shared) asks for
+    /// memory that the ranks it names load and store directly, one segment with their
+    /// parts contiguous in their order: collective over them, through its `allgather`.
+    fn allocate(
+        &self,
+        len: usize,
+        shared: Option<&SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError>;
     /// Whether windows over user memory should rather live in memory from
     /// [`allocate`](Self::allocate): the engine then copies the user's bytes in at
     /// creation and back at free (the user gave the buffer away for the window's life, so

@@ -10,8 +10,8 @@ use crate::datatype::{AccOp, DataType};
 
 /// Version of this format; a packet of another version is refused. Version 2: extents
 /// are u64 throughout (no size of a window or an op is cut to 32 bits), and
-/// [`Kind::Depart`]. Version 3: [`flags::LOCK_ALL`].
-pub const VERSION: u8 = 3;
+/// [`Kind::Depart`]. Version 3: [`flags::LOCK_ALL`]. Version 4: [`Kind::Collective`].
+pub const VERSION: u8 = 4;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 12;
 
@@ -60,11 +60,13 @@ pub enum Kind {
     Post,
     Barrier,
     Depart,
+    /// A piece of one step of a communicator's collective (see [`Body::Collective`]).
+    Collective,
 }
 
 impl Kind {
     /// Number of kinds (for counter arrays).
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
 
     fn from_code(c: u8) -> Option<Kind> {
         use Kind::*;
@@ -82,6 +84,7 @@ impl Kind {
             11 => Post,
             12 => Barrier,
             13 => Depart,
+            14 => Collective,
             _ => return None,
         })
     }
@@ -102,6 +105,7 @@ impl Kind {
             Kind::Post => "post",
             Kind::Barrier => "barrier",
             Kind::Depart => "depart",
+            Kind::Collective => "collective",
         }
     }
 
@@ -239,6 +243,18 @@ pub enum Body<'a> {
     Depart {
         what: Departure,
         seq: u32,
+    },
+    /// Bytes `offset..offset + data.len()` of the `total` the sender sends in `step` of
+    /// the collective call `tag` (a communicator's context and call number) whose kind is
+    /// `call` (the receiver checks it: ranks in different collectives are a mismatch).
+    /// Window id: the engine's.
+    Collective {
+        tag: u64,
+        step: u32,
+        call: u8,
+        total: u64,
+        offset: u64,
+        data: &'a [u8],
     },
 }
 
@@ -461,6 +477,28 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
             let seq = r.u32()?;
             r.end()?;
             Body::Depart { what, seq }
+        }
+        Kind::Collective => {
+            let tag = r.u64()?;
+            let step = r.u32()?;
+            let call = r.u8()?;
+            let total = r.u64()?;
+            let offset = r.u64()?;
+            let data = r.rest();
+            if offset
+                .checked_add(data.len() as u64)
+                .is_none_or(|end| end > total)
+            {
+                return Err("collective piece past its total");
+            }
+            Body::Collective {
+                tag,
+                step,
+                call,
+                total,
+                offset,
+                data,
+            }
         }
         Kind::Lock | Kind::LockGranted | Kind::Done | Kind::Ack | Kind::Post => {
             r.end()?;

@@ -75,7 +75,11 @@ impl Transport for Corrupting {
     fn capabilities(&self, target: Rank) -> Capabilities {
         self.inner.capabilities(target)
     }
-    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+    fn allocate(
+        &self,
+        len: usize,
+        shared: Option<&rma_core::SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError> {
         self.inner.allocate(len, shared)
     }
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {

@@ -774,3 +774,85 @@ fn consecutive_noprecede_fences_with_native_and_message_barriers() {
         });
     }
 }
+
+// ----- communicators ----------------------------------------------------------------------
+
+/// Rounds of a communicator's collectives, counted in messages per rank: barrier,
+/// allgather and allreduce ceil(log2 p); a split and a window over a half, one allgather
+/// over the parent and two over the half; a broadcast, p - 1 messages in all.
+#[test]
+fn communicator_collectives_take_ceil_log2_p_rounds() {
+    fn rounds(p: usize) -> u64 {
+        u64::from(usize::BITS - (p.max(1) - 1).leading_zeros())
+    }
+    for n in 1..=9 {
+        for seed in [3, 17] {
+            sim::run_with(n, Profile::ActiveMessages, seed, config(), move |e| {
+                let w = e.world();
+                let sent = || e.stats().messages(Kind::Collective);
+                let p = w.size();
+                let before = sent();
+                w.barrier()?;
+                assert_eq!(sent() - before, rounds(p), "barrier on {p}");
+                let before = sent();
+                let sum = w.allreduce(&[u64::from(w.rank()) + 1], AccOp::Sum)?;
+                assert_eq!(sum, vec![(p * (p + 1) / 2) as u64]);
+                assert_eq!(sent() - before, rounds(p), "allreduce on {p}");
+                let before = sent();
+                let half = w.split(Some(w.rank() % 2), 0)?.expect("a color");
+                let win = half.allocate::<u32>(2)?;
+                let h = half.size();
+                assert_eq!(
+                    sent() - before,
+                    rounds(p) + 2 * rounds(h),
+                    "split on {p}, window on {h}"
+                );
+                win.fence(Assert::NONE)?;
+                win.put(&[w.rank()], (half.rank() + 1) % h as u32, 1)?;
+                win.fence(Assert::NONE)?;
+                let left = (half.rank() + h as u32 - 1) % h as u32;
+                assert_eq!(
+                    win.local_to_vec()[1],
+                    half.group().world_rank(left).unwrap()
+                );
+                win.free()?;
+                let before = sent();
+                let mut v = [w.rank(); 3];
+                w.broadcast(&mut v, (p - 1) as u32)?;
+                assert_eq!(v, [(p - 1) as u32; 3]);
+                let mine = sent() - before;
+                let all = w.allreduce(&[mine], AccOp::Sum)?;
+                assert_eq!(all[0], (p - 1) as u64, "broadcast on {p}");
+                Ok(())
+            })
+            .unwrap_or_else(|err| panic!("{n} ranks, seed {seed}: {err}"));
+        }
+    }
+}
+
+/// A member that calls another collective than the others: every member of the
+/// communicator gets a mismatch naming both calls; the others never block.
+#[test]
+fn mismatched_collectives_on_a_communicator_are_errors_on_its_members() {
+    run(4, Profile::ActiveMessages, 9, config(), |e| {
+        let w = e.world();
+        let pair = w.split(Some(w.rank() / 2), 0)?.expect("a color");
+        if w.rank() < 2 {
+            let got = if pair.rank() == 0 {
+                pair.barrier()
+            } else {
+                pair.allgather(&[1u8]).map(drop)
+            };
+            match got {
+                Err(Error::Peer(PeerError::Mismatch { call, theirs, .. })) => {
+                    assert_ne!(call, theirs);
+                }
+                other => panic!("expected a mismatch, got {other:?}"),
+            }
+        } else {
+            // The other pair goes on undisturbed.
+            assert_eq!(pair.allreduce(&[1u8], AccOp::Sum)?, vec![2]);
+        }
+        Ok(())
+    });
+}

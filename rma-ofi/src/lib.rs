@@ -78,8 +78,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
-    UserMemory, Wake,
+    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment,
+    SharedAmong, Transport, UserMemory, Wake,
 };
 
 /// Time between two checks of the peers' pids (when every rank is on this node), asked
@@ -1151,10 +1151,14 @@ impl Transport for OfiTransport {
         self.caps
     }
 
-    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+    fn allocate(
+        &self,
+        len: usize,
+        shared: Option<&SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError> {
         let memory = rma_shm::LocalMemory::for_network_window(
             len,
-            shared,
+            shared.is_some(),
             "allocate_shared: the libfabric backend shares no memory between ranks (run the ranks of one node on shared memory)",
         )?;
         // SAFETY: the memory is owned by the segment, which closes the region first

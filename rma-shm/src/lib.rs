@@ -37,7 +37,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, Transport, UserMemory,
+    Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, Transport,
+    UserMemory,
 };
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -173,9 +174,11 @@ struct PeerWindow {
 
 struct ShmWindow {
     peers: Vec<PeerWindow>,
-    /// The fence barrier's arrival count and generation: two words after rank 0's lock
-    /// word for this window.
+    /// The fence barrier's arrival count and generation: two words after the first
+    /// member's lock word for this window.
     barrier: Option<Region>,
+    /// Ranks of the window's communicator (the barrier's count).
+    members: usize,
     _mappings: Vec<Arc<Mapping>>,
 }
 
@@ -190,10 +193,10 @@ pub struct ShmTransport {
     /// view of its consumer index.
     send_locks: Vec<Mutex<u64>>,
     pids: Vec<u32>,
-    /// Windows by id (ids are small and dense: the engine numbers them in order).
+    /// Windows by id (ids are small: the members agree on the largest of their
+    /// proposals, each one past the ids its proposer used).
     windows: RwLock<Vec<Option<Arc<ShmWindow>>>>,
     slots: Arc<Mutex<SlotTable>>,
-    next_segment: AtomicU64,
     collective: AtomicU32,
     polls: AtomicU64,
     reported_dead: Mutex<Vec<bool>>,
@@ -287,7 +290,6 @@ impl ShmTransport {
                 // The departure word is never a lock.
                 used: (0..LOCK_SLOTS).map(|i| i == DEPARTURE_SLOT).collect(),
             })),
-            next_segment: AtomicU64::new(0),
             collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
             reported_dead: Mutex::new(vec![false; size]),
@@ -490,20 +492,22 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
-        let n = self.next_segment.fetch_add(1, Ordering::Relaxed);
-        // allocate_shared: one segment for the node, each rank's part after the previous
-        // rank's (contiguous, each part rounded up to 8 bytes for aligned atomics), created
-        // by the lowest rank, which then tells the others where to open it. Otherwise one
-        // segment per rank. Segments are anonymous (memfd): nothing is left behind however
-        // the job ends. The shared case is collective: every rank goes through both of its
-        // steps (the allgather of lengths, the allgather of where to open the segment)
-        // whatever failed before, so that a failure on one rank is an error on every rank
-        // (the engine agrees on the outcome), not a hang.
-        let (offset, total, mapping, at) = if shared {
-            let lens = self
-                .boot
-                .allgather(&format!("shm-shared{n}"), &(len as u64).to_le_bytes())?;
+    fn allocate(
+        &self,
+        len: usize,
+        shared: Option<&SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError> {
+        // allocate_shared: one segment for the window's members, each member's part after
+        // the previous one's (contiguous, each part rounded up to 8 bytes for aligned
+        // atomics), created by the first member, which then tells the others where to
+        // open it. Otherwise one segment per rank. Segments are anonymous (memfd):
+        // nothing is left behind however the job ends. The shared case is collective:
+        // every member goes through both of its steps (the allgather of lengths, the
+        // allgather of where to open the segment) whatever failed before, so that a
+        // failure on one member is an error on every member (the engine agrees on the
+        // outcome), not a hang.
+        let (offset, total, mapping, at) = if let Some(among) = shared {
+            let lens = (among.allgather)(&(len as u64).to_le_bytes())?;
             let lens: Vec<u64> = lens
                 .iter()
                 .map(|b| b.as_slice().try_into().map(u64::from_le_bytes))
@@ -519,10 +523,10 @@ impl Transport for ShmTransport {
                 TransportError::Failed("the shared window's parts add up past isize::MAX".into())
             };
             let (offset, total) = (
-                sum(&lens[..self.rank as usize]).ok_or_else(too_large),
+                sum(&lens[..among.index.min(lens.len())]).ok_or_else(too_large),
                 sum(&lens).ok_or_else(too_large),
             );
-            let created = match (self.rank, &total) {
+            let created = match (among.index, &total) {
                 (0, Ok(total)) => Some(
                     Mapping::create_anonymous(*total as usize)
                         .map_err(|e| fail("create the shared segment", e)),
@@ -530,16 +534,15 @@ impl Transport for ShmTransport {
                 (0, Err(e)) => Some(Err(e.clone())),
                 _ => None,
             };
-            // Rank 0 says where its segment is, or why there is none; the others say
-            // nothing (a non-empty nothing: some launchers refuse empty values).
+            // The first member says where its segment is, or why there is none; the
+            // others say nothing (a non-empty nothing: some launchers refuse empty
+            // values).
             let said = match &created {
                 Some(Ok(m)) => format!("at {}", m.path().unwrap_or_default()),
                 Some(Err(e)) => format!("failed {e}"),
                 None => "-".into(),
             };
-            let at = self
-                .boot
-                .allgather(&format!("shm-shared{n}-at"), said.as_bytes())?;
+            let at = (among.allgather)(said.as_bytes())?;
             let (offset, total) = (offset?, total?);
             // Where every rank's part of the window is (rank 0's segment), kept in the
             // descriptor: the ranks of this node find each other's parts in the mapping
@@ -550,11 +553,12 @@ impl Transport for ShmTransport {
                 Some(m) => m?,
                 None if at.is_empty() => {
                     return Err(TransportError::Failed(format!(
-                        "rank 0 could not create the shared segment: {zero}"
+                        "the window's first member could not create the shared segment: {zero}"
                     )))
                 }
-                None => Mapping::open(&at, total as usize)
-                    .map_err(|e| fail(&format!("open rank 0's shared segment {at}"), e))?,
+                None => Mapping::open(&at, total as usize).map_err(|e| {
+                    fail(&format!("open the first member's shared segment {at}"), e)
+                })?,
             };
             (offset, total, mapping, at)
         } else {
@@ -619,6 +623,7 @@ impl Transport for ShmTransport {
                 ShmWindow {
                     peers,
                     barrier: None,
+                    members: 0,
                     _mappings: Vec::new(),
                 },
             );
@@ -626,7 +631,8 @@ impl Transport for ShmTransport {
         }
         let mut peers = Vec::with_capacity(self.size);
         let mut mappings = Vec::new();
-        let mut barrier_slot = 0;
+        let mut barrier_slot = None;
+        let mut members = 0;
         let mut opened: Vec<(String, Arc<Mapping>)> = Vec::new();
         // Our own segment is mapped already: reuse that mapping, so that the parts of an
         // allocate_shared window are contiguous in this process too.
@@ -641,6 +647,16 @@ impl Transport for ShmTransport {
         }
         for (r, seg) in remote.iter().enumerate() {
             let k = &seg.key;
+            if k.is_empty() {
+                // Not a member of the window's communicator: nothing of it here.
+                peers.push(PeerWindow {
+                    memory: PeerMemory::None,
+                    lock: None,
+                    slot: None,
+                });
+                continue;
+            }
+            members += 1;
             if k.len() < 5 {
                 return Err(TransportError::Failed(format!(
                     "bad window descriptor from rank {r}"
@@ -653,9 +669,8 @@ impl Transport for ShmTransport {
                 )));
             }
             let lock = Region::at_inbox(&self.inboxes[r], slot);
-            if r == 0 {
-                barrier_slot = slot;
-            }
+            // The first member's lock slot holds the window's barrier words.
+            barrier_slot.get_or_insert((r, slot));
             let memory = match k[0] {
                 0 if k.len() > 21 => {
                     let offset = u64::from_le_bytes(k[5..13].try_into().expect("8 bytes"));
@@ -715,12 +730,13 @@ impl Transport for ShmTransport {
                 slot: Some(slot),
             });
         }
-        let barrier = Some(Region::barrier_words(&self.inboxes[0], barrier_slot));
+        let barrier = barrier_slot.map(|(r, slot)| Region::barrier_words(&self.inboxes[r], slot));
         self.insert_window(
             win,
             ShmWindow {
                 peers,
                 barrier,
+                members,
                 _mappings: mappings,
             },
         );
@@ -945,7 +961,7 @@ impl Transport for ShmTransport {
         // nobody can arrive at the next barrier before the reset (seed 004's PROC_SYNC;
         // the engine puts the MEM_SYNCs around it).
         let ticket = generation.load(Ordering::Acquire);
-        if count.fetch_add(1, Ordering::AcqRel) + 1 == self.size as u64 {
+        if count.fetch_add(1, Ordering::AcqRel) + 1 == w.members as u64 {
             count.store(0, Ordering::Relaxed);
             generation.fetch_add(1, Ordering::Release);
         }

@@ -99,8 +99,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment, Transport,
-    UserMemory, Wake,
+    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment,
+    SharedAmong, Transport, UserMemory, Wake,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -1475,10 +1475,14 @@ impl Transport for VerbsTransport {
         self.caps
     }
 
-    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
+    fn allocate(
+        &self,
+        len: usize,
+        shared: Option<&SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError> {
         let memory = rma_shm::LocalMemory::for_network_window(
             len,
-            shared,
+            shared.is_some(),
             "allocate_shared: the verbs backend shares no memory between ranks (run the ranks of one node on shared memory)",
         )?;
         // SAFETY: the memory is owned by the segment and freed after the region (field

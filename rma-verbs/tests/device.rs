@@ -69,7 +69,7 @@ fn transport() -> Option<VerbsTransport> {
 
 /// A 64-byte window 0 over allocated memory.
 fn window(t: &VerbsTransport) -> Arc<dyn Segment> {
-    let seg = t.allocate(64, false).expect("allocate");
+    let seg = t.allocate(64, None).expect("allocate");
     let remote = [RemoteSegment {
         len: 64,
         disp_unit: 1,

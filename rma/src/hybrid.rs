@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory, Wake,
+    Event, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, UserMemory, Wake,
 };
 use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
 use rma_shm::ShmTransport;
@@ -437,9 +437,14 @@ impl Transport for HybridTransport {
         }
     }
 
-    fn allocate(&self, len: usize, shared: bool) -> Result<Arc<dyn Segment>, TransportError> {
-        if shared && self.nodes > 1 {
-            // Every rank sees the same node count: all fail here, before any collective.
+    fn allocate(
+        &self,
+        len: usize,
+        shared: Option<&SharedAmong<'_>>,
+    ) -> Result<Arc<dyn Segment>, TransportError> {
+        if shared.is_some_and(|s| s.members.iter().any(|&r| self.on_node(r).is_none())) {
+            // Every member sees a member off its node when any is: all fail here, before
+            // any collective.
             return Err(TransportError::Unsupported(
                 "allocate_shared needs every rank of the window on one node",
             ));
@@ -475,7 +480,9 @@ impl Transport for HybridTransport {
         };
         let (mut node_part, mut net_part) = (Vec::new(), Vec::with_capacity(remote.len()));
         for (r, seg) in remote.iter().enumerate() {
-            let (node_key, net_key) = if local.is_none() {
+            let (node_key, net_key) = if local.is_none() || seg.key.is_empty() {
+                // A dynamic window's, or no descriptor at all: a rank outside the
+                // window's communicator (both backends then take it as no member).
                 (&seg.key[..], &[][..])
             } else {
                 split_descriptor(&seg.key).ok_or_else(|| {

@@ -223,6 +223,14 @@ impl World {
     }
 }
 
+impl World {
+    /// The World communicator (every rank, in World order): the one the others are made
+    /// from ([`Comm::split`], [`Comm::split_shared`], [`Comm::create`]).
+    pub fn comm(&self) -> Comm {
+        self.engine.world()
+    }
+}
+
 impl Drop for World {
     /// Leaving normally: peers still finishing their part must not take our exit for a
     /// failure.

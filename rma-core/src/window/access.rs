@@ -32,7 +32,8 @@ impl WinState {
     }
 
     pub(super) fn advance_barrier(&mut self, w: &WindowShared) -> Result<bool> {
-        let (rank, size) = (w.engine.rank, w.engine.size);
+        // The dissemination runs over the members' indices.
+        let (rank, size) = (w.member_index() as Rank, w.member_count());
         let mut sends = Vec::new();
         let mut done = true;
         let current = match &self.barrier {
@@ -55,7 +56,7 @@ impl WinState {
         }
         for (peer, seq, round) in sends {
             self.enc.start(Kind::Barrier, 0, w.id, 0).u32(seq).u8(round);
-            self.send_encoded(w, peer, Kind::Barrier)?;
+            self.send_encoded(w, w.member(peer as usize), Kind::Barrier)?;
         }
         self.background_barriers.retain(|b| !b.is_done());
         if let Some(Barrier::Native(ticket)) = self.barrier {
@@ -78,7 +79,7 @@ impl WinState {
         }
         self.barrier = Some(match w.engine.transport.barrier_arrive(w.id)? {
             Some(ticket) => Barrier::Native(ticket),
-            None => Barrier::Messages(Dissemination::new(self.barrier_seq, w.engine.size)),
+            None => Barrier::Messages(Dissemination::new(self.barrier_seq, w.member_count())),
         });
         Ok(())
     }

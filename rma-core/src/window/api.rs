@@ -246,8 +246,20 @@ impl<T: Element> Window<T> {
         self.shared.kind
     }
 
+    /// This process's rank in the window's communicator (the numbering of every target
+    /// and group the window takes).
+    pub fn rank(&self) -> Rank {
+        self.shared.member_index() as Rank
+    }
+
+    /// Number of ranks in the window's communicator.
+    pub fn size(&self) -> usize {
+        self.shared.member_count()
+    }
+
     /// Puts `data` at element displacement `disp` of `target`'s window.
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
+        let target = self.shared.world(target)?;
         // Contiguous on both sides: nothing to gather.
         let layout = Layout::contiguous(data.len());
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
@@ -284,6 +296,7 @@ impl<T: Element> Window<T> {
         disp: u64,
         target_layout: Layout,
     ) -> Result<()> {
+        let target = self.shared.world(target)?;
         let packed = gather(data, origin, target_layout)?;
         let extent = self
             .shared
@@ -298,6 +311,7 @@ impl<T: Element> Window<T> {
 
     /// A put whose local completion can be waited on (MPI_Rput).
     pub fn rput(&self, data: &[T], target: Rank, disp: u64) -> Result<Request<()>> {
+        let target = self.shared.world(target)?;
         let extent =
             self.shared
                 .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
@@ -325,6 +339,7 @@ impl<T: Element> Window<T> {
 
     /// Gets the elements `layout` selects at `disp`, packed.
     pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
+        let target = self.shared.world(target)?;
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
         if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
             let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
@@ -359,6 +374,7 @@ impl<T: Element> Window<T> {
         disp: u64,
         buf: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
+        let target = self.shared.world(target)?;
         let layout = Layout::contiguous(buf.len());
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
         if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
@@ -400,6 +416,7 @@ impl<T: Element> Window<T> {
         disp: u64,
         target_layout: Layout,
     ) -> Result<()> {
+        let target = self.shared.world(target)?;
         Self::check_op(op)?;
         let packed = gather(data, origin, target_layout)?;
         let extent = self
@@ -431,6 +448,7 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<()>> {
+        let target = self.shared.world(target)?;
         Self::check_op(op)?;
         let extent =
             self.shared
@@ -455,6 +473,7 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<Vec<T>>> {
+        let target = self.shared.world(target)?;
         Self::check_op(op)?;
         let layout = Layout::contiguous(data.len());
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
@@ -488,6 +507,7 @@ impl<T: Element> Window<T> {
 
     /// Atomic fetch-and-op on one element; the request's value is the old value.
     pub fn fetch_and_op(&self, value: T, op: AccOp, target: Rank, disp: u64) -> Result<Request<T>> {
+        let target = self.shared.world(target)?;
         Self::check_op(op)?;
         let extent = self
             .shared
@@ -512,6 +532,7 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<T>> {
+        let target = self.shared.world(target)?;
         if !T::DATATYPE.is_integer() {
             // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
             // not bitwise: -0.0 == 0.0, NaN != NaN).
@@ -546,7 +567,7 @@ impl<T: Element> Window<T> {
 
     /// Starts an access epoch to `group` (MPI_Win_start).
     pub fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
-        self.shared.start(group, assert)
+        self.shared.start(&self.shared.world_group(group)?, assert)
     }
 
     /// Ends the access epoch of [`start`](Self::start) (MPI_Win_complete).
@@ -556,7 +577,8 @@ impl<T: Element> Window<T> {
 
     /// Starts an exposure epoch to `group` (MPI_Win_post).
     pub fn post(&self, group: &[Rank], assert: Assert) -> Result<()> {
-        self.shared.post_exposure(group, assert)
+        self.shared
+            .post_exposure(&self.shared.world_group(group)?, assert)
     }
 
     /// Waits for every origin of the exposure epoch to complete (MPI_Win_wait).
@@ -571,12 +593,13 @@ impl<T: Element> Window<T> {
 
     /// Locks `target`'s window (MPI_Win_lock).
     pub fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
-        self.shared.lock(lock_type, target, assert)
+        self.shared
+            .lock(lock_type, self.shared.world(target)?, assert)
     }
 
     /// Completes every op to `target` at the target and releases the lock (MPI_Win_unlock).
     pub fn unlock(&self, target: Rank) -> Result<()> {
-        self.shared.unlock(target)
+        self.shared.unlock(self.shared.world(target)?)
     }
 
     /// Shared lock on every rank's window (MPI_Win_lock_all).
@@ -591,7 +614,7 @@ impl<T: Element> Window<T> {
 
     /// Completes every op to `target` at the target (MPI_Win_flush).
     pub fn flush(&self, target: Rank) -> Result<()> {
-        self.shared.flush(Some(target), true)
+        self.shared.flush(Some(self.shared.world(target)?), true)
     }
 
     /// Completes every op at its target (MPI_Win_flush_all).
@@ -602,7 +625,7 @@ impl<T: Element> Window<T> {
     /// Completes every op to `target` locally: origin buffers reusable, fetched data
     /// available (MPI_Win_flush_local).
     pub fn flush_local(&self, target: Rank) -> Result<()> {
-        self.shared.flush(Some(target), false)
+        self.shared.flush(Some(self.shared.world(target)?), false)
     }
 
     /// Local completion of every op (MPI_Win_flush_local_all).
@@ -680,7 +703,7 @@ impl<T: Element> Window<T> {
 
     /// Elements in `rank`'s window.
     pub fn len_of(&self, rank: Rank) -> Result<usize> {
-        self.shared.check_rank(rank)?;
+        let rank = self.shared.world(rank)?;
         let r = &self.shared.remote[rank as usize];
         Ok(r.len as usize / Self::SIZE)
     }
@@ -688,7 +711,7 @@ impl<T: Element> Window<T> {
     /// For windows from `allocate_shared`: the address and byte length of `rank`'s
     /// segment in this process, for direct load/store between synchronizations.
     pub fn shared_query(&self, rank: Rank) -> Result<(usize, usize)> {
-        self.shared.check_rank(rank)?;
+        let rank = self.shared.world(rank)?;
         if self.shared.kind != WindowKind::Shared {
             return Err(UsageError::Unsupported {
                 what: "shared_query on a window not from allocate_shared",
@@ -804,20 +827,20 @@ impl<T: Element> Window<T> {
             st.send_departure(w, Departure::Free, mine)?;
             mine
         };
-        let (me, size) = (w.engine.rank as usize, w.engine.size);
+        let me = w.engine.rank;
         w.wait_for("free", |st| {
             let freeing = &st.departures.freeing;
-            let all = size == 1
-                || (freeing.len() == size && (0..size).all(|r| r == me || freeing[r].is_some()));
+            let said = |r: Rank| freeing.get(r as usize).copied().flatten();
+            let all = w.members().all(|r| r == me || said(r).is_some());
             if !all || !st.outbox.is_empty() {
                 return Ok(false);
             }
-            match (0..size).find(|&r| r != me && freeing[r] != Some(mine)) {
+            match w.members().find(|&r| r != me && said(r) != Some(mine)) {
                 None => Ok(true),
                 Some(rank) => {
                     st.send_departure(w, Departure::Mismatch, Departure::call_code("free"))?;
                     Err(PeerError::Mismatch {
-                        rank: rank as Rank,
+                        rank,
                         call: "free",
                         theirs: "fence",
                     }
@@ -941,7 +964,7 @@ impl<T: Element> Drop for Window<T> {
     /// collective, no message): peers that still address it get their packets refused.
     fn drop(&mut self) {
         let w = &self.shared;
-        if !w.freed.load(std::sync::atomic::Ordering::Relaxed) && w.engine.size > 1 {
+        if !w.freed.load(std::sync::atomic::Ordering::Relaxed) && w.member_count() > 1 {
             // Peers waiting in a collective on this window learn that it will never
             // complete. Best effort, bounded: what the transport cannot take now is given
             // a few progress passes, then dropped with the window.

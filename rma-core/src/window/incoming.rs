@@ -13,6 +13,15 @@ impl WinState {
         p: &Packet<'_>,
         raw: &[u8],
     ) -> Result<()> {
+        if !w.is_member(from) {
+            // Not of this window's communicator, whatever the packet claims.
+            w.engine.stats.refused();
+            return Err(PeerError::Malformed {
+                from,
+                reason: "a packet for a window of a communicator it is not in",
+            }
+            .into());
+        }
         match p.kind {
             k if k.is_op() => {
                 if p.flags & (flags::LOCK_SHARED | flags::LOCK_EXCLUSIVE) != 0 {

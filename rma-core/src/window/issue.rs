@@ -54,9 +54,10 @@ impl WinState {
     /// acknowledgements outstanding, a PSCW peer whose post or complete has not come,
     /// or a peer that has not announced its `free`.
     pub(super) fn awaited_rank(&self, w: &WindowShared) -> Option<Rank> {
-        let (me, size) = (w.engine.rank, w.engine.size);
+        let me = w.engine.rank;
         if let Some(Barrier::Messages(d)) = &self.barrier {
-            return d.awaited(me, size);
+            let index = d.awaited(w.member_index() as Rank, w.member_count())?;
+            return Some(w.member(index as usize));
         }
         if let Some(t) = self.table.iter().find(|t| !t.is_idle()) {
             return Some(t.rank);
@@ -78,11 +79,13 @@ impl WinState {
         }
         let freeing = &self.departures.freeing;
         if !freeing.is_empty() {
-            return (0..size as Rank).find(|r| *r != me && freeing[*r as usize].is_none());
+            return w
+                .members()
+                .find(|&r| r != me && freeing.get(r as usize).is_none_or(Option::is_none));
         }
         // A backend's own barrier does not say who is missing; between two ranks it is
         // the other one.
-        (size == 2).then_some(1 - me)
+        (w.member_count() == 2).then(|| w.members().find(|&r| r != me))?
     }
 
     /// Fails every op of `rank` still queued or under way with `err` and frees its
@@ -121,7 +124,7 @@ impl WinState {
                 }
             }
             WindowEpoch::LockAllGranted { nocheck: false } => {
-                for rank in 0..w.engine.size as Rank {
+                for rank in w.members() {
                     unlock(rank, false);
                 }
             }
@@ -149,7 +152,7 @@ impl WinState {
             Departure::Abandoned => w.engine.blame_word(),
             _ => 0,
         };
-        for peer in (0..w.engine.size as Rank).filter(|r| *r != w.engine.rank) {
+        for peer in w.members().filter(|r| *r != w.engine.rank) {
             self.enc
                 .start(Kind::Depart, 0, w.id, blame)
                 .u8(what as u8)

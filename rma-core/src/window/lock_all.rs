@@ -112,7 +112,7 @@ impl WindowShared {
                 st.epoch = WindowEpoch::Unset;
                 if window_protocol && nocheck != Some(true) {
                     // Window protocol: every target was locked; unlock them all.
-                    for rank in 0..self.engine.size as Rank {
+                    for rank in self.members() {
                         if WinState::native_locks(self, rank) {
                             self.engine.transport.unlock(self.id, rank, false)?;
                         } else {

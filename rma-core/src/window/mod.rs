@@ -24,6 +24,7 @@ use crate::datatype::{AccOp, DataType, Element};
 use crate::engine::{EngineShared, BLAME_MISMATCH};
 use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEpoch};
 use crate::error::{Error, PeerError, Result, TransportError, UsageError};
+use crate::group::Group;
 use crate::op_table::{OpElem, OpKind, OpTable, SyncFlag, TargetElem};
 use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
@@ -135,6 +136,25 @@ pub(crate) struct WindowShared {
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
     /// Freed collectively: its drop tells nobody (otherwise peers learn it was abandoned).
     freed: std::sync::atomic::AtomicBool,
+    /// The communicator's group, whose numbering the public API's ranks are in; `None`:
+    /// the World (ranks are World ranks). Everything inside works in World ranks.
+    group: Option<Group>,
+}
+
+/// The World ranks of a window's members, without allocating.
+pub(super) enum MemberRanks<'a> {
+    All(std::ops::Range<Rank>),
+    Some(std::slice::Iter<'a, Rank>),
+}
+
+impl Iterator for MemberRanks<'_> {
+    type Item = Rank;
+    fn next(&mut self) -> Option<Rank> {
+        match self {
+            MemberRanks::All(r) => r.next(),
+            MemberRanks::Some(i) => i.next().copied(),
+        }
+    }
 }
 
 /// Ops up to this many bytes never need pieces (every backend carries at least this in

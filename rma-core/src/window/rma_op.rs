@@ -307,7 +307,7 @@ impl WinState {
         tracing::debug!(win = w.id, "lock_all falls back to the window protocol");
         self.epoch = WindowEpoch::LockAllIssued;
         self.native_lock_cursor = 0;
-        for rank in 0..w.engine.size as Rank {
+        for rank in w.members() {
             match self.table.get(rank).map(|t| t.state) {
                 Some(TargetState::LockCalled) => self.request_lock(w, rank)?,
                 Some(_) => {}
@@ -326,8 +326,9 @@ impl WinState {
     /// Window protocol over native locks: take the remaining targets' locks in rank order,
     /// as far as they are free now.
     pub(super) fn advance_native_window_locks(&mut self, w: &WindowShared) -> Result<()> {
-        while (self.native_lock_cursor as usize) < w.engine.size {
-            let rank = self.native_lock_cursor;
+        // The cursor is a member index: targets are locked in the window's rank order.
+        while (self.native_lock_cursor as usize) < w.member_count() {
+            let rank = w.member(self.native_lock_cursor as usize);
             if self.table.get(rank).is_none() && Self::native_locks(w, rank) {
                 if !w.engine.transport.try_lock(w.id, rank, false)? {
                     return Ok(());

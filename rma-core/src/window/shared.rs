@@ -11,6 +11,7 @@ impl WindowShared {
         engine: Arc<EngineShared>,
         remote: Vec<RemoteSegment>,
         memory: Memory,
+        group: Option<Group>,
     ) -> Self {
         let state = Mutex::new(WinState::new(&engine));
         // Capabilities per target, once: a byte per rank and the few distinct classes.
@@ -42,6 +43,71 @@ impl WindowShared {
             next_region: Mutex::new(1),
             user_copy: Mutex::new(None),
             freed: std::sync::atomic::AtomicBool::new(false),
+            group,
+        }
+    }
+
+    /// The World rank of the window's rank `rank` (the communicator's numbering), or
+    /// the error for a rank outside its group.
+    #[inline]
+    pub(super) fn world(&self, rank: Rank) -> Result<Rank> {
+        match &self.group {
+            None => self.check_rank(rank).map(|()| rank),
+            Some(g) => g.world_rank(rank).ok_or_else(|| {
+                UsageError::RankOutOfRange {
+                    rank,
+                    size: g.size(),
+                }
+                .into()
+            }),
+        }
+    }
+
+    /// The World ranks of the window's ranks `group` (a PSCW group), each checked.
+    pub(super) fn world_group(&self, group: &[Rank]) -> Result<Vec<Rank>> {
+        match &self.group {
+            None => group
+                .iter()
+                .map(|&r| self.check_rank(r).map(|()| r))
+                .collect(),
+            Some(g) => g.world_ranks(group),
+        }
+    }
+
+    /// The members' World ranks, in the window's order.
+    pub(super) fn members(&self) -> MemberRanks<'_> {
+        match &self.group {
+            None => MemberRanks::All(0..self.engine.size as Rank),
+            Some(g) => MemberRanks::Some(g.members().iter()),
+        }
+    }
+
+    /// Number of members.
+    pub(crate) fn member_count(&self) -> usize {
+        self.group.as_ref().map_or(self.engine.size, Group::size)
+    }
+
+    /// This process's index among the members (its rank in the window).
+    pub(super) fn member_index(&self) -> usize {
+        match &self.group {
+            None => self.engine.rank as usize,
+            Some(g) => g.rank_of(self.engine.rank).expect("a member") as usize,
+        }
+    }
+
+    /// The World rank of member `index`.
+    pub(super) fn member(&self, index: usize) -> Rank {
+        match &self.group {
+            None => index as Rank,
+            Some(g) => g.members()[index],
+        }
+    }
+
+    /// Whether World rank `rank` is a member.
+    pub(super) fn is_member(&self, rank: Rank) -> bool {
+        match &self.group {
+            None => (rank as usize) < self.engine.size,
+            Some(g) => g.contains(rank),
         }
     }
 

@@ -1,0 +1,383 @@
+//! Communicators across real processes: windows of every kind and sync mode over splits,
+//! one-process and node communicators, overlapping communicators at once, epochs among
+//! a subset while the others compute, collectives against sequential results, and the
+//! typed errors of misuse.
+
+use std::time::{Duration, Instant};
+
+use rma::{AccOp, Assert, Comm, Error, Group, LocOp, LockType, PeerError, Rank, Result};
+use rma::{UsageError, World};
+
+use crate::{check, ops};
+
+/// `ops` over communicators: the two halves of the World (ordered by a key that reverses
+/// the ranks), a one-process communicator per rank, and the node communicator.
+pub(crate) fn comm_ops(world: &World, kind: &str) -> Result<()> {
+    let w = world.comm();
+    let (me, n) = (w.rank(), w.size() as Rank);
+    let lower = me < n / 2;
+    let half = w
+        .split(Some(u32::from(!lower)), -i64::from(me))?
+        .expect("a color");
+    // The half's ranks run backwards: the highest World rank of the half is its rank 0.
+    let members: Vec<Rank> = (0..n).filter(|&r| (r < n / 2) == lower).rev().collect();
+    check(half.group().members() == members, "split order by key")?;
+    check(
+        half.group().world_rank(half.rank()) == Some(me),
+        "own rank in the half",
+    )?;
+    ops(&half, kind)?;
+    let single = w.split(Some(me), 0)?.expect("a color");
+    check(
+        single.size() == 1 && single.rank() == 0,
+        "one-process split",
+    )?;
+    ops(&single, kind)?;
+    let node = w.split_shared()?;
+    // Every member of a node communicator names the same members.
+    let first = node.allreduce(&[node.group().members()[0]], AccOp::Min)?;
+    check(first[0] == node.group().members()[0], "one node, one group")?;
+    if kind != "shared" || node.size() > 1 {
+        ops(&node, kind)?;
+    }
+    if node.size() > 1 && kind != "shared" {
+        // A node's communicator shares memory, whatever the backend between nodes.
+        ops(&node, "shared")?;
+    }
+    w.barrier()
+}
+
+const LEN: usize = 5;
+
+macro_rules! reduce_integers {
+    ($c:expr, $($t:ty),*) => {$({
+        let c: &Comm = $c;
+        let (p, me) = (c.size(), c.rank() as usize);
+        let value = |r: usize, i: usize| -> $t {
+            if (r + i) % 3 == 0 { 0 } else { ((r * 37 + i * 11 + 3) % 120) as $t }
+        };
+        let mine: Vec<$t> = (0..LEN).map(|i| value(me, i)).collect();
+        for op in [AccOp::Sum, AccOp::Prod, AccOp::Min, AccOp::Max, AccOp::Band, AccOp::Bor,
+                   AccOp::Bxor, AccOp::Land, AccOp::Lor, AccOp::Lxor] {
+            let f = |a: $t, b: $t| -> $t {
+                match op {
+                    AccOp::Sum => a.wrapping_add(b),
+                    AccOp::Prod => a.wrapping_mul(b),
+                    AccOp::Min => a.min(b),
+                    AccOp::Max => a.max(b),
+                    AccOp::Band => a & b,
+                    AccOp::Bor => a | b,
+                    AccOp::Bxor => a ^ b,
+                    AccOp::Land => (a != 0 && b != 0) as $t,
+                    AccOp::Lor => (a != 0 || b != 0) as $t,
+                    _ => ((a != 0) != (b != 0)) as $t,
+                }
+            };
+            let expect: Vec<$t> = (0..LEN)
+                .map(|i| (1..p).fold(value(0, i), |acc, r| f(acc, value(r, i))))
+                .collect();
+            let what = format!("allreduce {op:?} on {}", stringify!($t));
+            check(c.allreduce(&mine, op)? == expect, &what)?;
+            for root in 0..p {
+                let got = c.reduce(&mine, op, root as Rank)?;
+                check(got == (me == root).then(|| expect.clone()), &format!("reduce at {root}: {what}"))?;
+            }
+        }
+    })*};
+}
+
+macro_rules! reduce_floats {
+    ($c:expr, $($t:ty),*) => {$({
+        let c: &Comm = $c;
+        let (p, me) = (c.size(), c.rank() as usize);
+        let value = |r: usize, i: usize| -> $t { r as $t * 0.5 + i as $t * 0.25 - 1.0 };
+        let mine: Vec<$t> = (0..LEN).map(|i| value(me, i)).collect();
+        for op in [AccOp::Sum, AccOp::Prod, AccOp::Min, AccOp::Max] {
+            let f = |a: $t, b: $t| -> $t {
+                match op {
+                    AccOp::Sum => a + b,
+                    AccOp::Prod => a * b,
+                    AccOp::Min => a.min(b),
+                    _ => a.max(b),
+                }
+            };
+            // In rank order: the same bits on every rank.
+            let expect: Vec<$t> = (0..LEN)
+                .map(|i| (1..p).fold(value(0, i), |acc, r| f(acc, value(r, i))))
+                .collect();
+            let what = format!("allreduce {op:?} on {}", stringify!($t));
+            check(c.allreduce(&mine, op)? == expect, &what)?;
+            let got = c.reduce(&mine, op, (p - 1) as Rank)?;
+            check(got == (me == p - 1).then(|| expect.clone()), &format!("reduce: {what}"))?;
+        }
+    })*};
+}
+
+/// Every collective on one communicator, against results computed here in sequence.
+fn collectives_on(c: &Comm) -> Result<()> {
+    let (p, me) = (c.size(), c.rank());
+    c.barrier()?;
+    for root in 0..p as Rank {
+        let mut data: Vec<u32> = if me == root {
+            (0..7).map(|i| root * 100 + i).collect()
+        } else {
+            vec![0; 7]
+        };
+        c.broadcast(&mut data, root)?;
+        check(
+            data == (0..7).map(|i| root * 100 + i).collect::<Vec<_>>(),
+            "broadcast",
+        )?;
+        let mine = [u64::from(me), u64::from(me) * u64::from(me)];
+        let all: Vec<u64> = (0..p as u64).flat_map(|r| [r, r * r]).collect();
+        let got = c.gather(&mine, root)?;
+        check(got == (me == root).then(|| all.clone()), "gather")?;
+        let parts: Vec<i16> = (0..2 * p as i16).map(|i| i - 3).collect();
+        let part = c.scatter((me == root).then_some(&parts[..]), root)?;
+        check(
+            part == parts[2 * me as usize..2 * me as usize + 2],
+            "scatter",
+        )?;
+    }
+    let mine = [me as u16, 7, me as u16 * 3];
+    let all: Vec<u16> = (0..p as u16).flat_map(|r| [r, 7, r * 3]).collect();
+    check(c.allgather(&mine)? == all, "allgather")?;
+    reduce_integers!(c, u8, u16, u32, u64, i8, i16, i32, i64);
+    reduce_floats!(c, f32, f64);
+    // MINLOC / MAXLOC: values with ties, the smallest index wins a tie.
+    let pairs: Vec<(f64, u64)> = (0..3)
+        .map(|i| (((u64::from(me) + i) % 2) as f64, u64::from(me) + 10 * i))
+        .collect();
+    let min = c.allreduce_loc(&pairs, LocOp::MinLoc)?;
+    let max = c.allreduce_loc(&pairs, LocOp::MaxLoc)?;
+    for i in 0..3u64 {
+        let members = 0..p as u64;
+        let value = |r: u64| ((r + i) % 2) as f64;
+        let lo = members.clone().map(value).fold(f64::MAX, f64::min);
+        let hi = members.clone().map(value).fold(f64::MIN, f64::max);
+        let at = |v: f64| members.clone().find(|&r| value(r) == v).unwrap() + 10 * i;
+        check(min[i as usize] == (lo, at(lo)), "minloc")?;
+        check(max[i as usize] == (hi, at(hi)), "maxloc")?;
+    }
+    Ok(())
+}
+
+/// Collectives over the World, its parity halves, a one-process communicator, and a
+/// communicator of two ranks in reverse order made by those two alone.
+pub(crate) fn collectives(world: &World) -> Result<()> {
+    let w = world.comm();
+    let (me, n) = (w.rank(), w.size() as Rank);
+    collectives_on(&w)?;
+    let parity = w.split(Some(me % 2), i64::from(me))?.expect("a color");
+    collectives_on(&parity)?;
+    let single = w.create(&[me])?;
+    collectives_on(&single)?;
+    if n >= 2 && (me == 0 || me == n - 1) {
+        let pair = w.create(&[n - 1, 0])?;
+        check(pair.rank() == u32::from(me == 0), "create's order")?;
+        collectives_on(&pair)?;
+    }
+    // A count of rounds: an allreduce of 8 bytes sends ceil(log2 p) messages per rank.
+    let before = world.stats().messages(rma::wire::Kind::Collective);
+    w.allreduce(&[1u64], AccOp::Sum)?;
+    let sent = world.stats().messages(rma::wire::Kind::Collective) - before;
+    let rounds = u64::from(usize::BITS - (n as usize - 1).leading_zeros());
+    check(
+        sent == rounds,
+        &format!("allreduce sent {sent}, not {rounds} messages"),
+    )?;
+    w.barrier()
+}
+
+/// Fence, PSCW and lock_all epochs among all ranks but the last, which computes and
+/// calls nothing of theirs; it learns they are done from a flag they put in its memory.
+pub(crate) fn subset_epochs(world: &World) -> Result<()> {
+    let w = world.comm();
+    let (me, n) = (w.rank(), w.size() as Rank);
+    let flag = w.allocate::<u64>(1)?;
+    if me == n - 1 {
+        let start = Instant::now();
+        let mut x = 1u64;
+        loop {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            flag.lock(LockType::Shared, me, Assert::NONE)?;
+            let mut seen = [0u64];
+            flag.read_local(0, &mut seen)?;
+            flag.unlock(me)?;
+            if seen[0] == 1 {
+                break;
+            }
+            check(
+                start.elapsed() < Duration::from_secs(60),
+                "the subset finished while this rank computed",
+            )?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::hint::black_box(x);
+    } else {
+        let members: Vec<Rank> = (0..n - 1).collect();
+        let sub = w.create(&members)?;
+        let (r, p) = (sub.rank(), sub.size() as Rank);
+        let (right, left) = ((r + 1) % p, (r + p - 1) % p);
+        let win = sub.allocate::<u64>(4)?;
+        win.fence(Assert::NOPRECEDE)?;
+        win.put(&[u64::from(me) + 1], right, 0)?;
+        win.fence(Assert::NONE)?;
+        win.post(&[left], Assert::NONE)?;
+        win.start(&[right], Assert::NONE)?;
+        win.accumulate(&[10], AccOp::Sum, right, 1)?;
+        win.complete()?;
+        win.wait()?;
+        win.lock_all(Assert::NONE)?;
+        for t in 0..p {
+            win.accumulate(&[1], AccOp::Sum, t, 2)?;
+        }
+        win.flush_all()?;
+        win.unlock_all()?;
+        sub.barrier()?;
+        let v = win.local_to_vec();
+        let left_world = sub.group().world_rank(left).unwrap();
+        check(
+            v[..3] == [u64::from(left_world) + 1, 10, u64::from(p)],
+            &format!("subset window contents {v:?}"),
+        )?;
+        win.free()?;
+        // Out of range in the subset's numbering, though a World rank.
+        check(
+            matches!(
+                sub.allocate::<u8>(1)?.put(&[1], p, 0),
+                Err(Error::Usage(UsageError::RankOutOfRange { .. }))
+            ),
+            "a rank past the subset",
+        )?;
+        if r == 0 {
+            flag.lock(LockType::Exclusive, n - 1, Assert::NONE)?;
+            flag.put(&[1], n - 1, 0)?;
+            flag.unlock(n - 1)?;
+        }
+    }
+    w.barrier()?;
+    flag.free().map(drop).map_err(Into::into)
+}
+
+/// Windows over the World, its halves and its parity halves alive at once, their epochs
+/// and the halves' collectives interleaved from one thread.
+pub(crate) fn overlapping(world: &World) -> Result<()> {
+    let w = world.comm();
+    let (me, n) = (w.rank(), w.size() as Rank);
+    let half = w.split(Some(me / n.div_ceil(2)), 0)?.expect("a color");
+    let parity = w.split(Some(me % 2), 0)?.expect("a color");
+    let on_half = half.allocate::<u64>(2)?;
+    let on_parity = parity.create_window(vec![0u64; 2])?;
+    let on_world = w.allocate::<u64>(1)?;
+    let next = |c: &Comm| (c.rank() + 1) % c.size() as Rank;
+    on_half.lock_all(Assert::NONE)?;
+    on_parity.fence(Assert::NOPRECEDE)?;
+    on_world.lock_all(Assert::NONE)?;
+    on_half.put(&[u64::from(me) + 100], next(&half), 0)?;
+    let sum = half.allreduce(&[u64::from(me)], AccOp::Sum)?;
+    on_parity.put(&[u64::from(me) + 200], next(&parity), 1)?;
+    for t in 0..n {
+        on_world.accumulate(&[u64::from(me)], AccOp::Sum, t, 0)?;
+    }
+    on_half.flush_all()?;
+    on_parity.fence(Assert::NOSUCCEED)?;
+    let max = parity.allreduce(&[me], AccOp::Max)?;
+    on_world.unlock_all()?;
+    on_half.unlock_all()?;
+    w.barrier()?;
+    let prev = |c: &Comm| {
+        c.group()
+            .world_rank((c.rank() + c.size() as Rank - 1) % c.size() as Rank)
+            .unwrap()
+    };
+    check(
+        on_half.local_to_vec()[0] == u64::from(prev(&half)) + 100,
+        "put over the half",
+    )?;
+    check(
+        on_parity.local_to_vec()[1] == u64::from(prev(&parity)) + 200,
+        "put over the parity half",
+    )?;
+    check(
+        on_world.local_to_vec()[0] == u64::from(n * (n - 1) / 2),
+        "accumulates over the World",
+    )?;
+    let half_sum: u64 = half.group().members().iter().map(|&r| u64::from(r)).sum();
+    check(sum[0] == half_sum, "allreduce inside an epoch")?;
+    check(
+        max[0] == *parity.group().members().iter().max().unwrap(),
+        "allreduce over the parity half",
+    )?;
+    on_half.free()?;
+    on_parity.free()?;
+    on_world.free()?;
+    Ok(())
+}
+
+/// Misuse of communicators: typed errors, on every rank where it is collective.
+pub(crate) fn comm_errors(world: &World) -> Result<()> {
+    let w = world.comm();
+    let (me, n) = (w.rank(), w.size() as Rank);
+    let mut data = [0u8; 4];
+    check(
+        matches!(
+            w.broadcast(&mut data, n),
+            Err(Error::Usage(UsageError::RankOutOfRange { .. }))
+        ),
+        "a root past the communicator",
+    )?;
+    check(
+        matches!(
+            w.allreduce(&[1.5f64], AccOp::Replace),
+            Err(Error::Usage(UsageError::BadReduction { .. }))
+        ),
+        "Replace is no reduction",
+    )?;
+    check(
+        matches!(
+            w.allreduce(&[1.5f64], AccOp::Band),
+            Err(Error::Usage(UsageError::BadReduction { .. }))
+        ),
+        "a bitwise reduction of floats",
+    )?;
+    check(
+        matches!(
+            w.create(&[(me + 1) % n]),
+            Err(Error::Usage(UsageError::BadGroup { .. }))
+        ),
+        "create by a rank outside the new group",
+    )?;
+    check(Group::new(&[0, 0], n as usize).is_err(), "a rank twice")?;
+    // Different collectives on one communicator: a mismatch on every member, naming
+    // both calls.
+    let pair = w.split(Some(me / 2), 0)?.expect("a color");
+    if pair.size() == 2 {
+        let got = if pair.rank() == 0 {
+            pair.barrier()
+        } else {
+            pair.allreduce(&[1u32], AccOp::Sum).map(drop)
+        };
+        let theirs = if pair.rank() == 0 {
+            "allreduce"
+        } else {
+            "barrier"
+        };
+        check(
+            matches!(got, Err(Error::Peer(PeerError::Mismatch { theirs: t, .. })) if t == theirs),
+            &format!("mismatched collectives: {got:?}"),
+        )?;
+    }
+    // Buffers of different lengths in one allgather: the same error on every member.
+    let mine = vec![1u8; 1 + (me == 0) as usize];
+    check(
+        matches!(
+            w.allgather(&mine),
+            Err(Error::Usage(UsageError::BadGroup { .. }))
+        ),
+        "allgather of different lengths",
+    )?;
+    world.barrier()
+}
