@@ -319,6 +319,43 @@ fn bad_environments_are_typed_errors_not_hangs() {
     }
 }
 
+/// A launcher this build cannot talk to, or srun without a PMI, is an error at init
+/// that says what to do, not a World of one per process.
+#[test]
+fn an_unsupported_launcher_is_a_clear_error_not_worlds_of_one() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("OMPI_COMM_WORLD_SIZE", "3")], "PMIx launcher"),
+        (
+            &[("SLURM_NTASKS", "4"), ("SLURM_STEP_ID", "0")],
+            "--mpi=pmi2",
+        ),
+    ];
+    for (env, says) in cases {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rma-conformance"));
+        cmd.arg("collectives").envs(env.iter().copied());
+        for var in [
+            "PMI_FD",
+            "PMIX_NAMESPACE",
+            "RMA_RUN_SOCKET",
+            "RMA_BOOTSTRAP",
+        ] {
+            cmd.env_remove(var);
+        }
+        let out = run_with_deadline(cmd, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{env:?}: {err}");
+        assert!(err.contains(says), "{env:?}: {err}");
+    }
+    // One task of srun is a World of one, as before.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rma-conformance"));
+    cmd.arg("collectives")
+        .env("SLURM_NTASKS", "1")
+        .env("SLURM_STEP_ID", "0");
+    assert!(run_with_deadline(cmd, Duration::from_secs(30))
+        .status
+        .success());
+}
+
 #[test]
 fn a_peer_that_never_arrives_fails_init_with_a_clear_error() {
     let mut l = Launch::new(

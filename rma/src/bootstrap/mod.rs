@@ -238,7 +238,47 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
     if let Some(c) = RunClient::from_env()? {
         return Ok(Arc::new(c));
     }
+    if let Some(why) = unsupported_launcher() {
+        return Err(TransportError::Failed(why).into());
+    }
     Ok(Arc::new(Single::new()))
+}
+
+/// A launcher that started this process as one of several but that this build cannot
+/// talk to: without this, each process would run as a World of one (`mpirun -n 3` on a
+/// build without PMIx ran three worlds of one, silently). Says what to do instead.
+fn unsupported_launcher() -> Option<String> {
+    let many = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|n| *n > 1)
+    };
+    // Reached with PMIx built in only when its server was not found (no namespace).
+    let pmix = if cfg!(feature = "pmix") {
+        "its PMIx server is not in the environment (PMIX_NAMESPACE unset)"
+    } else {
+        "this build of rma has no PMIx: build rma with the cargo feature `pmix` (or \
+         launch with rma-run, MPICH's mpiexec, srun --mpi=pmi2)"
+    };
+    if let Some(n) = many("OMPI_COMM_WORLD_SIZE").or(many("PMIX_SIZE")) {
+        return Some(format!(
+            "started by a PMIx launcher (Open MPI's mpirun or srun --mpi=pmix) as one of \
+             {n} processes, but {pmix}"
+        ));
+    }
+    if std::env::var_os("PMIX_NAMESPACE").is_some() && many("SLURM_NTASKS").is_some() {
+        return Some(format!("started by srun --mpi=pmix, but {pmix}"));
+    }
+    if let (Some(n), Some(_)) = (many("SLURM_NTASKS"), std::env::var_os("SLURM_STEP_ID")) {
+        if std::env::var_os("PMI_FD").is_none() && std::env::var_os("PMIX_NAMESPACE").is_none() {
+            return Some(format!(
+                "started by srun as one of {n} tasks without a process-management interface: \
+                 run srun --mpi=pmi2 (or --mpi=pmix with rma's `pmix` feature)"
+            ));
+        }
+    }
+    None
 }
 
 fn missing(which: &str, var: &str) -> Error {
