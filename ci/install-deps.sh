@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages the tests need, from Debian's archive: MPICH (Hydra's mpiexec, for the
 # PMI-1 and PMI-2 bootstraps), Slurm with munge (srun --mpi=pmi2 and --mpi=pmix), OpenPMIx
-# and Open MPI (the PMIx bootstrap, mpirun), libfabric (the ofi backend), rdma-core's
+# and Open MPI (the PMIx bootstrap, mpirun; both MPIs' headers for the `mpi` feature), libfabric (the ofi backend), rdma-core's
 # libibverbs and librdmacm (the verbs backend), and clang,
 # libclang + pkg-config (bindgen builds the PMIx and libfabric bindings; the workspace is
 # tested with --all-features), iproute2 (simulated hosts). Idempotent: does nothing when everything is there.
@@ -15,6 +15,10 @@ command -v munged >/dev/null || need+=(munge)
 [ -e /usr/lib/x86_64-linux-gnu/libpmix.so.2 ] || need+=(libpmix2)
 pkg-config --exists pmix 2>/dev/null || need+=(libpmix-dev pkg-config)
 mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
+# The headers and compiler wrappers of both MPIs: the `mpi` feature (the mpi crate binds
+# whichever MPICC names) is built and tested against MPICH and Open MPI.
+command -v mpicc.mpich >/dev/null && [ -d /usr/include/x86_64-linux-gnu/mpich ] || need+=(libmpich-dev)
+command -v mpicc.openmpi >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/openmpi/include ] || need+=(libopenmpi-dev)
 [ -f /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
 # rma-verbs (feature verbs; rdma-sys binds rdma-core's headers and links libibverbs and
 # librdmacm). ci/verbs.sh installs what its VM needs itself.

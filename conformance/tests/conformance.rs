@@ -559,6 +559,56 @@ fn subset_under_open_mpi_mpirun() {
     pmix_subset(&["mpirun", "--allow-run-as-root", "--oversubscribe"]);
 }
 
+/// An application using MPI (the `mpi` crate) and rma together, under the launcher of
+/// the MPI this build linked (MPICH's mpiexec or Open MPI's mpirun; `MPICC` selects it at
+/// build time, ci/test.sh builds both): rma's World over MPI's communicator, from
+/// `World::from_mpi` and from `World::init` finding MPI initialized, sums agreeing,
+/// windows exact, and a clean finalize whichever library goes first.
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_and_rma_in_one_process() {
+    let bin = env!("CARGO_BIN_EXE_with_mpi");
+    let which = std::process::Command::new(bin)
+        .arg("which")
+        .output()
+        .expect("with_mpi");
+    let version = String::from_utf8_lossy(&which.stdout).to_string();
+    let launcher: Vec<&str> = if version.contains("Open MPI") {
+        vec!["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"]
+    } else if version.contains("MPICH") {
+        vec!["mpiexec.mpich"]
+    } else {
+        panic!("an MPI this test does not know: {version}");
+    };
+    for ranks in ["2", "3"] {
+        for order in ["rma-first", "mpi-first"] {
+            for via_init in [false, true] {
+                let mut cmd = std::process::Command::new(launcher[0]);
+                cmd.args(&launcher[1..]).args(["-n", ranks, bin, order]);
+                for var in ["RMA_RUN_SOCKET", "PMI_FD", "RMA_BOOTSTRAP"] {
+                    cmd.env_remove(var);
+                }
+                if via_init {
+                    cmd.env("RMA_WITH_MPI_INIT", "1");
+                }
+                let out = run_with_deadline(cmd, Duration::from_secs(120));
+                let so = String::from_utf8_lossy(&out.stdout);
+                let what = format!("{version} -n {ranks} {order} init={via_init}");
+                assert!(
+                    out.status.success(),
+                    "{what}: {so}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert_eq!(
+                    so.matches("done").count(),
+                    ranks.parse().unwrap(),
+                    "{what}: {so}"
+                );
+            }
+        }
+    }
+}
+
 /// The same cases on `RMA_BACKEND=ofi` with one libfabric provider each.
 #[cfg(feature = "ofi")]
 mod ofi {

@@ -114,6 +114,24 @@ impl World {
         #[cfg(feature = "verbs")]
         rma_core::config::check_env_numbers(rma_verbs::ENV_NUMBERS)?;
         let bootstrap = bootstrap::detect()?;
+        Self::init_over(bootstrap, config)
+    }
+
+    /// A World over the processes of an MPI communicator, in its rank order, in a process
+    /// where MPI is initialized (cargo feature `mpi`): the bootstrap's exchanges go
+    /// through MPI's collectives on a duplicate of `comm`, so that rma and MPI never
+    /// share the launcher's connection. Collective over `comm`. Drop the World before or
+    /// after MPI_Finalize (free its windows before). [`World::init`] does this with
+    /// MPI_COMM_WORLD when MPI is initialized.
+    #[cfg(feature = "mpi")]
+    pub fn from_mpi<C: ::mpi::topology::Communicator>(comm: &C) -> Result<World> {
+        let config = Config::from_env()?;
+        rma_core::config::check_env_numbers(rma_shm::ENV_NUMBERS)?;
+        let bootstrap: Arc<dyn Bootstrap> = Arc::new(bootstrap::MpiBootstrap::new(comm)?);
+        Self::init_over(bootstrap, config)
+    }
+
+    fn init_over(bootstrap: Arc<dyn Bootstrap>, config: Config) -> Result<World> {
         let forced = std::env::var("RMA_BACKEND").ok().filter(|b| !b.is_empty());
         let nodes = match forced.as_deref() {
             // One collective tells every rank the same thing about locality.

@@ -1,8 +1,12 @@
 //! Finding out who we are from whatever launched us: MPICH's Hydra (`mpiexec`, PMI-1
 //! over `PMI_FD`), `rma-run` (the embedded default), or nothing (a World of one).
 //! With the `pmix` feature, PMIx (`srun --mpi=pmix`, Open MPI's `mpirun`) comes first.
+//! With the `mpi` feature, an MPI library already initialized in this process comes
+//! before all of them (its MPI_COMM_WORLD: rma never competes with MPI for the launcher).
 //! `RMA_BOOTSTRAP=pmix|pmi2|pmi1|run|single` forces one.
 
+#[cfg(feature = "mpi")]
+mod mpi;
 mod pmi1;
 mod pmi2;
 #[cfg(feature = "pmix")]
@@ -14,6 +18,8 @@ use std::sync::Arc;
 
 use rma_core::{Bootstrap, Error, TransportError};
 
+#[cfg(feature = "mpi")]
+pub use self::mpi::MpiBootstrap;
 pub use pmi1::Pmi1;
 pub use pmi2::Pmi2;
 #[cfg(feature = "pmix")]
@@ -221,6 +227,11 @@ pub fn detect() -> Result<Arc<dyn Bootstrap>, Error> {
             .into())
         }
         None => {}
+    }
+    #[cfg(feature = "mpi")]
+    if ::mpi::environment::is_initialized() && !::mpi::environment::is_finalized() {
+        let world = ::mpi::topology::SimpleCommunicator::world();
+        return Ok(Arc::new(MpiBootstrap::new(&world)?));
     }
     #[cfg(feature = "pmix")]
     if let Some(c) = Pmix::from_env()? {
