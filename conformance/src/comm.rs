@@ -16,8 +16,13 @@ pub(crate) fn comm_ops(world: &World, kind: &str) -> Result<()> {
     let w = world.comm();
     let (me, n) = (w.rank(), w.size() as Rank);
     let lower = me < n / 2;
+    // Which stage failed, in the error (a failure in CI names it).
+    let stage = |what: &'static str| {
+        move |e: Error| -> Error { rma::TransportError::Failed(format!("{what}: {e}")).into() }
+    };
     let half = w
-        .split(Some(u32::from(!lower)), -i64::from(me))?
+        .split(Some(u32::from(!lower)), -i64::from(me))
+        .map_err(stage("split into halves"))?
         .expect("a color");
     // The half's ranks run backwards: the highest World rank of the half is its rank 0.
     let members: Vec<Rank> = (0..n).filter(|&r| (r < n / 2) == lower).rev().collect();
@@ -26,25 +31,30 @@ pub(crate) fn comm_ops(world: &World, kind: &str) -> Result<()> {
         half.group().world_rank(half.rank()) == Some(me),
         "own rank in the half",
     )?;
-    ops(&half, kind)?;
-    let single = w.split(Some(me), 0)?.expect("a color");
+    ops(&half, kind).map_err(stage("ops over a half"))?;
+    let single = w
+        .split(Some(me), 0)
+        .map_err(stage("split into single ranks"))?
+        .expect("a color");
     check(
         single.size() == 1 && single.rank() == 0,
         "one-process split",
     )?;
-    ops(&single, kind)?;
-    let node = w.split_shared()?;
+    ops(&single, kind).map_err(stage("ops over one rank"))?;
+    let node = w.split_shared().map_err(stage("split_shared"))?;
     // Every member of a node communicator names the same members.
-    let first = node.allreduce(&[node.group().members()[0]], AccOp::Min)?;
+    let first = node
+        .allreduce(&[node.group().members()[0]], AccOp::Min)
+        .map_err(stage("allreduce over the node"))?;
     check(first[0] == node.group().members()[0], "one node, one group")?;
     if kind != "shared" || node.size() > 1 {
-        ops(&node, kind)?;
+        ops(&node, kind).map_err(stage("ops over the node"))?;
     }
     if node.size() > 1 && kind != "shared" {
         // A node's communicator shares memory, whatever the backend between nodes.
-        ops(&node, "shared")?;
+        ops(&node, "shared").map_err(stage("shared ops over the node"))?;
     }
-    w.barrier()
+    w.barrier().map_err(stage("the last barrier"))
 }
 
 const LEN: usize = 5;
@@ -380,4 +390,91 @@ pub(crate) fn comm_errors(world: &World) -> Result<()> {
         "allgather of different lengths",
     )?;
     world.barrier()
+}
+
+/// The parents' side of a spawn under rma-run: two children of this program (and with
+/// `multiple`, one more from a second command), a merged communicator of parents and
+/// children, a window over it with exact contents; then a spawn of a program that does
+/// not exist, a typed error on every parent.
+pub(crate) fn spawn_parent(world: &World, multiple: bool) -> Result<()> {
+    let w = world.comm();
+    let me = std::env::current_exe().map_err(|e| rma::TransportError::Failed(e.to_string()))?;
+    let me = me.to_string_lossy().into_owned();
+    let inter = if multiple {
+        let command = |arg: &str, n| rma::SpawnCommand {
+            program: me.clone(),
+            args: vec!["spawn_child".into(), arg.into()],
+            processes: n,
+        };
+        world.spawn_multiple(&w, &[command("a", 2), command("b", 1)], 0)?
+    } else {
+        world.spawn(&w, &me, &["spawn_child", "a"], 2, 0)?
+    };
+    check(
+        inter.size() == w.size() && inter.rank() == w.rank(),
+        "parents' group",
+    )?;
+    merged_window(&inter.merge(false)?, inter.size() + inter.remote_size())?;
+    // A program that cannot start: the root's launcher error, CollectiveFailed elsewhere.
+    match world.spawn(&w, "/nonexistent/rma-child", &[], 1, 0) {
+        Err(Error::Transport(rma::TransportError::Failed(m))) if w.rank() == 0 => {
+            check(m.contains("cannot start"), &m)?
+        }
+        Err(Error::Peer(PeerError::CollectiveFailed {
+            rank: 0,
+            call: "spawn",
+            ..
+        })) if w.rank() != 0 => {}
+        other => {
+            return Err(rma::TransportError::Failed(format!("spawn of nothing: {other:?}")).into())
+        }
+    }
+    w.barrier()
+}
+
+/// The children's side: their World, their parents' inter-communicator, the merge.
+pub(crate) fn spawn_child(world: &World, arg: &str) -> Result<()> {
+    let parent = world
+        .parent()
+        .ok_or_else(|| rma::TransportError::Failed("no parent".into()))?;
+    check(
+        parent.size() == world.size(),
+        "children's group is their World",
+    )?;
+    check(matches!(arg, "a" | "b"), "argument passed")?;
+    merged_window(&parent.merge(true)?, parent.size() + parent.remote_size())?;
+    world.comm().barrier()
+}
+
+/// Over the merged communicator (parents first): each puts its rank to the next, and
+/// an allreduce counts everyone.
+fn merged_window(merged: &Comm, expected: usize) -> Result<()> {
+    check(merged.size() == expected, "merged size")?;
+    let (r, p) = (merged.rank(), merged.size() as Rank);
+    let win = merged.allocate::<u32>(1)?;
+    win.fence(Assert::NOPRECEDE)?;
+    win.put(&[r + 1000], (r + 1) % p, 0)?;
+    win.fence(Assert::NOSUCCEED)?;
+    check(
+        win.local_to_vec()[0] == (r + p - 1) % p + 1000,
+        "put over the merged communicator",
+    )?;
+    let count = merged.allreduce(&[1u32], AccOp::Sum)?;
+    check(count[0] == p, "allreduce over the merged communicator")?;
+    win.free().map(drop).map_err(Into::into)
+}
+
+/// Under a launcher that cannot spawn: a typed error on every rank, never a hang.
+pub(crate) fn spawn_refused(world: &World) -> Result<()> {
+    let w = world.comm();
+    let got = world.spawn(&w, "/bin/true", &[], 1, 0);
+    let typed = match &got {
+        Err(Error::Transport(
+            rma::TransportError::Unsupported(_) | rma::TransportError::Failed(_),
+        )) => w.rank() == 0,
+        Err(Error::Peer(PeerError::CollectiveFailed { call: "spawn", .. })) => w.rank() != 0,
+        _ => false,
+    };
+    check(typed, &format!("spawn here: {got:?}"))?;
+    w.barrier()
 }

@@ -68,6 +68,16 @@ fn every_op_every_sync_mode_every_window_kind() {
     }
 }
 
+/// Spawn under rma-run: parents and children merge into one communicator whose window
+/// and allreduce are exact (1, 2 and 3 parents, one command and two); a program that
+/// cannot start is a typed error on every parent; a failing child fails the job.
+#[test]
+fn spawn_under_rma_run() {
+    ok(2, &["spawn"]);
+    ok(1, &["spawn"]);
+    ok(3, &["spawn", "multiple"]);
+}
+
 /// Windows of every kind and sync mode over communicators (halves ordered by key, one
 /// process, the node), collectives against sequential results on 1 to 5 ranks, epochs
 /// among a subset while the rest computes, overlapping communicators, misuse.
@@ -228,6 +238,9 @@ fn subset_under_mpich_hydra() {
         (4, &["stress_fetch_and_op"]),
         (2, &["litmus", "lock_all"]),
         (2, &["bad_input"]),
+        // Communicators under Hydra; spawn is a typed error here (rma-run spawns).
+        (4, &["comm_ops", "allocate"]),
+        (2, &["spawn_refused"]),
     ];
     for (n, args) in cases {
         let mut cmd = std::process::Command::new(&mpiexec);
@@ -448,6 +461,8 @@ fn subset_under_slurm_pmi2() {
         (4, &["stress_fetch_and_op"]),
         (2, &["litmus", "fence"]),
         (2, &["bad_input"]),
+        // Slurm cannot start processes into a job step: a typed error saying so.
+        (2, &["spawn_refused"]),
     ];
     for (n, args) in cases {
         let mut cmd = std::process::Command::new("srun");
@@ -520,6 +535,7 @@ fn pmix_subset(launcher: &[&str]) {
         (4, &["stress_fetch_and_op"]),
         (2, &["litmus", "lock"]),
         (2, &["bad_input"]),
+        (2, &["spawn_refused"]),
     ];
     for (n, args) in cases {
         let mut cmd = std::process::Command::new(launcher[0]);

@@ -13,6 +13,17 @@ use crate::Rank;
 /// ([`Engine::liveness_watch`](crate::Engine::liveness_watch)).
 pub type LivenessWatch = Arc<dyn Fn() -> Result<(), TransportError> + Send + Sync>;
 
+/// One command of a spawn: `processes` copies of `program` with `args`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnCommand {
+    /// The program (a path, or a name the launcher finds on its PATH).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// How many processes run it.
+    pub processes: usize,
+}
+
 /// Launcher services for one process of a job.
 pub trait Bootstrap: Send + Sync {
     /// This process's rank.
@@ -54,6 +65,32 @@ pub trait Bootstrap: Send + Sync {
     /// [`Tags`]).
     fn tags(&self) -> Option<&Tags> {
         None
+    }
+
+    /// Starts the processes of a spawn (MPI_Comm_spawn_multiple), asked by one parent
+    /// for `parents` of them: returns the id of the job of parents and children together
+    /// (parents its ranks 0..parents, in their communicator's order, then the
+    /// children in command order), which each joins with [`join`](Self::join). The
+    /// children learn theirs from their launcher. Launchers that cannot spawn say so.
+    fn spawn(&self, commands: &[SpawnCommand], parents: usize) -> Result<String, TransportError> {
+        let _ = (commands, parents);
+        Err(TransportError::Unsupported(
+            "spawn: this launcher cannot start processes for rma (launch with rma-run)",
+        ))
+    }
+
+    /// A bootstrap for rank `rank` of `size` in another job of this launcher (the job of
+    /// a spawn's parents and children).
+    fn join(
+        &self,
+        job: &str,
+        rank: Rank,
+        size: usize,
+    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
+        let _ = (job, rank, size);
+        Err(TransportError::Unsupported(
+            "joining another job: not with this launcher",
+        ))
     }
 
     /// Every rank's `value`, in rank order (put, barrier, get each). A tag names one

@@ -186,18 +186,88 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
             }
         }
     }
-    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let mut pids: Vec<u32> = children.iter().map(Child::id).collect();
     let start = Instant::now();
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; l.ranks];
+    // For each process spawned by the ranks: its (job, rank) in its own job and in the
+    // job of parents and children.
+    let mut spawned: Vec<Option<[(String, usize); 2]>> = vec![None; l.ranks];
     let mut failed_at: Option<Instant> = None;
     let mut timed_out = false;
     while statuses.iter().any(Option::is_none) {
+        for req in server.take_spawns() {
+            let child_job = format!("{job}c{}", req.id);
+            let union_job = format!("{job}u{}", req.id);
+            let n: usize = req.commands.iter().map(|c| c.processes).sum();
+            server.add_jobs(&child_job, n, &union_job, req.parents + n);
+            let mut started = Vec::new();
+            let mut failure = None;
+            'commands: for command in &req.commands {
+                let (program, args) = (&command.program, &command.args);
+                for _ in 0..command.processes {
+                    let rank = started.len();
+                    let mut cmd = Command::new(program);
+                    for (k, _) in std::env::vars_os() {
+                        let k = k.to_string_lossy();
+                        if k.starts_with("PMI_") || k.starts_with("PMIX_") || k == "RMA_BOOTSTRAP" {
+                            cmd.env_remove(&*k);
+                        }
+                    }
+                    cmd.args(args)
+                        .env(env::SOCKET, server.path())
+                        .env(env::RANK, rank.to_string())
+                        .env(env::SIZE, n.to_string())
+                        .env(env::JOB, &child_job)
+                        .env(env::SPAWNED, "1")
+                        .env(env::PARENT_JOB, &union_job)
+                        .env(env::PARENT_RANK, (req.parents + rank).to_string())
+                        .env(env::PARENT_SIZE, (req.parents + n).to_string())
+                        .env(env::PARENT_COUNT, req.parents.to_string())
+                        .envs(l.env.iter().map(|(k, v)| (k, v)));
+                    match cmd.spawn() {
+                        Ok(c) => started.push(c),
+                        Err(e) => {
+                            failure = Some(format!("cannot start {program}: {e}"));
+                            break 'commands;
+                        }
+                    }
+                }
+            }
+            match failure {
+                Some(why) => {
+                    for c in &mut started {
+                        kill(c);
+                        let _ = c.wait();
+                    }
+                    server.spawned(req.id, Err(why));
+                }
+                None => {
+                    server.spawned(req.id, Ok(union_job.clone()));
+                    for (rank, c) in started.into_iter().enumerate() {
+                        pids.push(c.id());
+                        children.push(c);
+                        statuses.push(None);
+                        spawned.push(Some([
+                            (child_job.clone(), rank),
+                            (union_job.clone(), req.parents + rank),
+                        ]));
+                    }
+                }
+            }
+        }
         for (i, c) in children.iter_mut().enumerate() {
             if statuses[i].is_none() {
                 // Reap at once: a dead rank must not linger as a zombie its peers see alive.
                 if let Ok(Some(s)) = c.try_wait() {
                     // Peers blocked in the bootstrap on this rank learn it now.
-                    server.rank_exited(i, s.success());
+                    match &spawned[i] {
+                        None => server.rank_exited(i, s.success()),
+                        Some(jobs) => {
+                            for (j, r) in jobs {
+                                server.exited(j, *r, s.success());
+                            }
+                        }
+                    }
                     if !s.success() && failed_at.is_none() {
                         failed_at = Some(Instant::now());
                     }

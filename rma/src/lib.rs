@@ -33,6 +33,10 @@ pub mod bootstrap;
 #[cfg(any(feature = "ofi", feature = "verbs"))]
 pub mod hybrid;
 pub mod launcher;
+mod spawn;
+
+pub use rma_core::bootstrap::SpawnCommand;
+pub use spawn::InterComm;
 
 use std::sync::Arc;
 
@@ -77,6 +81,8 @@ pub struct World {
     engine: Engine,
     bootstrap: Arc<dyn Bootstrap>,
     backend: Backend,
+    /// For a spawned process: the inter-communicator to its parents.
+    parent: Option<Box<spawn::InterComm>>,
 }
 
 impl std::fmt::Debug for World {
@@ -114,7 +120,21 @@ impl World {
         #[cfg(feature = "verbs")]
         rma_core::config::check_env_numbers(rma_verbs::ENV_NUMBERS)?;
         let bootstrap = bootstrap::detect()?;
-        Self::init_over(bootstrap, config)
+        let mut world = Self::init_over(bootstrap, config.clone())?;
+        // A process that rma-run spawned joins its parents too (MPI_Init's part of
+        // MPI_Comm_spawn): the parents wait in `spawn` for every child.
+        if let Some(client) = bootstrap::RunClient::parent_from_env()? {
+            let parents = std::env::var(bootstrap::env::PARENT_COUNT)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|p| *p < client.size())
+                .ok_or_else(|| {
+                    TransportError::Failed("rma-run gave a bad RMA_RUN_PARENT_COUNT".into())
+                })?;
+            let union = Self::init_over(Arc::new(client), config)?;
+            world.parent = Some(Box::new(spawn::InterComm::children(union, parents)?));
+        }
+        Ok(world)
     }
 
     /// A World over the processes of an MPI communicator, in its rank order, in a process
@@ -199,6 +219,7 @@ impl World {
             engine,
             bootstrap,
             backend,
+            parent: None,
         })
     }
 

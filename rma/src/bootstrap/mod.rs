@@ -45,6 +45,16 @@ pub mod env {
     pub const SIZE: &str = "RMA_RUN_SIZE";
     /// The job's id.
     pub const JOB: &str = "RMA_RUN_JOB";
+    /// Set for a spawned process: its job is one the server made for the spawn.
+    pub const SPAWNED: &str = "RMA_RUN_SPAWNED";
+    /// A spawned process's job together with its parents (parents first).
+    pub const PARENT_JOB: &str = "RMA_RUN_PARENT_JOB";
+    /// Its rank there.
+    pub const PARENT_RANK: &str = "RMA_RUN_PARENT_RANK";
+    /// That job's size (parents and children).
+    pub const PARENT_SIZE: &str = "RMA_RUN_PARENT_SIZE";
+    /// How many of them are parents (ranks 0..this).
+    pub const PARENT_COUNT: &str = "RMA_RUN_PARENT_COUNT";
 }
 
 /// The launcher's socket from `PMI_FD`, checked to be an open socket (`Ok(None)` if the

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use rma_core::bootstrap::SpawnCommand;
 use rma_core::{Bootstrap, Error, Rank, TransportError};
 
 use super::{env, hex, unhex};
@@ -37,6 +38,7 @@ pub struct RunClient {
     size: usize,
     job: String,
     node: String,
+    socket: PathBuf,
     /// Reader, writer, and whether `bye` was sent.
     conn: Mutex<(BufReader<UnixStream>, UnixStream, bool)>,
     tags: rma_core::bootstrap::Tags,
@@ -63,7 +65,32 @@ impl RunClient {
         if rank as usize >= size || !job.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Err(bad("rank or job id"));
         }
-        Self::connect(Path::new(&socket), rank, size, job).map(Some)
+        // A spawned process's job is one of the server's others, named in its hello.
+        let named = std::env::var_os(env::SPAWNED).is_some();
+        Self::open(Path::new(&socket), rank, size, job, named).map(Some)
+    }
+
+    /// For a process that rma-run spawned: the job of its parents and itself
+    /// (`RMA_RUN_PARENT_*`), if it was spawned.
+    pub fn parent_from_env() -> Result<Option<RunClient>, Error> {
+        let Ok(job) = std::env::var(env::PARENT_JOB) else {
+            return Ok(None);
+        };
+        let socket = std::env::var(env::SOCKET).unwrap_or_default();
+        let bad = |what: &str| -> Error {
+            TransportError::Failed(format!("rma-run gave a bad {what}")).into()
+        };
+        let number = |var: &str| -> Result<usize, Error> {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad(var))
+        };
+        let (rank, size) = (number(env::PARENT_RANK)?, number(env::PARENT_SIZE)?);
+        if rank >= size || !job.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(bad("parent job"));
+        }
+        Self::open(Path::new(&socket), rank as Rank, size, job, true).map(Some)
     }
 
     /// Connects to the rma-run server at `socket` as `rank` of `size` in `job`.
@@ -73,6 +100,19 @@ impl RunClient {
         size: usize,
         job: String,
     ) -> Result<RunClient, Error> {
+        Self::open(socket, rank, size, job, false)
+    }
+
+    /// As [`connect`](Self::connect); `named`: the job is one the server made for a
+    /// spawn, named in the hello (the launched job is the server's unnamed one).
+    fn open(
+        socket: &Path,
+        rank: Rank,
+        size: usize,
+        job: String,
+        named: bool,
+    ) -> Result<RunClient, Error> {
+        let path = socket.to_path_buf();
         let socket = socket.display();
         let stream = UnixStream::connect(socket.to_string()).map_err(|e| {
             TransportError::Failed(format!("cannot reach rma-run at {socket}: {e}"))
@@ -83,17 +123,23 @@ impl RunClient {
                 .try_clone()
                 .map_err(|e| TransportError::Failed(e.to_string()))?,
         );
+        let hello = if named {
+            format!("hello {rank} {job}")
+        } else {
+            format!("hello {rank}")
+        };
         let client = RunClient {
             rank,
             size,
             job,
+            socket: path,
             node: super::node_id(),
             conn: Mutex::new((reader, stream, false)),
             tags: rma_core::bootstrap::Tags::default(),
         };
         // Tell the server which rank this connection is, so that it knows who is gone
         // when the connection closes.
-        let r = client.request(&format!("hello {rank}"))?;
+        let r = client.request(&hello)?;
         client.expect_ok(r)?;
         Ok(client)
     }
@@ -201,6 +247,33 @@ impl Bootstrap for RunClient {
             let _ = c.1.write_all(b"bye\n");
         }
     }
+    fn spawn(&self, commands: &[SpawnCommand], parents: usize) -> Result<String, TransportError> {
+        let mut line = format!("spawn {parents}");
+        for c in commands {
+            line.push_str(&format!(
+                " {} {} {}",
+                c.processes,
+                hex(c.program.as_bytes()),
+                hex(c.args.join("\0").as_bytes())
+            ));
+        }
+        let r = self.request(&line)?;
+        let r = self.expect_ok(r)?;
+        r.strip_prefix("val ")
+            .filter(|j| !j.is_empty() && j.chars().all(|c| c.is_ascii_alphanumeric()))
+            .map(str::to_string)
+            .ok_or_else(|| TransportError::Failed(format!("rma-run's spawn reply: {r:.60}")))
+    }
+    fn join(
+        &self,
+        job: &str,
+        rank: Rank,
+        size: usize,
+    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
+        let client = Self::open(&self.socket, rank, size, job.to_string(), true)
+            .map_err(|e| TransportError::Failed(e.to_string()))?;
+        Ok(Arc::new(client))
+    }
     fn gone(&self) -> Vec<Rank> {
         let reply = match self.request("gone") {
             Ok(r) => r,
@@ -281,10 +354,35 @@ impl State {
     }
 }
 
-/// The launcher's side: serves the key-value space and barrier to `size` ranks.
+/// The jobs a server serves: the launched one (named "" on the wire), and for each
+/// spawn the children's own job and the job of parents and children together.
+struct Jobs {
+    jobs: HashMap<String, State>,
+    /// Spawns asked for and not yet taken by the launcher.
+    requests: Vec<SpawnRequest>,
+    /// Outcomes of spawns, by request id: the union job's id, or why not.
+    outcomes: HashMap<u64, Result<String, String>>,
+    next_spawn: u64,
+}
+
+/// A spawn the launcher is asked to make (see [`RunServer::take_spawns`]).
+#[derive(Debug, Clone)]
+pub struct SpawnRequest {
+    /// Its id, for [`RunServer::spawned`].
+    pub id: u64,
+    /// The commands of a spawn-multiple.
+    pub commands: Vec<SpawnCommand>,
+    /// How many parents join the union job (ranks 0..parents of it).
+    pub parents: usize,
+}
+
+type Shared = Arc<(Mutex<Jobs>, Condvar)>;
+
+/// The launcher's side: serves the key-value space and barrier to `size` ranks, and
+/// to the jobs its ranks spawn.
 pub struct RunServer {
     path: PathBuf,
-    shared: Arc<(Mutex<State>, Condvar)>,
+    shared: Shared,
 }
 
 impl RunServer {
@@ -295,7 +393,13 @@ impl RunServer {
         let listener = UnixListener::bind(&path)?;
         // Only this user may talk to the job's key-value store, whatever the umask.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        let shared = Arc::new((Mutex::new(State::new(size)), Condvar::new()));
+        let jobs = Jobs {
+            jobs: HashMap::from([(String::new(), State::new(size))]),
+            requests: Vec::new(),
+            outcomes: HashMap::new(),
+            next_spawn: 0,
+        };
+        let shared: Shared = Arc::new((Mutex::new(jobs), Condvar::new()));
         let s = shared.clone();
         std::thread::Builder::new()
             .name("rma-run-server".into())
@@ -305,7 +409,7 @@ impl RunServer {
                     let s = s.clone();
                     let _ = std::thread::Builder::new()
                         .name("rma-run-conn".into())
-                        .spawn(move || serve(conn, s, size));
+                        .spawn(move || serve(conn, s));
                 }
             })?;
         Ok(RunServer { path, shared })
@@ -320,11 +424,42 @@ impl RunServer {
     /// before it ever reached the server, or whose connection is still draining, is gone
     /// from now on too; one already known gone keeps what its connection said.
     pub fn rank_exited(&self, rank: usize, clean: bool) {
+        self.exited("", rank, clean);
+    }
+
+    /// As [`rank_exited`](Self::rank_exited), for rank `rank` of job `job` (a spawned
+    /// job, or the union of a spawn).
+    pub fn exited(&self, job: &str, rank: usize, clean: bool) {
         let (lock, cv) = &*self.shared;
-        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(g) = st.gone.get_mut(rank) {
+        let mut jobs = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = jobs.jobs.get_mut(job).and_then(|st| st.gone.get_mut(rank)) {
             g.get_or_insert(if clean { Gone::Departed } else { Gone::Dead });
         }
+        cv.notify_all();
+    }
+
+    /// Spawns the ranks asked for since the last call; the launcher starts their
+    /// processes, then calls [`spawned`](Self::spawned).
+    pub fn take_spawns(&self) -> Vec<SpawnRequest> {
+        let mut jobs = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut jobs.requests)
+    }
+
+    /// The jobs of a spawn the launcher is about to start: the children's own `child`
+    /// of `children` ranks and `union` of `all` ranks (parents and children). Made before
+    /// any child starts, so that each finds its jobs at its hello.
+    pub fn add_jobs(&self, child: &str, children: usize, union: &str, all: usize) {
+        let mut jobs = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.jobs.insert(child.to_string(), State::new(children));
+        jobs.jobs.insert(union.to_string(), State::new(all));
+    }
+
+    /// The launcher made spawn `id` (`Ok`: the union job, see
+    /// [`add_jobs`](Self::add_jobs)) or could not (`Err`: why): answers the parent.
+    pub fn spawned(&self, id: u64, outcome: Result<String, String>) {
+        let (lock, cv) = &*self.shared;
+        let mut jobs = lock.lock().unwrap_or_else(|e| e.into_inner());
+        jobs.outcomes.insert(id, outcome);
         cv.notify_all();
     }
 
@@ -334,38 +469,120 @@ impl RunServer {
     }
 }
 
-fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
+/// `spawn PARENTS N HEX(PROGRAM) HEX(ARGS joined by NUL) ...` (one quadruple per
+/// command after PARENTS): the request, or why it is malformed.
+fn parse_spawn(rest: &str) -> Option<(usize, Vec<SpawnCommand>)> {
+    let mut words = rest.split(' ');
+    let parents = words.next()?.parse().ok()?;
+    let mut commands = Vec::new();
+    while let Some(n) = words.next() {
+        let processes = n.parse().ok()?;
+        let program = String::from_utf8(unhex(words.next()?)?).ok()?;
+        let args = String::from_utf8(unhex(words.next()?)?).ok()?;
+        let args = if args.is_empty() {
+            Vec::new()
+        } else {
+            args.split('\0').map(str::to_string).collect()
+        };
+        commands.push(SpawnCommand {
+            program,
+            args,
+            processes,
+        });
+    }
+    (!commands.is_empty()).then_some((parents, commands))
+}
+
+/// Writes one reply line.
+fn answer(write: &mut UnixStream, reply: &str) -> std::io::Result<()> {
+    write.write_all(reply.as_bytes())?;
+    write.write_all(b"\n")
+}
+
+fn serve(conn: UnixStream, shared: Shared) {
     let Ok(write) = conn.try_clone() else { return };
     let mut write = write;
     let reader = BufReader::new(conn);
     let (lock, cv) = &*shared;
-    // The rank this connection belongs to (after `hello`), and whether it said `bye`.
+    // The job and rank this connection belongs to (after `hello`), and whether it said
+    // `bye`. A connection that never said hello (an older client) is of the launched job.
+    let mut job = String::new();
     let mut rank: Option<usize> = None;
     let mut said_bye = false;
     for line in reader.lines() {
         let Ok(line) = line else { break };
         let mut parts = line.splitn(3, ' ');
-        let reply = match (parts.next(), parts.next(), parts.next()) {
-            (Some("hello"), Some(r), None) => match r.parse::<usize>() {
-                Ok(r) if r < size => {
-                    rank = Some(r);
-                    "ok".to_string()
+        let (verb, a, b) = (parts.next(), parts.next(), parts.next());
+        let mut jobs = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if verb == Some("hello") {
+            let named = b.unwrap_or("");
+            let size = jobs.jobs.get(named).map(|st| st.arrived.len());
+            let reply = match (a.and_then(|r| r.parse::<usize>().ok()), size) {
+                (Some(r), Some(size)) if r < size => {
+                    (job, rank) = (named.to_string(), Some(r));
+                    "ok"
                 }
-                _ => "err bad rank".to_string(),
-            },
+                (_, None) => "err unknown job",
+                _ => "err bad rank",
+            };
+            drop(jobs);
+            if answer(&mut write, reply).is_err() {
+                break;
+            }
+            continue;
+        }
+        if verb == Some("spawn") {
+            let request = line.strip_prefix("spawn ").and_then(parse_spawn);
+            let reply = match request {
+                None => "err bad spawn request".to_string(),
+                Some((parents, commands)) => {
+                    let id = jobs.next_spawn;
+                    jobs.next_spawn += 1;
+                    jobs.requests.push(SpawnRequest {
+                        id,
+                        commands,
+                        parents,
+                    });
+                    let deadline = Instant::now() + boot_timeout();
+                    loop {
+                        if let Some(outcome) = jobs.outcomes.remove(&id) {
+                            break match outcome {
+                                Ok(union) => format!("val {union}"),
+                                Err(why) => format!("err spawn failed: {why}"),
+                            };
+                        }
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            break "err spawn: the launcher did not answer".to_string();
+                        }
+                        jobs = cv
+                            .wait_timeout(jobs, left)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+            };
+            drop(jobs);
+            if answer(&mut write, &reply).is_err() {
+                break;
+            }
+            continue;
+        }
+        let Some(st) = jobs.jobs.get_mut(&job) else {
+            break;
+        };
+        let reply = match (verb, a, b) {
             (Some("bye"), None, None) => {
                 // No more collectives from this rank: whoever waits on it learns it now,
                 // not when its process ends (it may linger for its peers first).
                 said_bye = true;
                 if let Some(r) = rank {
-                    let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
                     st.gone[r].get_or_insert(Gone::Departed);
                     cv.notify_all();
                 }
                 continue;
             }
             (Some("gone"), None, None) => {
-                let st = lock.lock().unwrap_or_else(|e| e.into_inner());
                 let gone: Vec<String> = (0..st.gone.len())
                     .filter(|r| st.gone[*r].is_some())
                     .map(|r| r.to_string())
@@ -373,17 +590,14 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
                 format!("val {}", gone.join(","))
             }
             (Some("put"), Some(key), Some(val)) => {
-                lock.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .kv
-                    .insert(key.to_string(), val.to_string());
+                st.kv.insert(key.to_string(), val.to_string());
                 cv.notify_all();
                 "ok".to_string()
             }
             (Some("get"), Some(key), None) => {
                 let deadline = Instant::now() + boot_timeout();
-                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
+                    let st = jobs.jobs.get(&job).expect("jobs are never removed");
                     if let Some(v) = st.kv.get(key) {
                         break format!("val {v}");
                     }
@@ -394,16 +608,14 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
                     if left.is_zero() {
                         break format!("err key {key} never appeared");
                     }
-                    st = cv
-                        .wait_timeout(st, left)
+                    jobs = cv
+                        .wait_timeout(jobs, left)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                 }
             }
             (Some("barrier"), None, None) => {
-                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
                 let generation = st.generation;
-                // A connection that never said hello (an older client) counts by number.
                 let me = rank.unwrap_or_else(|| st.arrived.iter().position(|a| !a).unwrap_or(0));
                 st.arrived[me] = true;
                 if st.arrived.iter().all(|a| *a) {
@@ -414,6 +626,7 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
                 } else {
                     let deadline = Instant::now() + boot_timeout();
                     loop {
+                        let st = jobs.jobs.get(&job).expect("jobs are never removed");
                         if st.generation != generation {
                             break "ok".to_string();
                         }
@@ -424,8 +637,8 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
                         if left.is_zero() {
                             break "err barrier timed out: a rank never arrived".to_string();
                         }
-                        st = cv
-                            .wait_timeout(st, left)
+                        jobs = cv
+                            .wait_timeout(jobs, left)
                             .unwrap_or_else(|e| e.into_inner())
                             .0;
                     }
@@ -433,18 +646,17 @@ fn serve(conn: UnixStream, shared: Arc<(Mutex<State>, Condvar)>, size: usize) {
             }
             _ => "err unknown request".to_string(),
         };
-        if write
-            .write_all(reply.as_bytes())
-            .and_then(|_| write.write_all(b"\n"))
-            .is_err()
-        {
+        drop(jobs);
+        if answer(&mut write, &reply).is_err() {
             break;
         }
     }
     // The connection closed: the rank is gone, normally or not. Wake whoever waits on it.
     if let Some(r) = rank {
-        let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-        st.gone[r] = Some(if said_bye { Gone::Departed } else { Gone::Dead });
+        let mut jobs = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(st) = jobs.jobs.get_mut(&job) {
+            st.gone[r] = Some(if said_bye { Gone::Departed } else { Gone::Dead });
+        }
         cv.notify_all();
     }
 }
@@ -490,6 +702,55 @@ mod tests {
             matches!(&again, Err(TransportError::Failed(m)) if m.contains("used twice")),
             "{again:?}"
         );
+        drop(client);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_spawn_reaches_the_launcher_and_its_outcome_the_parent() {
+        let dir = std::env::temp_dir().join(format!("rma-run-spawn-test-{}", std::process::id()));
+        crate::launcher::private_dir(&dir).unwrap();
+        let server = RunServer::start(&dir, 1).unwrap();
+        let client = Arc::new(RunClient::connect(server.path(), 0, 1, "sp".into()).unwrap());
+        let ask = |c: &Arc<RunClient>| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                c.spawn(
+                    &[SpawnCommand {
+                        program: "a prog".into(),
+                        args: vec!["x".into(), "y z".into(), String::new()],
+                        processes: 2,
+                    }],
+                    1,
+                )
+            })
+        };
+        let take = || loop {
+            let mut got = server.take_spawns();
+            if let Some(r) = got.pop() {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        // Granted: the parent gets the union job, which then takes hellos (3 ranks).
+        let asked = ask(&client);
+        let req = take();
+        assert_eq!(req.parents, 1);
+        assert_eq!(req.commands[0].program, "a prog");
+        assert_eq!(req.commands[0].args, vec!["x", "y z", ""]);
+        assert_eq!(req.commands[0].processes, 2);
+        server.add_jobs("spc0", 2, "spu0", 3);
+        server.spawned(req.id, Ok("spu0".into()));
+        assert_eq!(asked.join().unwrap().unwrap(), "spu0");
+        assert!(client.join("spu0", 2, 3).is_ok());
+        assert!(client.join("spu0", 3, 4).is_err(), "a rank past the job");
+        assert!(client.join("nojob", 0, 1).is_err(), "an unknown job");
+        // Refused: the launcher's reason reaches the parent.
+        let asked = ask(&client);
+        let req = take();
+        server.spawned(req.id, Err("cannot start a prog: no such file".into()));
+        let err = asked.join().unwrap().unwrap_err();
+        assert!(err.to_string().contains("cannot start a prog"), "{err}");
         drop(client);
         let _ = std::fs::remove_dir_all(&dir);
     }
