@@ -425,13 +425,19 @@ impl ShmTransport {
             if r as Rank == self.rank || reported[r] {
                 continue;
             }
-            // A peer that left after finishing its part (it marked its departure) is not
-            // a failure: what it sent is in our rings.
+            if sys::alive(*pid) {
+                continue;
+            }
+            // A peer that left after finishing its part (it marked its departure before it
+            // exited) is not a failure: what it sent is in our rings. Read only once the
+            // process is known gone: read before, a peer that departs and exits between
+            // the two reads was taken for dead (seen: a rank finishing a collective
+            // early failed a slower peer still in it).
             let departed = Self::region_of(&self.inboxes[r])
                 .atomic_u64(DEPARTURE_SLOT * 64)
                 .load(Ordering::Acquire)
                 == DEPARTED;
-            if !departed && !sys::alive(*pid) {
+            if !departed {
                 reported[r] = true;
                 self.revoke_exclusive(r as Rank);
                 tracing::warn!(rank = r, pid, "peer process is gone");

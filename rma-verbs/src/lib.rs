@@ -733,14 +733,18 @@ impl VerbsTransport {
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
         let Some(pids) = &self.pids else { return };
-        let said_bye: Vec<bool> = self.lock().peers.iter().map(|p| p.bye).collect();
         let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
         for (r, pid) in pids.iter().enumerate() {
-            if r as Rank != self.rank
-                && !reported[r]
-                && !said_bye[r]
-                && !rma_shm::process_alive(*pid)
-            {
+            if r as Rank != self.rank && !reported[r] && !rma_shm::process_alive(*pid) {
+                // Its goodbye is read only now that it is gone: read before, a peer that
+                // says goodbye and exits between the two reads was taken for dead. It may
+                // still sit in the completion queue (the peer exits right after it).
+                let mut inner = self.lock();
+                let _ = inner.drive();
+                if inner.peers.get(r).is_some_and(|p| p.bye) {
+                    continue;
+                }
+                drop(inner);
                 reported[r] = true;
                 tracing::warn!(rank = r, pid, "peer process is gone");
                 events.push(Event::PeerFailed { rank: r as Rank });
