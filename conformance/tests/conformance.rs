@@ -238,9 +238,11 @@ fn subset_under_mpich_hydra() {
         (4, &["stress_fetch_and_op"]),
         (2, &["litmus", "lock_all"]),
         (2, &["bad_input"]),
-        // Communicators under Hydra; spawn is a typed error here (rma-run spawns).
+        // Communicators under Hydra, and spawn through its PMI-1 (parents and children
+        // merged, a window over both; a program that cannot start is a typed error).
         (4, &["comm_ops", "allocate"]),
-        (2, &["spawn_refused"]),
+        (2, &["spawn"]),
+        (3, &["spawn", "multiple"]),
     ];
     for (n, args) in cases {
         let mut cmd = std::process::Command::new(&mpiexec);

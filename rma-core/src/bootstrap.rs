@@ -93,6 +93,14 @@ pub trait Bootstrap: Send + Sync {
         ))
     }
 
+    /// For a process started by a spawn: a bootstrap for its rank in the job of its
+    /// parents and itself, and how many parents there are (their ranks come first);
+    /// `None` for a process that was not spawned.
+    #[allow(clippy::type_complexity)]
+    fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
+        Ok(None)
+    }
+
     /// Every rank's `value`, in rank order (put, barrier, get each). A tag names one
     /// allgather: using it again is an error (the keys of the first would answer the
     /// second, silently mixing their results).

@@ -123,15 +123,8 @@ impl World {
         let mut world = Self::init_over(bootstrap, config.clone())?;
         // A process that rma-run spawned joins its parents too (MPI_Init's part of
         // MPI_Comm_spawn): the parents wait in `spawn` for every child.
-        if let Some(client) = bootstrap::RunClient::parent_from_env()? {
-            let parents = std::env::var(bootstrap::env::PARENT_COUNT)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|p| *p < client.size())
-                .ok_or_else(|| {
-                    TransportError::Failed("rma-run gave a bad RMA_RUN_PARENT_COUNT".into())
-                })?;
-            let union = Self::init_over(Arc::new(client), config)?;
+        if let Some((union, parents)) = world.bootstrap.parent()? {
+            let union = Self::init_over(union, config)?;
             world.parent = Some(Box::new(spawn::InterComm::children(union, parents)?));
         }
         Ok(world)

@@ -5,8 +5,9 @@
 //!
 //! Both sides join a job of parents and children together (parents first), which the
 //! launcher makes for the spawn: a World of its own, with its own transport, beside
-//! each process's first World. rma-run spawns; under MPICH's Hydra, Open MPI's mpirun
-//! and srun the call is a typed error (Slurm cannot start processes into a job step).
+//! each process's first World. rma-run and MPICH's Hydra (PMI-1) spawn; under Open
+//! MPI's mpirun and srun the call is a typed error (Slurm cannot start processes into a
+//! job step).
 
 use rma_core::bootstrap::SpawnCommand;
 use rma_core::{Comm, Config, Group, PeerError, Rank, Result, TransportError, UsageError};
@@ -121,8 +122,16 @@ impl World {
         let parents = comm.size();
         // The root asks the launcher; every parent learns the outcome from it.
         let mine = if comm.rank() == root {
+            let missing = commands.iter().find(|c| !executable(&c.program));
             let asked = if children == 0 {
                 Err(TransportError::Failed("a spawn of no processes".into()))
+            } else if let Some(c) = missing {
+                // Checked here: a launcher that fails to start it later (Hydra) may take
+                // the whole job down instead of answering.
+                Err(TransportError::Failed(format!(
+                    "cannot start {}: not an executable file here or on PATH",
+                    c.program
+                )))
             } else {
                 self.bootstrap.spawn(commands, parents)
             };
@@ -164,4 +173,17 @@ impl World {
             world: union,
         })
     }
+}
+
+/// Whether `program` names an executable file (a path, or a name found on PATH).
+fn executable(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return is_exec(std::path::Path::new(program));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| is_exec(&dir.join(program))))
 }

@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
+use rma_core::bootstrap::SpawnCommand;
 use rma_core::{Bootstrap, Error, Rank, TransportError};
 
 /// A PMI-1 client on the fd the launcher gave us.
@@ -21,7 +23,14 @@ pub struct Pmi1 {
     conn: Mutex<(BufReader<UnixStream>, UnixStream)>,
     watch: super::Watch,
     tags: rma_core::bootstrap::Tags,
+    /// The rendezvous servers of the spawns this process asked for (each the job of
+    /// parents and children together), kept while this bootstrap lives.
+    spawns: Mutex<Vec<(super::RunServer, std::path::PathBuf)>>,
 }
+
+/// The PMI key a spawn preputs for its children: where the job of parents and children
+/// meets (`PATH\nPARENTS\nJOB`, hex).
+const UNION_KEY: &str = "rmaunion";
 
 fn err(msg: impl Into<String>) -> TransportError {
     TransportError::Failed(format!("PMI-1: {}", msg.into()))
@@ -51,6 +60,7 @@ impl Pmi1 {
             conn: Mutex::new((reader, stream)),
             watch: super::Watch::default(),
             tags: rma_core::bootstrap::Tags::default(),
+            spawns: Mutex::new(Vec::new()),
         };
         let r = me.call(
             "cmd=init pmi_version=1 pmi_subversion=1",
@@ -81,6 +91,13 @@ impl Pmi1 {
             return Err(err("PMI_RANK outside PMI_SIZE").into());
         }
         Ok(Some(me))
+    }
+
+    /// Writes lines that get no answer of their own.
+    fn send(&self, lines: &str) -> Result<(), TransportError> {
+        let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        c.1.write_all(format!("{lines}\n").as_bytes())
+            .map_err(|e| err(format!("launcher gone: {e}")))
     }
 
     fn call(&self, line: &str, expect: &str) -> Result<HashMap<String, String>, TransportError> {
@@ -162,6 +179,95 @@ impl Bootstrap for Pmi1 {
     fn barrier(&self) -> Result<(), TransportError> {
         self.call("cmd=barrier_in", "barrier_out").map(drop)
     }
+    /// Hydra's spawn (`mcmd=spawn` blocks, one per command); parents and children then
+    /// meet at an rma-run server of this process, whose socket the children find under
+    /// `rmaunion` in their key-value space: all of them on this node (a Unix socket).
+    fn spawn(&self, commands: &[SpawnCommand], parents: usize) -> Result<String, TransportError> {
+        static SPAWNS: AtomicU32 = AtomicU32::new(0);
+        let n: usize = commands.iter().map(|c| c.processes).sum();
+        let k = SPAWNS.fetch_add(1, Ordering::Relaxed);
+        let job = format!("s{}x{k}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("rma-{job}"));
+        let io = |e: std::io::Error| err(format!("the spawn's rendezvous: {e}"));
+        crate::launcher::private_dir(&dir).map_err(io)?;
+        let server = super::RunServer::start(&dir, parents + n).map_err(io)?;
+        let path = server.path().to_string_lossy().into_owned();
+        self.spawns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((server, dir));
+        let value = super::hex(format!("{path}\n{parents}\n{job}").as_bytes());
+        let mut blocks = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            if [&c.program]
+                .into_iter()
+                .chain(&c.args)
+                .any(|a| a.contains('\n'))
+            {
+                return Err(err("a spawn argument with a line break"));
+            }
+            let mut b = format!(
+                "mcmd=spawn\nnprocs={}\nexecname={}\ntotspawns={}\nspawnssofar={}\nargcnt={}\n",
+                c.processes,
+                c.program,
+                commands.len(),
+                i + 1,
+                c.args.len()
+            );
+            for (j, a) in c.args.iter().enumerate() {
+                b.push_str(&format!("arg{}={a}\n", j + 1));
+            }
+            b.push_str(&format!(
+                "preput_num=1\npreput_key_0={UNION_KEY}\npreput_val_0={value}\ninfo_num=0\nendcmd"
+            ));
+            blocks.push(b);
+        }
+        // Hydra answers once, after the last block.
+        let last = blocks.pop().expect("a command at least");
+        for b in blocks {
+            self.send(&b)?;
+        }
+        let r = self.call(&last, "spawn_result")?;
+        match r.get("rc").map(String::as_str) {
+            Some("0") => Ok(format!("{path}\n{job}")),
+            rc => Err(err(format!("the launcher refused the spawn (rc {rc:?})"))),
+        }
+    }
+    fn join(
+        &self,
+        job: &str,
+        rank: Rank,
+        size: usize,
+    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
+        let (path, job) = job.split_once('\n').ok_or_else(|| err("a bad spawn job"))?;
+        let client = super::RunClient::connect(std::path::Path::new(path), rank, size, job.into())
+            .map_err(|e| TransportError::Failed(e.to_string()))?;
+        Ok(Arc::new(client))
+    }
+    fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
+        if std::env::var("PMI_SPAWNED").as_deref() != Ok("1") {
+            return Ok(None);
+        }
+        // Spawned by something else than rma (no rendezvous preput): no parent of ours.
+        let Ok(value) = self.get(UNION_KEY) else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(&value).into_owned();
+        let mut parts = text.split('\n');
+        let (Some(path), Some(parents), Some(job)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(err("a bad spawn rendezvous"));
+        };
+        let parents: usize = parents.parse().map_err(|_| err("a bad spawn rendezvous"))?;
+        let client = super::RunClient::connect(
+            std::path::Path::new(path),
+            (parents + self.rank as usize) as Rank,
+            parents + self.size,
+            job.into(),
+        )
+        .map_err(|e| TransportError::Failed(e.to_string()))?;
+        Ok(Some((Arc::new(client), parents)))
+    }
     fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
         self.watch.set(watch);
     }
@@ -170,6 +276,15 @@ impl Bootstrap for Pmi1 {
 impl Drop for Pmi1 {
     fn drop(&mut self) {
         let _ = self.call("cmd=finalize", "finalize_ack");
+        for (server, dir) in self
+            .spawns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            server.shutdown();
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

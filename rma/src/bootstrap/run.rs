@@ -274,6 +274,21 @@ impl Bootstrap for RunClient {
             .map_err(|e| TransportError::Failed(e.to_string()))?;
         Ok(Arc::new(client))
     }
+    fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
+        let Some(client) =
+            Self::parent_from_env().map_err(|e| TransportError::Failed(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let parents = std::env::var(env::PARENT_COUNT)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|p| *p < client.size)
+            .ok_or_else(|| {
+                TransportError::Failed("rma-run gave a bad RMA_RUN_PARENT_COUNT".into())
+            })?;
+        Ok(Some((Arc::new(client), parents)))
+    }
     fn gone(&self) -> Vec<Rank> {
         let reply = match self.request("gone") {
             Ok(r) => r,
@@ -383,6 +398,14 @@ type Shared = Arc<(Mutex<Jobs>, Condvar)>;
 pub struct RunServer {
     path: PathBuf,
     shared: Shared,
+}
+
+impl std::fmt::Debug for RunServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunServer")
+            .field("path", &self.path)
+            .finish()
+    }
 }
 
 impl RunServer {
