@@ -5,9 +5,9 @@
 //!
 //! Both sides join a job of parents and children together (parents first), which the
 //! launcher makes for the spawn: a World of its own, with its own transport, beside
-//! each process's first World. rma-run and MPICH's Hydra (PMI-1) spawn; under Open
-//! MPI's mpirun and srun the call is a typed error (Slurm cannot start processes into a
-//! job step).
+//! each process's first World. rma-run, MPICH's Hydra (PMI-1) and Open MPI's mpirun
+//! (PMIx) spawn; under srun the call is a typed error (Slurm cannot start processes into
+//! a job step).
 
 use rma_core::bootstrap::SpawnCommand;
 use rma_core::{Comm, Config, Group, PeerError, Rank, Result, TransportError, UsageError};

@@ -16,7 +16,7 @@ mod single;
 
 use std::sync::Arc;
 
-use rma_core::{Bootstrap, Error, TransportError};
+use rma_core::{Bootstrap, Error, Rank, TransportError};
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::MpiBootstrap;
@@ -26,6 +26,92 @@ pub use pmi2::Pmi2;
 pub use pmix::Pmix;
 pub use run::{RunClient, RunServer};
 pub use single::Single;
+
+/// Where the parents and children of a spawn under a launcher other than rma-run meet:
+/// an rma-run server of the spawning rank (a Unix socket: every one of them on its node),
+/// serving their joint job. Kept alive by the spawning rank's bootstrap.
+pub(crate) struct Rendezvous {
+    server: RunServer,
+    dir: std::path::PathBuf,
+    /// What the children are told (`PATH\nPARENTS\nJOB`).
+    pub for_children: String,
+    /// What the parents join ([`join_rendezvous`]): `PATH\nJOB`.
+    pub for_parents: String,
+}
+
+impl std::fmt::Debug for Rendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rendezvous")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl Rendezvous {
+    /// A server for `parents + children` ranks.
+    pub(crate) fn start(parents: usize, children: usize) -> Result<Rendezvous, TransportError> {
+        static SPAWNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = SPAWNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let job = format!("s{}x{k}", std::process::id());
+        let dir = std::env::temp_dir().join(format!("rma-{job}"));
+        let io = |e: std::io::Error| TransportError::Failed(format!("the spawn's rendezvous: {e}"));
+        crate::launcher::private_dir(&dir).map_err(io)?;
+        let server = RunServer::start(&dir, parents + children).map_err(io)?;
+        let path = server.path().to_string_lossy().into_owned();
+        Ok(Rendezvous {
+            for_children: format!("{path}\n{parents}\n{job}"),
+            for_parents: format!("{path}\n{job}"),
+            server,
+            dir,
+        })
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        self.server.shutdown();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A parent's bootstrap in the joint job of a spawn ([`Rendezvous::for_parents`]).
+pub(crate) fn join_rendezvous(
+    at: &str,
+    rank: Rank,
+    size: usize,
+) -> Result<Arc<dyn Bootstrap>, TransportError> {
+    let (path, job) = at
+        .split_once('\n')
+        .ok_or_else(|| TransportError::Failed("a bad spawn rendezvous".into()))?;
+    let client = RunClient::connect(std::path::Path::new(path), rank, size, job.into())
+        .map_err(|e| TransportError::Failed(e.to_string()))?;
+    Ok(Arc::new(client))
+}
+
+/// A child's bootstrap in the joint job of its spawn, from what it was told
+/// ([`Rendezvous::for_children`]) and its rank and size among the children; with the
+/// number of parents.
+#[allow(clippy::type_complexity)]
+pub(crate) fn child_rendezvous(
+    told: &str,
+    rank: Rank,
+    size: usize,
+) -> Result<(Arc<dyn Bootstrap>, usize), TransportError> {
+    let bad = || TransportError::Failed("a bad spawn rendezvous".into());
+    let mut parts = told.split('\n');
+    let (Some(path), Some(parents), Some(job)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let parents: usize = parents.parse().map_err(|_| bad())?;
+    let client = RunClient::connect(
+        std::path::Path::new(path),
+        (parents + rank as usize) as Rank,
+        parents + size,
+        job.into(),
+    )
+    .map_err(|e| TransportError::Failed(e.to_string()))?;
+    Ok((Arc::new(client), parents))
+}
 
 /// The launchers' numeric variables (see rma-ofi's `ENV_NUMBERS`).
 pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[(
@@ -55,6 +141,9 @@ pub mod env {
     pub const PARENT_SIZE: &str = "RMA_RUN_PARENT_SIZE";
     /// How many of them are parents (ranks 0..this).
     pub const PARENT_COUNT: &str = "RMA_RUN_PARENT_COUNT";
+    /// For a process spawned through PMIx: where its parents and it meet (hex of
+    /// `PATH\nPARENTS\nJOB`, see the spawn's rendezvous).
+    pub const RENDEZVOUS: &str = "RMA_SPAWN_RENDEZVOUS";
 }
 
 /// The launcher's socket from `PMI_FD`, checked to be an open socket (`Ok(None)` if the

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rma_core::bootstrap::SpawnCommand;
@@ -23,9 +22,8 @@ pub struct Pmi1 {
     conn: Mutex<(BufReader<UnixStream>, UnixStream)>,
     watch: super::Watch,
     tags: rma_core::bootstrap::Tags,
-    /// The rendezvous servers of the spawns this process asked for (each the job of
-    /// parents and children together), kept while this bootstrap lives.
-    spawns: Mutex<Vec<(super::RunServer, std::path::PathBuf)>>,
+    /// The rendezvous of the spawns this process asked for, kept while it lives.
+    spawns: Mutex<Vec<super::Rendezvous>>,
 }
 
 /// The PMI key a spawn preputs for its children: where the job of parents and children
@@ -183,20 +181,14 @@ impl Bootstrap for Pmi1 {
     /// meet at an rma-run server of this process, whose socket the children find under
     /// `rmaunion` in their key-value space: all of them on this node (a Unix socket).
     fn spawn(&self, commands: &[SpawnCommand], parents: usize) -> Result<String, TransportError> {
-        static SPAWNS: AtomicU32 = AtomicU32::new(0);
         let n: usize = commands.iter().map(|c| c.processes).sum();
-        let k = SPAWNS.fetch_add(1, Ordering::Relaxed);
-        let job = format!("s{}x{k}", std::process::id());
-        let dir = std::env::temp_dir().join(format!("rma-{job}"));
-        let io = |e: std::io::Error| err(format!("the spawn's rendezvous: {e}"));
-        crate::launcher::private_dir(&dir).map_err(io)?;
-        let server = super::RunServer::start(&dir, parents + n).map_err(io)?;
-        let path = server.path().to_string_lossy().into_owned();
+        let meet = super::Rendezvous::start(parents, n)?;
+        let value = super::hex(meet.for_children.as_bytes());
+        let joined = meet.for_parents.clone();
         self.spawns
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((server, dir));
-        let value = super::hex(format!("{path}\n{parents}\n{job}").as_bytes());
+            .push(meet);
         let mut blocks = Vec::new();
         for (i, c) in commands.iter().enumerate() {
             if [&c.program]
@@ -229,7 +221,7 @@ impl Bootstrap for Pmi1 {
         }
         let r = self.call(&last, "spawn_result")?;
         match r.get("rc").map(String::as_str) {
-            Some("0") => Ok(format!("{path}\n{job}")),
+            Some("0") => Ok(joined),
             rc => Err(err(format!("the launcher refused the spawn (rc {rc:?})"))),
         }
     }
@@ -239,10 +231,7 @@ impl Bootstrap for Pmi1 {
         rank: Rank,
         size: usize,
     ) -> Result<Arc<dyn Bootstrap>, TransportError> {
-        let (path, job) = job.split_once('\n').ok_or_else(|| err("a bad spawn job"))?;
-        let client = super::RunClient::connect(std::path::Path::new(path), rank, size, job.into())
-            .map_err(|e| TransportError::Failed(e.to_string()))?;
-        Ok(Arc::new(client))
+        super::join_rendezvous(job, rank, size)
     }
     fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
         if std::env::var("PMI_SPAWNED").as_deref() != Ok("1") {
@@ -252,39 +241,14 @@ impl Bootstrap for Pmi1 {
         let Ok(value) = self.get(UNION_KEY) else {
             return Ok(None);
         };
-        let text = String::from_utf8_lossy(&value).into_owned();
-        let mut parts = text.split('\n');
-        let (Some(path), Some(parents), Some(job)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(err("a bad spawn rendezvous"));
-        };
-        let parents: usize = parents.parse().map_err(|_| err("a bad spawn rendezvous"))?;
-        let client = super::RunClient::connect(
-            std::path::Path::new(path),
-            (parents + self.rank as usize) as Rank,
-            parents + self.size,
-            job.into(),
-        )
-        .map_err(|e| TransportError::Failed(e.to_string()))?;
-        Ok(Some((Arc::new(client), parents)))
-    }
-    fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
-        self.watch.set(watch);
+        let told = String::from_utf8_lossy(&value).into_owned();
+        super::child_rendezvous(&told, self.rank, self.size).map(Some)
     }
 }
 
 impl Drop for Pmi1 {
     fn drop(&mut self) {
         let _ = self.call("cmd=finalize", "finalize_ack");
-        for (server, dir) in self
-            .spawns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            server.shutdown();
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }
 
