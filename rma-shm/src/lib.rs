@@ -266,7 +266,15 @@ impl ShmTransport {
                     let n = String::from_utf8_lossy(&hellos[r as usize].address);
                     Mapping::open(&n, inbox_len(size))
                         .map(Arc::new)
-                        .map_err(|e| fail(&format!("open rank {r}'s inbox {n}"), e))
+                        .map_err(|e| {
+                            // Its descriptor gone with its process: a dead peer (typed), even
+                            // where the barrier below completes (it arrived, then died).
+                            if sys::alive(pids[r as usize]) {
+                                fail(&format!("open rank {r}'s inbox {n}"), e)
+                            } else {
+                                TransportError::PeerUnreachable(r)
+                            }
+                        })
                 })
                 .collect::<Result<Vec<_>, _>>();
             // The barrier even when an inbox could not be opened: a peer that already

@@ -233,6 +233,9 @@ impl Bootstrap for Pmi1 {
     ) -> Result<Arc<dyn Bootstrap>, TransportError> {
         super::join_rendezvous(job, rank, size)
     }
+    fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
+        self.watch.set(watch);
+    }
     fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
         if std::env::var("PMI_SPAWNED").as_deref() != Ok("1") {
             return Ok(None);

@@ -351,21 +351,22 @@ impl State {
     }
 
     /// A gone rank that makes `key` impossible: the rank it names (`TAG:RANK`, the
-    /// allgather convention) if that one is gone, or any dead rank (it may have been the
-    /// one to publish it).
+    /// allgather convention) if that one died, else any dead rank (the cause: it may have
+    /// been the one to publish it, and a rank that left may have left because of it), else
+    /// the named rank if it left.
     fn get_blocker(&self, key: &str) -> Option<String> {
         let owner = key
             .rsplit_once(':')
             .and_then(|(_, r)| r.parse::<usize>().ok())
             .filter(|r| *r < self.gone.len());
-        if let Some(r) = owner {
-            if let Some(why) = self.gone[r] {
-                return Some(Self::gone_reply(r, why));
-            }
+        let owner_gone = owner.and_then(|r| self.gone[r].map(|why| (r, why)));
+        if let Some((r, Gone::Dead)) = owner_gone {
+            return Some(Self::gone_reply(r, Gone::Dead));
         }
         (0..self.gone.len())
             .find(|&r| self.gone[r] == Some(Gone::Dead))
             .map(|r| Self::gone_reply(r, Gone::Dead))
+            .or_else(|| owner_gone.map(|(r, why)| Self::gone_reply(r, why)))
     }
 }
 
