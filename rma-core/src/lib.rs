@@ -13,6 +13,8 @@
 //! - `pool`: two-level (window, global) element pools;
 //! - `target`: the lock queue and the application of incoming operations;
 //! - `engine` ([`Engine`]): global progress (MAKE_RMA_PROGRESS_GLOBAL, PROGRESS_WAIT);
+//! - [`Group`] and [`Comm`]: communicators (split, create, dup), windows over them, and
+//!   their collectives; `collective`: the message layer under those collectives;
 //! - [`wire`]: the versioned active-message format;
 //! - [`transport`](Transport): the backend contract and [`Capabilities`];
 //! - [`Stats`]: counters of messages, bytes, paths and pool use.
