@@ -70,26 +70,13 @@ pub trait Bootstrap: Send + Sync {
     /// Starts the processes of a spawn (MPI_Comm_spawn_multiple), asked by one parent
     /// for `parents` of them: returns the id of the job of parents and children together
     /// (parents its ranks 0..parents, in their communicator's order, then the
-    /// children in command order), which each joins with [`join`](Self::join). The
-    /// children learn theirs from their launcher. Launchers that cannot spawn say so.
+    /// children in command order): `PATH\nJOB`, the socket of the rma-run server that
+    /// serves it and its name there, which every parent joins. The children learn theirs
+    /// from their launcher. Launchers that cannot spawn say so.
     fn spawn(&self, commands: &[SpawnCommand], parents: usize) -> Result<String, TransportError> {
         let _ = (commands, parents);
         Err(TransportError::Unsupported(
             "spawn: this launcher cannot start processes for rma (launch with rma-run)",
-        ))
-    }
-
-    /// A bootstrap for rank `rank` of `size` in another job of this launcher (the job of
-    /// a spawn's parents and children).
-    fn join(
-        &self,
-        job: &str,
-        rank: Rank,
-        size: usize,
-    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
-        let _ = (job, rank, size);
-        Err(TransportError::Unsupported(
-            "joining another job: not with this launcher",
         ))
     }
 

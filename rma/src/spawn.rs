@@ -161,9 +161,7 @@ impl World {
                 .into())
             }
         }
-        let boot = self
-            .bootstrap
-            .join(&text, comm.rank(), parents + children)?;
+        let boot = crate::bootstrap::join_rendezvous(&text, comm.rank(), parents + children)?;
         let union = World::init_over(boot, Config::from_env()?)?;
         let n = union.size();
         let all: Vec<Rank> = (0..n as Rank).collect();

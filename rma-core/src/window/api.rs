@@ -642,15 +642,34 @@ impl<T: Element> Window<T> {
 
     /// Reads this process's own window memory (outside epochs, or under a self lock).
     pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<()> {
+        let len = std::mem::size_of_val(out);
+        self.local_bytes(disp, len, "read_local on a dynamic window", |seg, off| {
+            seg.read(off, bytemuck::cast_slice_mut(out))
+        })
+    }
+
+    /// Writes this process's own window memory.
+    pub fn write_local(&self, disp: usize, data: &[T]) -> Result<()> {
+        let len = std::mem::size_of_val(data);
+        self.local_bytes(disp, len, "write_local on a dynamic window", |seg, off| {
+            seg.write(off, bytemuck::cast_slice(data))
+        })
+    }
+
+    /// Runs `access` on this process's static segment at the byte offset of element
+    /// `disp`, once `len` bytes from there are checked to be inside it.
+    fn local_bytes(
+        &self,
+        disp: usize,
+        len: usize,
+        dynamic: &'static str,
+        access: impl FnOnce(&dyn Segment, usize),
+    ) -> Result<()> {
         let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
         let Memory::Static(seg) = &*mem else {
-            return Err(UsageError::Unsupported {
-                what: "read_local on a dynamic window",
-            }
-            .into());
+            return Err(UsageError::Unsupported { what: dynamic }.into());
         };
         let off = disp.saturating_mul(Self::SIZE);
-        let len = std::mem::size_of_val(out);
         if off.checked_add(len).is_none_or(|end| end > seg.len()) {
             return Err(UsageError::OutOfBounds {
                 target: self.shared.engine.rank,
@@ -660,31 +679,7 @@ impl<T: Element> Window<T> {
             }
             .into());
         }
-        seg.read(off, bytemuck::cast_slice_mut(out));
-        Ok(())
-    }
-
-    /// Writes this process's own window memory.
-    pub fn write_local(&self, disp: usize, data: &[T]) -> Result<()> {
-        let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
-        let Memory::Static(seg) = &*mem else {
-            return Err(UsageError::Unsupported {
-                what: "write_local on a dynamic window",
-            }
-            .into());
-        };
-        let off = disp.saturating_mul(Self::SIZE);
-        let len = std::mem::size_of_val(data);
-        if off.checked_add(len).is_none_or(|end| end > seg.len()) {
-            return Err(UsageError::OutOfBounds {
-                target: self.shared.engine.rank,
-                offset: off as u64,
-                len: std::mem::size_of_val(data) as u64,
-                window_len: seg.len() as u64,
-            }
-            .into());
-        }
-        seg.write(off, bytemuck::cast_slice(data));
+        access(seg.as_ref(), off);
         Ok(())
     }
 

@@ -56,7 +56,9 @@ impl Rendezvous {
         let dir = std::env::temp_dir().join(format!("rma-{job}"));
         let io = |e: std::io::Error| TransportError::Failed(format!("the spawn's rendezvous: {e}"));
         crate::launcher::private_dir(&dir).map_err(io)?;
-        let server = RunServer::start(&dir, parents + children).map_err(io)?;
+        // The joint job, named as rma-run names a spawn's (every join is alike).
+        let server = RunServer::start(&dir, 0).map_err(io)?;
+        server.add_job(&job, parents + children);
         let path = server.path().to_string_lossy().into_owned();
         Ok(Rendezvous {
             for_children: format!("{path}\n{parents}\n{job}"),
@@ -74,7 +76,8 @@ impl Drop for Rendezvous {
     }
 }
 
-/// A parent's bootstrap in the joint job of a spawn ([`Rendezvous::for_parents`]).
+/// A parent's bootstrap in the joint job of a spawn: `PATH\nJOB` of the rma-run server
+/// that serves it ([`Bootstrap::spawn`]'s answer, [`Rendezvous::for_parents`]).
 pub(crate) fn join_rendezvous(
     at: &str,
     rank: Rank,
@@ -83,7 +86,7 @@ pub(crate) fn join_rendezvous(
     let (path, job) = at
         .split_once('\n')
         .ok_or_else(|| TransportError::Failed("a bad spawn rendezvous".into()))?;
-    let client = RunClient::connect(std::path::Path::new(path), rank, size, job.into())
+    let client = RunClient::connect_named(std::path::Path::new(path), rank, size, job.into())
         .map_err(|e| TransportError::Failed(e.to_string()))?;
     Ok(Arc::new(client))
 }
@@ -103,7 +106,7 @@ pub(crate) fn child_rendezvous(
         return Err(bad());
     };
     let parents: usize = parents.parse().map_err(|_| bad())?;
-    let client = RunClient::connect(
+    let client = RunClient::connect_named(
         std::path::Path::new(path),
         (parents + rank as usize) as Rank,
         parents + size,

@@ -225,14 +225,6 @@ impl Bootstrap for Pmi1 {
             rc => Err(err(format!("the launcher refused the spawn (rc {rc:?})"))),
         }
     }
-    fn join(
-        &self,
-        job: &str,
-        rank: Rank,
-        size: usize,
-    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
-        super::join_rendezvous(job, rank, size)
-    }
     fn set_watch(&self, watch: rma_core::bootstrap::LivenessWatch) {
         self.watch.set(watch);
     }

@@ -322,14 +322,6 @@ impl Bootstrap for Pmix {
             .push(meet);
         Ok(joined)
     }
-    fn join(
-        &self,
-        job: &str,
-        rank: Rank,
-        size: usize,
-    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
-        super::join_rendezvous(job, rank, size)
-    }
     fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
         let Ok(told) = std::env::var(super::env::RENDEZVOUS) else {
             return Ok(None);

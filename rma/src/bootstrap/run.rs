@@ -103,8 +103,18 @@ impl RunClient {
         Self::open(socket, rank, size, job, false)
     }
 
-    /// As [`connect`](Self::connect); `named`: the job is one the server made for a
-    /// spawn, named in the hello (the launched job is the server's unnamed one).
+    /// As [`connect`](Self::connect), for a job the server made for a spawn (named in
+    /// the hello; the launched job is the server's unnamed one).
+    pub(crate) fn connect_named(
+        socket: &Path,
+        rank: Rank,
+        size: usize,
+        job: String,
+    ) -> Result<RunClient, Error> {
+        Self::open(socket, rank, size, job, true)
+    }
+
+    /// As [`connect`](Self::connect); `named`: see [`connect_named`](Self::connect_named).
     fn open(
         socket: &Path,
         rank: Rank,
@@ -261,18 +271,8 @@ impl Bootstrap for RunClient {
         let r = self.expect_ok(r)?;
         r.strip_prefix("val ")
             .filter(|j| !j.is_empty() && j.chars().all(|c| c.is_ascii_alphanumeric()))
-            .map(str::to_string)
+            .map(|job| format!("{}\n{job}", self.socket.display()))
             .ok_or_else(|| TransportError::Failed(format!("rma-run's spawn reply: {r:.60}")))
-    }
-    fn join(
-        &self,
-        job: &str,
-        rank: Rank,
-        size: usize,
-    ) -> Result<Arc<dyn Bootstrap>, TransportError> {
-        let client = Self::open(&self.socket, rank, size, job.to_string(), true)
-            .map_err(|e| TransportError::Failed(e.to_string()))?;
-        Ok(Arc::new(client))
     }
     fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
         let Some(client) =
@@ -473,9 +473,14 @@ impl RunServer {
     /// of `children` ranks and `union` of `all` ranks (parents and children). Made before
     /// any child starts, so that each finds its jobs at its hello.
     pub fn add_jobs(&self, child: &str, children: usize, union: &str, all: usize) {
+        self.add_job(child, children);
+        self.add_job(union, all);
+    }
+
+    /// A job named `name` of `size` ranks, besides the launched one.
+    pub fn add_job(&self, name: &str, size: usize) {
         let mut jobs = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.jobs.insert(child.to_string(), State::new(children));
-        jobs.jobs.insert(union.to_string(), State::new(all));
+        jobs.jobs.insert(name.to_string(), State::new(size));
     }
 
     /// The launcher made spawn `id` (`Ok`: the union job, see
@@ -765,10 +770,18 @@ mod tests {
         assert_eq!(req.commands[0].processes, 2);
         server.add_jobs("spc0", 2, "spu0", 3);
         server.spawned(req.id, Ok("spu0".into()));
-        assert_eq!(asked.join().unwrap().unwrap(), "spu0");
-        assert!(client.join("spu0", 2, 3).is_ok());
-        assert!(client.join("spu0", 3, 4).is_err(), "a rank past the job");
-        assert!(client.join("nojob", 0, 1).is_err(), "an unknown job");
+        let at = format!("{}\nspu0", server.path().display());
+        assert_eq!(asked.join().unwrap().unwrap(), at);
+        assert!(crate::bootstrap::join_rendezvous(&at, 2, 3).is_ok());
+        assert!(
+            crate::bootstrap::join_rendezvous(&at, 3, 4).is_err(),
+            "a rank past the job"
+        );
+        let nojob = format!("{}\nnojob", server.path().display());
+        assert!(
+            crate::bootstrap::join_rendezvous(&nojob, 0, 1).is_err(),
+            "an unknown job"
+        );
         // Refused: the launcher's reason reaches the parent.
         let asked = ask(&client);
         let req = take();
