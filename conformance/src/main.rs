@@ -190,7 +190,7 @@ fn make(world: &Comm, kind: &str) -> Result<(Window<u64>, u64)> {
         "create" => (world.create_window(initial(me))?, 0),
         "dynamic" => {
             let w = world.create_dynamic::<u64>()?;
-            // Every rank attaches one region first: the addresses agree.
+            // The region's address in this process; peers learn it by exchange.
             let addr = w.attach(initial(me))?;
             (w, addr)
         }
@@ -225,6 +225,13 @@ pub(crate) fn ops(world: &Comm, kind: &str) -> Result<()> {
         "lock_all_nocheck",
     ] {
         let (win, base) = make(world, kind)?;
+        // Where ops to the right neighbour go: its attached region's address (dynamic
+        // windows, as MPI_Get_address gives it), else displacement 0.
+        let target = if kind == "dynamic" {
+            world.allgather(&[base])?[right as usize]
+        } else {
+            base
+        };
         world.barrier()?;
         if kind == "shared" {
             // Direct load of the neighbour's memory between synchronizations.
@@ -242,14 +249,14 @@ pub(crate) fn ops(world: &Comm, kind: &str) -> Result<()> {
         let f = match mode {
             "fence" => {
                 win.fence(Assert::NOPRECEDE)?;
-                let f = issue(&win, base, me, right)?;
+                let f = issue(&win, target, me, right)?;
                 win.fence(Assert::NOSUCCEED)?;
                 f
             }
             "pscw" => {
                 win.post(&[left], Assert::NONE)?;
                 win.start(&[right], Assert::NONE)?;
-                let f = issue(&win, base, me, right)?;
+                let f = issue(&win, target, me, right)?;
                 win.complete()?;
                 win.wait()?;
                 f
@@ -261,7 +268,7 @@ pub(crate) fn ops(world: &Comm, kind: &str) -> Result<()> {
                     LockType::Exclusive
                 };
                 win.lock(t, right, Assert::NONE)?;
-                let f = issue(&win, base, me, right)?;
+                let f = issue(&win, target, me, right)?;
                 win.unlock(right)?;
                 f
             }
@@ -271,7 +278,7 @@ pub(crate) fn ops(world: &Comm, kind: &str) -> Result<()> {
                 } else {
                     Assert::NOCHECK
                 })?;
-                let f = issue(&win, base, me, right)?;
+                let f = issue(&win, target, me, right)?;
                 win.flush(right)?;
                 win.unlock_all()?;
                 f

@@ -465,6 +465,19 @@ impl Comm {
     pub fn create_window<T: Element>(&self, memory: Vec<T>) -> Result<Window<T>> {
         self.inner.engine.create_in(self, memory)
     }
+    /// MPI_Win_create over this communicator on memory that stays where it is: peers
+    /// reach it in place (over shared memory by cross-memory attach, each op a system
+    /// call, accumulates by message) and this process may load and store it through
+    /// [`Window::local_base`] between synchronizations, as MPI's unified memory model
+    /// has it. [`create_window`](Self::create_window) copies the memory into the
+    /// backend's instead where that is faster (shared memory: native atomics), and hands
+    /// it back at free.
+    pub fn create_window_in_place<T: Element>(
+        &self,
+        memory: Box<dyn crate::transport::UserMemory>,
+    ) -> Result<Window<T>> {
+        self.inner.engine.create_in_place(self, memory)
+    }
     /// MPI_Win_create_dynamic over this communicator.
     pub fn create_dynamic<T: Element>(&self) -> Result<Window<T>> {
         self.inner.engine.create_dynamic_in(self)

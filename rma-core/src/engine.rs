@@ -462,6 +462,20 @@ impl Engine {
         self.create_over(Some(comm).filter(|c| !c.is_world()), memory)
     }
 
+    pub(crate) fn create_in_place<T: Element>(
+        &self,
+        comm: &Comm,
+        memory: Box<dyn crate::transport::UserMemory>,
+    ) -> Result<Window<T>> {
+        let seg = self.shared.transport.expose(memory);
+        self.make_window(
+            Some(comm).filter(|c| !c.is_world()),
+            WindowKind::Create,
+            seg.map(Memory::Static).map_err(Into::into),
+            std::mem::size_of::<T>(),
+        )
+    }
+
     fn create_over<T: Element>(&self, comm: Option<&Comm>, memory: Vec<T>) -> Result<Window<T>> {
         let t = &self.shared.transport;
         if t.copies_user_memory() {
@@ -611,6 +625,7 @@ impl Engine {
         }
         e.transport.window_established(id, local.as_ref());
         Ok(Window {
+            view: false,
             shared: w,
             _elem: std::marker::PhantomData,
         })

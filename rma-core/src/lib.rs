@@ -79,7 +79,7 @@ pub use transport::{
     Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, SharedAmong,
     Transport, UserMemory, Wake,
 };
-pub use window::{FreeError, GetInto, Layout, Window, WindowKind};
+pub use window::{Elements, FreeError, GetInto, Layout, Window, WindowKind};
 
 /// A process's rank in the job.
 pub type Rank = u32;

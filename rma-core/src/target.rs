@@ -145,22 +145,21 @@ impl LockQueue {
 #[derive(Clone)]
 pub(crate) enum Memory {
     Static(Arc<dyn Segment>),
-    Dynamic(Vec<(u32, Arc<dyn Segment>)>),
+    /// Each region with the address peers name it by: the address of the attached
+    /// memory in the target process (MPI_Get_address of it, as MPI's dynamic windows
+    /// have it).
+    Dynamic(Vec<(u64, Arc<dyn Segment>)>),
 }
-
-/// Bits of a dynamic window address below the region id.
-pub(crate) const REGION_SHIFT: u32 = 40;
 
 impl Memory {
     /// The segment and in-segment offset an extent falls in, if it lies wholly inside.
     pub(crate) fn resolve(&self, e: &Extent) -> Option<(&Arc<dyn Segment>, usize)> {
         let (seg, offset) = match self {
             Memory::Static(s) => (s, e.offset),
-            Memory::Dynamic(regions) => {
-                let id = (e.offset >> REGION_SHIFT) as u32;
-                let seg = regions.iter().find(|(r, _)| *r == id).map(|(_, s)| s)?;
-                (seg, e.offset & ((1 << REGION_SHIFT) - 1))
-            }
+            Memory::Dynamic(regions) => regions
+                .iter()
+                .find(|(base, s)| e.offset >= *base && e.offset - base < s.len() as u64)
+                .map(|(base, s)| (s, e.offset - base))?,
         };
         let end = offset.checked_add(e.span())?;
         (end <= seg.len() as u64).then_some((seg, offset as usize))

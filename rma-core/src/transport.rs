@@ -310,6 +310,12 @@ pub trait Segment: Send + Sync + Any {
     fn shared_base(&self) -> Option<usize> {
         None
     }
+    /// Address of this memory in this process, where the application may load and store
+    /// it in place (MPI's window base): `None` where the bytes are not plain memory of
+    /// this process (a simulation's).
+    fn local_base(&self) -> Option<usize> {
+        None
+    }
     /// Gives back the user memory a window was created over.
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>>;
 }

@@ -269,12 +269,13 @@ fn window_kinds_create_dynamic_shared() {
         // dynamic: attach, exchange the address, access, detach.
         let dynw = e.create_dynamic::<f64>()?;
         let addr = dynw.attach(vec![0.5f64; 4])?;
-        // Every rank attaches its first region first, so addresses agree here; a real
-        // program would exchange them.
-        e.barrier()?;
+        // A region's address is where its memory is in its process (MPI_Get_address):
+        // exchanged, as programs do.
+        let addrs = e.world().allgather(&[addr])?;
+        let theirs = addrs[right as usize];
         dynw.lock_all(Assert::NONE)?;
-        dynw.accumulate(&[1.25], AccOp::Sum, right, addr + 8)?;
-        let bad = dynw.put(&[1.0], right, addr + 4 * 8 + 64);
+        dynw.accumulate(&[1.25], AccOp::Sum, right, theirs + 8)?;
+        let bad = dynw.put(&[1.0], right, theirs + 4 * 8 + 64);
         assert!(bad.is_ok(), "the origin cannot check dynamic addresses");
         let flushed = dynw.flush(right);
         assert!(

@@ -1132,6 +1132,9 @@ impl Segment for LocalSegment {
             .map(SegmentMr::descriptor)
             .unwrap_or_default()
     }
+    fn local_base(&self) -> Option<usize> {
+        Some(self.memory.base() as usize)
+    }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let LocalSegment { mr, memory } = Arc::into_inner(self)?;
         // Closed before the memory goes back to the user.

@@ -8,9 +8,10 @@
 //! - **Windows over user memory** (`create`) live in shared memory too: the user's bytes
 //!   are copied in at creation and back at free. With `RMA_SHM_CMA=1` they stay in the
 //!   user's memory instead and are reached by cross-memory attach
-//!   (process_vm_writev/readv; their accumulates are active messages): for that, and only
-//!   then, each rank lifts Yama's ptrace restriction for processes of the same user
-//!   (`PR_SET_PTRACER_ANY`), which lets any of them attach to it.
+//!   (process_vm_writev/readv; their accumulates are active messages), as are windows
+//!   created in place (`Comm::create_window_in_place`, MPI_Win_create of librma-mpi):
+//!   for that, and only then, each rank lifts Yama's ptrace restriction for processes of
+//!   the same user (`PR_SET_PTRACER_ANY`), which lets any of them attach to it.
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
 //!   and unlock complete while the target computes, with no action by the target. Each
 //!   live window (allocated, shared or over user memory) takes one of a process's 1023
@@ -145,6 +146,9 @@ impl Segment for LocalSegment {
     }
     fn shared_base(&self) -> Option<usize> {
         self.mapping.as_ref().map(|_| self.region.base() as usize)
+    }
+    fn local_base(&self) -> Option<usize> {
+        Some(self.region.base() as usize)
     }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let me = Arc::into_inner(self)?;
@@ -602,6 +606,11 @@ impl Transport for ShmTransport {
     }
 
     fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
+        // User memory in place is reached by peers through process_vm_* (a window created
+        // in place; a dynamic window's regions only by messages, but which one this is
+        // is not ours to know): Yama's ptrace scope must let them, from now on.
+        static CROSS_MEMORY: std::sync::Once = std::sync::Once::new();
+        CROSS_MEMORY.call_once(sys::allow_cross_memory_attach);
         let bytes = memory.bytes_mut();
         // SAFETY: the heap buffer of the user's Vec does not move while the box is owned
         // by the segment (it is only handed back by `into_user_memory`, consuming it).

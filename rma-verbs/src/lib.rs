@@ -1383,6 +1383,9 @@ impl Segment for LocalSegment {
         }
         d
     }
+    fn local_base(&self) -> Option<usize> {
+        Some(self.memory.base() as usize)
+    }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let LocalSegment { mr, lock, memory } = Arc::into_inner(self)?;
         // Deregistered before the memory goes back to the user.

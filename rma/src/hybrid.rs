@@ -277,6 +277,9 @@ impl Segment for HybridSegment {
     fn shared_base(&self) -> Option<usize> {
         self.node.shared_base()
     }
+    fn local_base(&self) -> Option<usize> {
+        self.node.local_base()
+    }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         // Hybrid windows over user memory live in allocated memory (copies_user_memory).
         None

@@ -138,7 +138,15 @@ impl World {
     /// MPI_COMM_WORLD when MPI is initialized.
     #[cfg(feature = "mpi")]
     pub fn from_mpi<C: ::mpi::topology::Communicator>(comm: &C) -> Result<World> {
-        let config = Config::from_env()?;
+        Self::from_mpi_with(comm, Config::from_env()?)
+    }
+
+    /// [`from_mpi`](Self::from_mpi) with the given configuration.
+    #[cfg(feature = "mpi")]
+    pub fn from_mpi_with<C: ::mpi::topology::Communicator>(
+        comm: &C,
+        config: Config,
+    ) -> Result<World> {
         rma_core::config::check_env_numbers(rma_shm::ENV_NUMBERS)?;
         let bootstrap: Arc<dyn Bootstrap> = Arc::new(bootstrap::MpiBootstrap::new(comm)?);
         Self::init_over(bootstrap, config)

@@ -31,6 +31,8 @@ use super::*;
 /// ```
 pub struct Window<T: Element> {
     pub(crate) shared: Arc<WindowShared>,
+    /// A view of another window ([`Window::elements`]): dropping it leaves the window.
+    pub(crate) view: bool,
     pub(crate) _elem: PhantomData<fn() -> T>,
 }
 
@@ -55,6 +57,55 @@ pub(super) fn to_one<T: Element>(bytes: Fetched) -> T {
     let n = out.len().min(bytes.len());
     out[..n].copy_from_slice(&bytes[..n]);
     one
+}
+
+impl Window<u8> {
+    /// This window of bytes seen as a window of `E`: the same window (its epochs,
+    /// displacements in its displacement unit, bounds), whose operations carry elements
+    /// of type `E`. This is how MPI's interface, whose windows are bytes and whose
+    /// operations name their datatype, runs on typed operations.
+    ///
+    /// ```
+    /// use rma_core::{sim, AccOp, Assert};
+    /// sim::run(2, sim::Profile::ActiveMessages, 3, |engine| {
+    ///     let win = engine.allocate::<u8>(16)?; // bytes; displacements in bytes
+    ///     win.fence(Assert::NOPRECEDE)?;
+    ///     win.elements::<u32>().accumulate(&[1, 2], AccOp::Sum, 0, 8)?;
+    ///     win.fence(Assert::NOSUCCEED)?;
+    ///     if engine.rank() == 0 {
+    ///         let mut two = [0u32; 2];
+    ///         win.elements::<u32>().read_local(2, &mut two)?; // elements 2, 3: bytes 8..16
+    ///         assert_eq!(two, [2, 4]);
+    ///     }
+    ///     win.free()?;
+    ///     Ok(())
+    /// }).unwrap();
+    /// ```
+    pub fn elements<E: Element>(&self) -> Elements<E> {
+        Elements(Window {
+            shared: self.shared.clone(),
+            view: true,
+            _elem: PhantomData,
+        })
+    }
+}
+
+/// A window of bytes seen as a window of `E` ([`Window::elements`]): it has every
+/// method of [`Window<E>`] but [`free`](Window::free) (the window is the byte window's),
+/// and dropping it leaves the window as it was.
+pub struct Elements<E: Element>(Window<E>);
+
+impl<E: Element> std::ops::Deref for Elements<E> {
+    type Target = Window<E>;
+    fn deref(&self) -> &Window<E> {
+        &self.0
+    }
+}
+
+impl<E: Element> std::fmt::Debug for Elements<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Elements").field(&self.0).finish()
+    }
 }
 
 impl<T: Element> Window<T> {
@@ -727,38 +778,67 @@ impl<T: Element> Window<T> {
     }
 
     /// Attaches `memory` to a dynamic window; returns the address peers use as
-    /// displacement (MPI_Win_attach + MPI_Get_address).
+    /// displacement (MPI_Win_attach + MPI_Get_address: the address of the memory in
+    /// this process).
     pub fn attach(&self, memory: Vec<T>) -> Result<u64> {
+        self.attach_memory(Box::new(memory))
+    }
+
+    /// Attaches any [`UserMemory`] to a dynamic window, in place (peers reach its bytes
+    /// where they are); returns its address, the displacement peers name it by.
+    pub fn attach_memory(&self, mut memory: Box<dyn UserMemory>) -> Result<u64> {
         if self.shared.kind != WindowKind::Dynamic {
             return Err(UsageError::Unsupported {
                 what: "attach on a window not from create_dynamic",
             }
             .into());
         }
-        let seg = self.shared.engine.transport.expose(Box::new(memory))?;
-        let id = {
-            let mut n = self
-                .shared
-                .next_region
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            *n += 1;
-            *n
+        let address = memory.bytes_mut().as_ptr() as u64;
+        let len = memory.bytes_mut().len() as u64;
+        let overlaps = |mem: &Memory| match mem {
+            // Attached regions must not overlap (MPI-4.1 12.2.4): an address names one.
+            Memory::Dynamic(regions) => regions.iter().any(|(base, s)| {
+                len > 0 && address < base.saturating_add(s.len() as u64) && *base < address + len
+            }),
+            Memory::Static(_) => false,
         };
+        let refused = || -> Error {
+            UsageError::Unsupported {
+                what: "attaching memory that overlaps a region already attached",
+            }
+            .into()
+        };
+        if overlaps(&self.shared.memory.read().unwrap_or_else(|e| e.into_inner())) {
+            return Err(refused());
+        }
+        // Registered outside the memory lock: the target side reads it meanwhile.
+        let seg = self.shared.engine.transport.expose(memory)?;
         let mut mem = self
             .shared
             .memory
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        if let Memory::Dynamic(regions) = &mut *mem {
-            regions.push((id, seg));
+        if overlaps(&mem) {
+            return Err(refused());
         }
-        Ok(u64::from(id) << REGION_SHIFT)
+        if let Memory::Dynamic(regions) = &mut *mem {
+            regions.push((address, seg));
+        }
+        Ok(address)
     }
 
     /// Detaches the region at `address` and gives its memory back.
     pub fn detach(&self, address: u64) -> Result<Vec<T>> {
-        let id = (address >> REGION_SHIFT) as u32;
+        self.detach_memory(address)?
+            .into_any()
+            .downcast::<Vec<T>>()
+            .map(|b| *b)
+            .map_err(|_| UsageError::NotAttached.into())
+    }
+
+    /// Detaches the region attached at `address` (by [`attach`](Self::attach) or
+    /// [`attach_memory`](Self::attach_memory)) and gives its memory back.
+    pub fn detach_memory(&self, address: u64) -> Result<Box<dyn UserMemory>> {
         let mut mem = self
             .shared
             .memory
@@ -769,10 +849,23 @@ impl<T: Element> Window<T> {
         };
         let i = regions
             .iter()
-            .position(|(r, _)| *r == id)
+            .position(|(base, _)| *base == address)
             .ok_or(UsageError::NotAttached)?;
         let (_, seg) = regions.swap_remove(i);
-        user_vec(seg).ok_or_else(|| UsageError::NotAttached.into())
+        seg.into_user_memory()
+            .ok_or_else(|| UsageError::NotAttached.into())
+    }
+
+    /// The address of this process's part of the window, for loads and stores in place
+    /// between synchronizations (MPI's window base): `None` for a dynamic window and
+    /// where the backend keeps the bytes elsewhere (a simulation). Reading or writing
+    /// through it is the caller's business: MPI's rules on local access (seed 004) say
+    /// when it does not race with peers' operations.
+    pub fn local_base(&self) -> Option<usize> {
+        match &*self.shared.memory.read().unwrap_or_else(|e| e.into_inner()) {
+            Memory::Static(seg) => seg.local_base(),
+            Memory::Dynamic(_) => None,
+        }
     }
 
     /// This window's counters.
@@ -939,6 +1032,12 @@ impl<T: Element> std::fmt::Debug for GetInto<'_, T> {
 }
 
 impl<'b, T: Element> GetInto<'b, T> {
+    /// Whether the data is there ([`wait`](Self::wait) then returns at once); makes
+    /// progress if not.
+    pub fn test(&self) -> Result<bool> {
+        self.pending.as_ref().map_or(Ok(true), Request::test)
+    }
+
     /// Blocks (making progress) until the data is in the buffer, and gives it back.
     #[inline]
     pub fn wait(self) -> Result<&'b mut [T]> {
@@ -958,6 +1057,9 @@ impl<T: Element> Drop for Window<T> {
     /// A window dropped without [`free`](Window::free) leaves the engine's registry (no
     /// collective, no message): peers that still address it get their packets refused.
     fn drop(&mut self) {
+        if self.view {
+            return;
+        }
         let w = &self.shared;
         if !w.freed.load(std::sync::atomic::Ordering::Relaxed) && w.member_count() > 1 {
             // Peers waiting in a collective on this window learn that it will never

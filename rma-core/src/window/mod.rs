@@ -29,7 +29,7 @@ use crate::op_table::{OpElem, OpKind, OpTable, SyncFlag, TargetElem};
 use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};
-use crate::target::{Memory, Reply, TargetSide, Waiter, REGION_SHIFT};
+use crate::target::{Memory, Reply, TargetSide, Waiter};
 use crate::transport::{Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory};
 use crate::wire::{self, flags, Body, Departure, Encoder, Extent, Kind, Packet};
 use crate::Rank;
@@ -47,7 +47,7 @@ mod pscw;
 mod rma_op;
 mod shared;
 
-pub use api::{FreeError, GetInto, Window};
+pub use api::{Elements, FreeError, GetInto, Window};
 use issue::{encode_op, native_call, native_call_desc, op_kind_wire, sync_flags};
 use rma_op::short_op;
 
@@ -129,8 +129,6 @@ pub(crate) struct WindowShared {
     classes: Vec<crate::transport::Capabilities>,
     /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
     shares_memory: bool,
-    /// Next dynamic region id.
-    next_region: Mutex<u32>,
     /// A `create` window's user buffer, kept aside while its bytes live in backend
     /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,

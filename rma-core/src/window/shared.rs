@@ -40,7 +40,6 @@ impl WindowShared {
             memory: RwLock::new(memory),
             state,
             counters: Counters::default(),
-            next_region: Mutex::new(1),
             user_copy: Mutex::new(None),
             freed: std::sync::atomic::AtomicBool::new(false),
             group,
