@@ -26,12 +26,13 @@ fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
-cargo test --workspace --all-features
-# MPI and rma in one process, against each MPI (the mpi crate binds the one MPICC names;
-# the line above used the default mpicc).
+cargo test --workspace --all-features --exclude rma-mpi
+# MPI and rma in one process, and librma-mpi's C tests, against each MPI (the mpi crate
+# and librma-mpi bind the one MPICC names; the line above used the default mpicc).
 for cc in mpicc.mpich mpicc.openmpi; do
   MPICC=$cc CARGO_TARGET_DIR=target/$cc cargo test -p rma-conformance --features mpi \
     --test conformance -- mpi_and_rma_in_one_process
+  MPICC=$cc CARGO_TARGET_DIR=target/$cc cargo test -p rma-mpi
 done
 # The verbs backend: the host kernel has no RDMA, so its tests run inside a qemu VM with
 # soft-RoCE (rdma_rxe): conformance on 2-4 ranks, a killed peer, latency beside perftest.

@@ -1,0 +1,1649 @@
+//! The C entry points: MPI's one-sided interface with C linkage, as `mpi.h` declares
+//! it, plus the calls librma-mpi must see to run it (MPI_Init and MPI_Finalize to start
+//! and stop rma, the completion calls for its requests, MPI_Type_commit and
+//! MPI_Type_free for its datatype cache). Each entry point checks its arguments,
+//! calls the Rust body and turns the outcome into MPI's: a code, through the window's
+//! error handler. A panic never crosses into C: it is MPI_ERR_INTERN.
+
+#![allow(non_snake_case)]
+#![allow(clippy::missing_safety_doc)]
+// each is MPI's function of the same name
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use rma::Rank;
+
+use crate::datatype;
+use crate::error::{self, MpiError, MpiResult};
+use crate::ops::{acc_op, Buffer, Target};
+use crate::request::{self, Shared};
+use crate::sys::{self, int, *};
+use crate::window::{self, Flavor, Win};
+
+const SUCCESS: c_int = 0;
+
+fn guarded<R>(call: &str, f: impl FnOnce() -> MpiResult<R>) -> MpiResult<R> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => Err(MpiError::new(
+            int!(MPI_ERR_INTERN),
+            format!("internal error of librma-mpi in {call} (a panic); please report it"),
+        )),
+    }
+}
+
+/// Runs `f` on the window `win` names; the outcome through its error handler.
+fn on_window(call: &str, win: MPI_Win, f: impl FnOnce(&Win) -> MpiResult<()>) -> c_int {
+    let outcome = guarded(call, || window::with_win(win, f)?);
+    match outcome {
+        Ok(()) => SUCCESS,
+        Err(e) => match window::errhandler_of(win) {
+            Some(h) => error::raise_on_window(call, win, h, &e),
+            // SAFETY: a constant of the ABI layer.
+            None => error::raise_on_comm(call, unsafe { sys::rmampi_comm_self() }, &e),
+        },
+    }
+}
+
+/// Runs `f`, a call with no window yet (creation): errors go to `comm`'s handler.
+fn on_comm(call: &str, comm: MPI_Comm, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    match guarded(call, f) {
+        Ok(()) => SUCCESS,
+        Err(e) => error::raise_on_comm(call, comm, &e),
+    }
+}
+
+fn proc_null() -> c_int {
+    int!(MPI_PROC_NULL)
+}
+
+fn count(n: i64, what: &str) -> MpiResult<usize> {
+    usize::try_from(n).map_err(|_| MpiError::new(int!(MPI_ERR_COUNT), format!("negative {what}")))
+}
+
+fn rank_of(rank: c_int) -> MpiResult<Rank> {
+    Rank::try_from(rank)
+        .map_err(|_| MpiError::new(int!(MPI_ERR_RANK), format!("invalid target rank {rank}")))
+}
+
+fn out_ptr<T>(p: *mut T, what: &str) -> MpiResult<*mut T> {
+    if p.is_null() {
+        Err(MpiError::new(int!(MPI_ERR_ARG), format!("{what} is NULL")))
+    } else {
+        Ok(p)
+    }
+}
+
+fn buffer(addr: *const c_void, n: i64, dt: MPI_Datatype, what: &str) -> MpiResult<Buffer> {
+    Ok(Buffer {
+        addr: addr.cast(),
+        count: count(n, what)?,
+        flat: datatype::flat(dt)?,
+    })
+}
+
+fn target(rank: c_int, disp: MPI_Aint, n: i64, dt: MPI_Datatype) -> MpiResult<Target> {
+    Ok(Target {
+        rank: rank_of(rank)?,
+        disp: disp as i64,
+        count: count(n, "target count")?,
+        flat: datatype::flat(dt)?,
+    })
+}
+
+// ---- start and stop ----------------------------------------------------------------
+
+fn start_rma() {
+    let mut config = match rma::Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("librma-mpi: rma did not start: {e}");
+            return;
+        }
+    };
+    if std::env::var_os("RMA_ASYNC_PROGRESS").is_none() {
+        // MPI programs wait in MPI's own calls (a barrier, a receive), where rma cannot
+        // make progress: the agent serves peers' operations meanwhile (MPI-4.1 12.7).
+        config.async_progress = rma::AsyncProgress::On;
+    }
+    let world = mpi::topology::SimpleCommunicator::world();
+    match rma::World::from_mpi_with(&world, config) {
+        Ok(w) => *window::world().lock().unwrap_or_else(|e| e.into_inner()) = Some(w),
+        Err(e) => eprintln!(
+            "librma-mpi: rma did not start: {e}; one-sided calls will fail with MPI_ERR_OTHER"
+        ),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    // SAFETY: the application's arguments, passed on.
+    let rc = unsafe { sys::PMPI_Init(argc, argv) };
+    if rc == SUCCESS {
+        start_rma();
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    // SAFETY: the application's arguments, passed on.
+    let rc = unsafe { sys::PMPI_Init_thread(argc, argv, required, provided) };
+    if rc == SUCCESS {
+        start_rma();
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+    window::drop_all();
+    drop(
+        window::world()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(),
+    );
+    // SAFETY: MPI's own finalize, after rma let go of its communicator.
+    unsafe { sys::PMPI_Finalize() }
+}
+
+// ---- windows -------------------------------------------------------------------------
+
+fn new_window(
+    call: &str,
+    comm: MPI_Comm,
+    flavor: impl FnOnce() -> MpiResult<Flavor>,
+    disp_unit: i64,
+    baseptr: *mut c_void,
+    win: *mut MPI_Win,
+) -> c_int {
+    on_comm(call, comm, || {
+        let win = out_ptr(win, "the window argument")?;
+        let disp_unit = c_int::try_from(disp_unit)
+            .map_err(|_| MpiError::new(int!(MPI_ERR_DISP), "displacement unit too large"))?;
+        let (handle, base) = window::create(comm, flavor()?, disp_unit)?;
+        // SAFETY: the application's out pointers (`baseptr` is a `void **` in C).
+        unsafe {
+            if !baseptr.is_null() {
+                *baseptr.cast::<*mut c_void>() = base;
+            }
+            *win = handle;
+        }
+        Ok(())
+    })
+}
+
+fn size_of_window(size: i64) -> MpiResult<usize> {
+    usize::try_from(size).map_err(|_| MpiError::new(int!(MPI_ERR_SIZE), "negative window size"))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_allocate(
+    size: MPI_Aint,
+    disp_unit: c_int,
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    baseptr: *mut c_void,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Allocate(size_of_window(size as i64)?));
+    new_window(
+        "MPI_Win_allocate",
+        comm,
+        flavor,
+        disp_unit.into(),
+        baseptr,
+        win,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_allocate_shared(
+    size: MPI_Aint,
+    disp_unit: c_int,
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    baseptr: *mut c_void,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Shared(size_of_window(size as i64)?));
+    new_window(
+        "MPI_Win_allocate_shared",
+        comm,
+        flavor,
+        disp_unit.into(),
+        baseptr,
+        win,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_create(
+    base: *mut c_void,
+    size: MPI_Aint,
+    disp_unit: c_int,
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Create(base as usize, size_of_window(size as i64)?));
+    new_window(
+        "MPI_Win_create",
+        comm,
+        flavor,
+        disp_unit.into(),
+        std::ptr::null_mut(),
+        win,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_create_dynamic(
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Dynamic);
+    new_window(
+        "MPI_Win_create_dynamic",
+        comm,
+        flavor,
+        1,
+        std::ptr::null_mut(),
+        win,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
+    if win.is_null() {
+        let e = MpiError::new(int!(MPI_ERR_ARG), "the window argument is NULL");
+        // SAFETY: a constant of the ABI layer.
+        return error::raise_on_comm("MPI_Win_free", unsafe { sys::rmampi_comm_self() }, &e);
+    }
+    // SAFETY: checked non-null above: the application's handle.
+    let handle = unsafe { *win };
+    let handler = window::errhandler_of(handle);
+    match guarded("MPI_Win_free", || window::free(handle)) {
+        Ok(()) => {
+            // SAFETY: as above; a constant of the ABI layer.
+            unsafe { *win = sys::rmampi_win_null() };
+            SUCCESS
+        }
+        Err(e) => match handler {
+            Some(h) => error::raise_on_window("MPI_Win_free", handle, h, &e),
+            // SAFETY: a constant of the ABI layer.
+            None => error::raise_on_comm("MPI_Win_free", unsafe { sys::rmampi_comm_self() }, &e),
+        },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
+    on_window("MPI_Win_attach", win, |w| {
+        let n = size_of_window(size as i64)?;
+        if !w.is_dynamic() {
+            return Err(MpiError::new(
+                int!(MPI_ERR_RMA_FLAVOR),
+                "MPI_Win_attach on a window not from MPI_Win_create_dynamic",
+            ));
+        }
+        w.rma
+            .attach_memory(Box::new(window::AppMemory::new(base, n)))
+            .map_err(|e| {
+                let mut e = MpiError::from(e);
+                e.class = int!(MPI_ERR_RMA_ATTACH);
+                e
+            })?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
+    on_window("MPI_Win_detach", win, |w| {
+        if !w.is_dynamic() {
+            return Err(MpiError::new(
+                int!(MPI_ERR_RMA_FLAVOR),
+                "MPI_Win_detach on a window not from MPI_Win_create_dynamic",
+            ));
+        }
+        w.rma.detach_memory(base as u64).map(drop).map_err(|e| {
+            let mut e = MpiError::from(e);
+            e.class = int!(MPI_ERR_RMA_ATTACH);
+            e
+        })
+    })
+}
+
+fn shared_query(w: &Win, rank: c_int) -> MpiResult<(MPI_Aint, i64, *mut c_void)> {
+    let rank = if rank == proc_null() {
+        // The lowest rank with memory (MPI-4.1 12.2.3).
+        match w.sizes.iter().position(|&s| s > 0) {
+            Some(r) => r as Rank,
+            None => {
+                return Ok((
+                    0,
+                    w.disp_units.first().copied().unwrap_or(1) as i64,
+                    std::ptr::null_mut(),
+                ))
+            }
+        }
+    } else {
+        rank_of(rank).and_then(|r| {
+            if (r as usize) < w.size {
+                Ok(r)
+            } else {
+                Err(MpiError::new(
+                    int!(MPI_ERR_RANK),
+                    format!("rank {r} is outside the window's group"),
+                ))
+            }
+        })?
+    };
+    let size = w.sizes[rank as usize] as MPI_Aint;
+    let unit = w.disp_units[rank as usize] as i64;
+    if w.flavor() == int!(MPI_WIN_FLAVOR_SHARED) {
+        let (base, _) = w.rma.shared_query(rank)?;
+        return Ok((size, unit, base as *mut c_void));
+    }
+    if rank as usize == w.rank && !w.is_dynamic() {
+        return Ok((size, unit, w.attr_base as *mut c_void));
+    }
+    // Not memory this process loads and stores (MPI-4.1: size 0, no base).
+    Ok((0, unit, std::ptr::null_mut()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_shared_query(
+    win: MPI_Win,
+    rank: c_int,
+    size: *mut MPI_Aint,
+    disp_unit: *mut c_int,
+    baseptr: *mut c_void,
+) -> c_int {
+    on_window("MPI_Win_shared_query", win, |w| {
+        let (s, u, b) = shared_query(w, rank)?;
+        // SAFETY: the application's out pointers (`baseptr` is a `void **`).
+        unsafe {
+            *out_ptr(size, "size")? = s;
+            *out_ptr(disp_unit, "disp_unit")? = u as c_int;
+            *out_ptr(baseptr.cast::<*mut c_void>(), "baseptr")? = b;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
+    on_window("MPI_Win_get_group", win, |w| {
+        let out = out_ptr(group, "group")?;
+        let ranks: Vec<c_int> = (0..w.size as c_int).collect();
+        // SAFETY: the window's group; `out` checked non-null.
+        unsafe { sys::PMPI_Group_incl(w.group.0, ranks.len() as c_int, ranks.as_ptr(), out) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_get_attr(
+    win: MPI_Win,
+    keyval: c_int,
+    value: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    on_window("MPI_Win_get_attr", win, |w| {
+        let value = out_ptr(value.cast::<*mut c_void>(), "attribute_val")?;
+        let flag = out_ptr(flag, "flag")?;
+        let found: Option<*mut c_void> = if keyval == int!(MPI_WIN_BASE) {
+            Some(w.attr_base as *mut c_void)
+        } else if keyval == int!(MPI_WIN_SIZE) {
+            Some(&*w.attr_size as *const MPI_Aint as *mut c_void)
+        } else if keyval == int!(MPI_WIN_DISP_UNIT) {
+            Some(&*w.attr_disp_unit as *const c_int as *mut c_void)
+        } else if keyval == int!(MPI_WIN_CREATE_FLAVOR) {
+            Some(&*w.attr_flavor as *const c_int as *mut c_void)
+        } else if keyval == int!(MPI_WIN_MODEL) {
+            Some(&*w.attr_model as *const c_int as *mut c_void)
+        } else {
+            if !window::keyval_exists(keyval) {
+                return Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"));
+            }
+            w.attrs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&keyval)
+                .map(|&v| v as *mut c_void)
+        };
+        // SAFETY: checked non-null out pointers of the application.
+        unsafe {
+            *flag = c_int::from(found.is_some());
+            if let Some(v) = found {
+                *value = v;
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_set_attr(
+    win: MPI_Win,
+    keyval: c_int,
+    value: *mut c_void,
+) -> c_int {
+    on_window("MPI_Win_set_attr", win, |w| {
+        window::set_attr(w, keyval, value as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_delete_attr(win: MPI_Win, keyval: c_int) -> c_int {
+    on_window("MPI_Win_delete_attr", win, |w| {
+        window::delete_attr(w, keyval)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_create_keyval(
+    _copy: MPI_Win_copy_attr_function,
+    delete: MPI_Win_delete_attr_function,
+    keyval: *mut c_int,
+    extra_state: *mut c_void,
+) -> c_int {
+    // SAFETY: a constant of the ABI layer.
+    on_comm(
+        "MPI_Win_create_keyval",
+        unsafe { sys::rmampi_comm_self() },
+        || {
+            let k = window::create_keyval(delete, extra_state as usize);
+            // SAFETY: the application's out pointer, checked.
+            unsafe { *out_ptr(keyval, "keyval")? = k };
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_free_keyval(keyval: *mut c_int) -> c_int {
+    // SAFETY: a constant of the ABI layer.
+    on_comm(
+        "MPI_Win_free_keyval",
+        unsafe { sys::rmampi_comm_self() },
+        || {
+            let k = out_ptr(keyval, "keyval")?;
+            // SAFETY: checked non-null.
+            unsafe {
+                window::free_keyval(*k)?;
+                *k = int!(MPI_KEYVAL_INVALID);
+            }
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_set_name(win: MPI_Win, name: *const c_char) -> c_int {
+    on_window("MPI_Win_set_name", win, |w| {
+        let name = out_ptr(name as *mut c_char, "name")?;
+        // SAFETY: a NUL-terminated string of the application.
+        let s = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        *w.name.lock().unwrap_or_else(|e| e.into_inner()) = s;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_get_name(
+    win: MPI_Win,
+    name: *mut c_char,
+    len: *mut c_int,
+) -> c_int {
+    on_window("MPI_Win_get_name", win, |w| {
+        let name = out_ptr(name, "name")?;
+        let len = out_ptr(len, "resultlen")?;
+        let s = w.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let max = int!(MPI_MAX_OBJECT_NAME) as usize - 1;
+        let bytes = &s.as_bytes()[..s.len().min(max)];
+        // SAFETY: MPI's contract: `name` has MPI_MAX_OBJECT_NAME bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), bytes.len());
+            *name.add(bytes.len()) = 0;
+            *len = bytes.len() as c_int;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, _info: MPI_Info) -> c_int {
+    // Info keys are hints: none changes what rma does (MPI-4.1 12.2.7 lets it ignore them).
+    on_window("MPI_Win_set_info", win, |_| Ok(()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info: *mut MPI_Info) -> c_int {
+    on_window("MPI_Win_get_info", win, |w| {
+        let info = out_ptr(info, "info_used")?;
+        let noncontig = if w.flavor() == int!(MPI_WIN_FLAVOR_SHARED) {
+            "false"
+        } else {
+            "true"
+        };
+        let keys = [
+            ("no_locks", "false"),
+            ("accumulate_ordering", "rar,raw,war,waw"),
+            ("accumulate_ops", "same_op_no_op"),
+            ("same_size", "false"),
+            ("same_disp_unit", "false"),
+            ("alloc_shared_noncontig", noncontig),
+        ];
+        // SAFETY: `info` checked non-null; NUL-terminated keys and values.
+        unsafe {
+            sys::PMPI_Info_create(info);
+            for (k, v) in keys {
+                let k = std::ffi::CString::new(k).unwrap_or_default();
+                let v = std::ffi::CString::new(v).unwrap_or_default();
+                sys::PMPI_Info_set(*info, k.as_ptr(), v.as_ptr());
+            }
+        }
+        Ok(())
+    })
+}
+
+// ---- error handlers -----------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_create_errhandler(
+    function: MPI_Win_errhandler_function,
+    handler: *mut MPI_Errhandler,
+) -> c_int {
+    // SAFETY: a constant of the ABI layer.
+    on_comm(
+        "MPI_Win_create_errhandler",
+        unsafe { sys::rmampi_comm_self() },
+        || {
+            let out = out_ptr(handler, "errhandler")?;
+            let f = function.ok_or_else(|| MpiError::new(int!(MPI_ERR_ARG), "NULL function"))?;
+            // SAFETY: MPI makes a handle for the function; it never calls it, since no
+            // window of MPI's exists (librma-mpi calls it, as a window handler). Both are C
+            // function pointers of one shape but for the handle's type.
+            let as_comm: MPI_Comm_errhandler_function = unsafe { std::mem::transmute(function) };
+            // SAFETY: `out` checked non-null.
+            if unsafe { sys::PMPI_Comm_create_errhandler(as_comm, out) } != 0 {
+                return Err(MpiError::new(
+                    int!(MPI_ERR_OTHER),
+                    "MPI could not make the handler",
+                ));
+            }
+            // SAFETY: as above.
+            error::register_handler(unsafe { *out }, f);
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_set_errhandler(win: MPI_Win, handler: MPI_Errhandler) -> c_int {
+    on_window("MPI_Win_set_errhandler", win, |w| {
+        if !error::is_window_handler(handler) {
+            return Err(MpiError::new(
+                int!(MPI_ERR_ARG),
+                "not an error handler for windows",
+            ));
+        }
+        w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0 = handler;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_get_errhandler(
+    win: MPI_Win,
+    handler: *mut MPI_Errhandler,
+) -> c_int {
+    on_window("MPI_Win_get_errhandler", win, |w| {
+        let out = out_ptr(handler, "errhandler")?;
+        // SAFETY: checked non-null.
+        unsafe { *out = w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0 };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, code: c_int) -> c_int {
+    match window::errhandler_of(win) {
+        Some(h) => {
+            let e = MpiError::new(code, "MPI_Win_call_errhandler");
+            error::raise_on_window("MPI_Win_call_errhandler", win, h, &e);
+            SUCCESS
+        }
+        None => {
+            let e = MpiError::new(int!(MPI_ERR_WIN), "invalid window handle");
+            // SAFETY: a constant of the ABI layer.
+            error::raise_on_comm(
+                "MPI_Win_call_errhandler",
+                unsafe { sys::rmampi_comm_self() },
+                &e,
+            )
+        }
+    }
+}
+
+// ---- synchronization ------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_fence", win, |w| w.fence(assert))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_start", win, |w| w.start(group, assert))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
+    on_window("MPI_Win_complete", win, Win::complete)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_post", win, |w| w.post(group, assert))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {
+    on_window("MPI_Win_wait", win, Win::wait)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
+    on_window("MPI_Win_test", win, |w| {
+        let flag = out_ptr(flag, "flag")?;
+        let done = w.test()?;
+        // SAFETY: checked non-null.
+        unsafe { *flag = c_int::from(done) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_lock(
+    lock_type: c_int,
+    rank: c_int,
+    assert: c_int,
+    win: MPI_Win,
+) -> c_int {
+    on_window("MPI_Win_lock", win, |w| {
+        if rank == proc_null() {
+            return Ok(());
+        }
+        w.lock(lock_type, rank_of(rank)?, assert)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_unlock", win, |w| {
+        if rank == proc_null() {
+            return Ok(());
+        }
+        w.unlock(rank_of(rank)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_lock_all", win, |w| w.lock_all(assert))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
+    on_window("MPI_Win_unlock_all", win, Win::unlock_all)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_flush", win, |w| {
+        if rank == proc_null() {
+            return Ok(());
+        }
+        w.flush(rank_of(rank)?, false)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
+    on_window("MPI_Win_flush_local", win, |w| {
+        if rank == proc_null() {
+            return Ok(());
+        }
+        w.flush(rank_of(rank)?, true)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
+    on_window("MPI_Win_flush_all", win, |w| w.flush_all(false))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
+    on_window("MPI_Win_flush_local_all", win, |w| w.flush_all(true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
+    on_window("MPI_Win_sync", win, |w| w.rma.sync().map_err(Into::into))
+}
+
+// ---- communication ----------------------------------------------------------------------
+
+/// The body of every put, get and accumulate: MPI_PROC_NULL targets do nothing (once
+/// the window and datatypes are checked).
+#[allow(clippy::too_many_arguments)]
+fn communicate(
+    w: &Win,
+    origin: (*const c_void, i64, MPI_Datatype),
+    rank: c_int,
+    disp: MPI_Aint,
+    tgt: (i64, MPI_Datatype),
+    what: Comm,
+) -> MpiResult<Option<Shared>> {
+    let o = buffer(origin.0, origin.1, origin.2, "origin count")?;
+    if rank == proc_null() {
+        datatype::flat(tgt.1)?;
+        return Ok(None);
+    }
+    let t = target(rank, disp, tgt.0, tgt.1)?;
+    match what {
+        Comm::Put => w.rput(&o, &t),
+        Comm::Get => w.get(&o, &t),
+        Comm::Accumulate(op) => w.accumulate(&o, acc_op(op)?, &t).map(|()| None),
+        Comm::GetAccumulate(op, result) => {
+            let r = buffer(result.0, result.1, result.2, "result count")?;
+            w.get_accumulate(&o, &r, acc_op(op)?, &t)
+        }
+    }
+}
+
+/// Which communication call.
+enum Comm {
+    Put,
+    Get,
+    Accumulate(c_int),
+    GetAccumulate(c_int, (*const c_void, i64, MPI_Datatype)),
+}
+
+fn op_code(op: MPI_Op) -> c_int {
+    // SAFETY: the ABI layer compares the handle with predefined ones.
+    unsafe { sys::rmampi_op_code(op) }
+}
+
+/// A communication call without a request.
+#[allow(clippy::too_many_arguments)]
+fn call(
+    name: &str,
+    win: MPI_Win,
+    origin: (*const c_void, i64, MPI_Datatype),
+    rank: c_int,
+    disp: MPI_Aint,
+    tgt: (i64, MPI_Datatype),
+    what: Comm,
+) -> c_int {
+    on_window(name, win, |w| {
+        communicate(w, origin, rank, disp, tgt, what).map(drop)
+    })
+}
+
+/// A communication call with a request (the R* forms).
+#[allow(clippy::too_many_arguments)]
+fn call_with_request(
+    name: &str,
+    win: MPI_Win,
+    origin: (*const c_void, i64, MPI_Datatype),
+    rank: c_int,
+    disp: MPI_Aint,
+    tgt: (i64, MPI_Datatype),
+    what: Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    on_window(name, win, |w| {
+        let out = out_ptr(request, "request")?;
+        let c = communicate(w, origin, rank, disp, tgt, what)?;
+        let handle = request::new_request(c)?;
+        // SAFETY: checked non-null.
+        unsafe { *out = handle };
+        Ok(())
+    })
+}
+
+macro_rules! communication_calls {
+    ($count:ty, $put:ident, $get:ident, $acc:ident, $getacc:ident, $rput:ident, $rget:ident,
+     $racc:ident, $rgetacc:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $put(
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            win: MPI_Win,
+        ) -> c_int {
+            call(
+                stringify!($put),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::Put,
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $get(
+            origin_addr: *mut c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            win: MPI_Win,
+        ) -> c_int {
+            call(
+                stringify!($get),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::Get,
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $acc(
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            op: MPI_Op,
+            win: MPI_Win,
+        ) -> c_int {
+            call(
+                stringify!($acc),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::Accumulate(op_code(op)),
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $getacc(
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            result_addr: *mut c_void,
+            result_count: $count,
+            result_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            op: MPI_Op,
+            win: MPI_Win,
+        ) -> c_int {
+            call(
+                stringify!($getacc),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::GetAccumulate(
+                    op_code(op),
+                    (result_addr, result_count as i64, result_datatype),
+                ),
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $rput(
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            win: MPI_Win,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            call_with_request(
+                stringify!($rput),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::Put,
+                request,
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $rget(
+            origin_addr: *mut c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            win: MPI_Win,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            call_with_request(
+                stringify!($rget),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::Get,
+                request,
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $racc(
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            op: MPI_Op,
+            win: MPI_Win,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            call_with_request(
+                stringify!($racc),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::Accumulate(op_code(op)),
+                request,
+            )
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $rgetacc(
+            origin_addr: *const c_void,
+            origin_count: $count,
+            origin_datatype: MPI_Datatype,
+            result_addr: *mut c_void,
+            result_count: $count,
+            result_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: $count,
+            target_datatype: MPI_Datatype,
+            op: MPI_Op,
+            win: MPI_Win,
+            request: *mut MPI_Request,
+        ) -> c_int {
+            call_with_request(
+                stringify!($rgetacc),
+                win,
+                (origin_addr, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                Comm::GetAccumulate(
+                    op_code(op),
+                    (result_addr, result_count as i64, result_datatype),
+                ),
+                request,
+            )
+        }
+    };
+}
+
+communication_calls!(
+    c_int,
+    MPI_Put,
+    MPI_Get,
+    MPI_Accumulate,
+    MPI_Get_accumulate,
+    MPI_Rput,
+    MPI_Rget,
+    MPI_Raccumulate,
+    MPI_Rget_accumulate
+);
+
+#[cfg(large_count)]
+communication_calls!(
+    MPI_Count,
+    MPI_Put_c,
+    MPI_Get_c,
+    MPI_Accumulate_c,
+    MPI_Get_accumulate_c,
+    MPI_Rput_c,
+    MPI_Rget_c,
+    MPI_Raccumulate_c,
+    MPI_Rget_accumulate_c
+);
+
+#[cfg(large_count)]
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_allocate_c(
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    baseptr: *mut c_void,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Allocate(size_of_window(size as i64)?));
+    new_window(
+        "MPI_Win_allocate_c",
+        comm,
+        flavor,
+        disp_unit as i64,
+        baseptr,
+        win,
+    )
+}
+
+#[cfg(large_count)]
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    baseptr: *mut c_void,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Shared(size_of_window(size as i64)?));
+    new_window(
+        "MPI_Win_allocate_shared_c",
+        comm,
+        flavor,
+        disp_unit as i64,
+        baseptr,
+        win,
+    )
+}
+
+#[cfg(large_count)]
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_create_c(
+    base: *mut c_void,
+    size: MPI_Aint,
+    disp_unit: MPI_Aint,
+    _info: MPI_Info,
+    comm: MPI_Comm,
+    win: *mut MPI_Win,
+) -> c_int {
+    let flavor = || Ok(Flavor::Create(base as usize, size_of_window(size as i64)?));
+    new_window(
+        "MPI_Win_create_c",
+        comm,
+        flavor,
+        disp_unit as i64,
+        std::ptr::null_mut(),
+        win,
+    )
+}
+
+#[cfg(large_count)]
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_shared_query_c(
+    win: MPI_Win,
+    rank: c_int,
+    size: *mut MPI_Aint,
+    disp_unit: *mut MPI_Aint,
+    baseptr: *mut c_void,
+) -> c_int {
+    on_window("MPI_Win_shared_query_c", win, |w| {
+        let (s, u, b) = shared_query(w, rank)?;
+        // SAFETY: the application's out pointers (`baseptr` is a `void **`).
+        unsafe {
+            *out_ptr(size, "size")? = s;
+            *out_ptr(disp_unit, "disp_unit")? = u as MPI_Aint;
+            *out_ptr(baseptr.cast::<*mut c_void>(), "baseptr")? = b;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Fetch_and_op(
+    origin_addr: *const c_void,
+    result_addr: *mut c_void,
+    datatype: MPI_Datatype,
+    target_rank: c_int,
+    target_disp: MPI_Aint,
+    op: MPI_Op,
+    win: MPI_Win,
+) -> c_int {
+    on_window("MPI_Fetch_and_op", win, |w| {
+        let flat = datatype::flat(datatype)?;
+        let op = acc_op(op_code(op))?;
+        if target_rank == proc_null() {
+            return Ok(());
+        }
+        let result = out_ptr(result_addr, "result_addr")?;
+        w.fetch_and_op(
+            origin_addr.cast(),
+            result.cast(),
+            &flat,
+            op,
+            rank_of(target_rank)?,
+            target_disp as i64,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Compare_and_swap(
+    origin_addr: *const c_void,
+    compare_addr: *const c_void,
+    result_addr: *mut c_void,
+    datatype: MPI_Datatype,
+    target_rank: c_int,
+    target_disp: MPI_Aint,
+    win: MPI_Win,
+) -> c_int {
+    on_window("MPI_Compare_and_swap", win, |w| {
+        let flat = datatype::flat(datatype)?;
+        if target_rank == proc_null() {
+            return Ok(());
+        }
+        let origin = out_ptr(origin_addr as *mut c_void, "origin_addr")?;
+        let compare = out_ptr(compare_addr as *mut c_void, "compare_addr")?;
+        let result = out_ptr(result_addr, "result_addr")?;
+        w.compare_and_swap(
+            origin.cast(),
+            compare.cast(),
+            result.cast(),
+            &flat,
+            rank_of(target_rank)?,
+            target_disp as i64,
+        )
+    })
+}
+
+// ---- requests ------------------------------------------------------------------------------
+
+fn on_request(call: &str, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    // SAFETY: a constant of the ABI layer.
+    on_comm(call, unsafe { sys::rmampi_comm_self() }, f)
+}
+
+/// The slab index of the request `req` points to, if it is one of ours.
+///
+/// # Safety
+/// `req` is null or the application's valid request pointer.
+unsafe fn ours_at(req: *const MPI_Request) -> Option<usize> {
+    if req.is_null() {
+        return None;
+    }
+    // SAFETY: non-null: the caller's valid pointer.
+    request::ours(unsafe { *req })
+}
+
+/// The requests of `reqs[..n]` that are ours.
+unsafe fn any_ours(reqs: *mut MPI_Request, n: c_int) -> bool {
+    // SAFETY: MPI's contract: `n` requests.
+    (0..n.max(0) as usize).any(|i| request::ours(unsafe { *reqs.add(i) }).is_some())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    // SAFETY: the application's request pointer (MPI checks it on its path).
+    match unsafe { ours_at(req) } {
+        // SAFETY: the application's pointers.
+        Some(i) => on_request("MPI_Wait", || unsafe { request::wait(i, req, status) }),
+        // SAFETY: passed on.
+        None => unsafe { sys::PMPI_Wait(req, status) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test(
+    req: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: as in MPI_Wait.
+    match unsafe { ours_at(req) } {
+        Some(i) => on_request("MPI_Test", || {
+            let flag = out_ptr(flag, "flag")?;
+            // SAFETY: the application's pointers.
+            let done = unsafe { request::test_one(i, req, status)? };
+            // SAFETY: checked non-null.
+            unsafe { *flag = c_int::from(done) };
+            Ok(())
+        }),
+        // SAFETY: passed on.
+        None => unsafe { sys::PMPI_Test(req, flag, status) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_free(req: *mut MPI_Request) -> c_int {
+    // SAFETY: as in MPI_Wait.
+    match unsafe { ours_at(req) } {
+        Some(i) => {
+            request::free(i);
+            // SAFETY: the application's pointer; a constant of the ABI layer.
+            unsafe { *req = sys::rmampi_request_null() };
+            SUCCESS
+        }
+        // SAFETY: passed on.
+        None => unsafe { sys::PMPI_Request_free(req) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    req: MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    match request::ours(req) {
+        Some(i) => on_request("MPI_Request_get_status", || {
+            let flag = out_ptr(flag, "flag")?;
+            let done = request::is_complete(i)?;
+            // SAFETY: the application's pointers.
+            unsafe {
+                *flag = c_int::from(done);
+                if done {
+                    sys::rmampi_empty_status(status);
+                }
+            }
+            Ok(())
+        }),
+        // SAFETY: passed on.
+        None => unsafe { sys::PMPI_Request_get_status(req, flag, status) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitall(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `n` requests at `reqs`.
+    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+        // SAFETY: passed on.
+        return unsafe { sys::PMPI_Waitall(n, reqs, statuses) };
+    }
+    on_request("MPI_Waitall", || {
+        for i in 0..n {
+            // SAFETY: `i < n`: the application's arrays (statuses may be IGNORE).
+            unsafe {
+                let r = reqs.add(i as usize);
+                let s = sys::rmampi_status_at(statuses, i);
+                match request::ours(*r) {
+                    Some(k) => request::wait(k, r, s)?,
+                    None => {
+                        let rc = sys::PMPI_Wait(r, s);
+                        if rc != SUCCESS {
+                            return Err(MpiError::new(rc, "MPI_Wait of a request in MPI_Waitall"));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testall(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    flag: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `n` requests at `reqs`.
+    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+        // SAFETY: passed on.
+        return unsafe { sys::PMPI_Testall(n, reqs, flag, statuses) };
+    }
+    on_request("MPI_Testall", || {
+        let flag = out_ptr(flag, "flag")?;
+        // All or nothing: ours first (they complete without being freed), then MPI's,
+        // which MPI frees only when all of them are complete.
+        // SAFETY: `i < n` in each access: the application's arrays.
+        unsafe {
+            for i in 0..n as usize {
+                if let Some(k) = request::ours(*reqs.add(i)) {
+                    if !request::is_complete(k)? {
+                        *flag = 0;
+                        return Ok(());
+                    }
+                }
+            }
+            let theirs: Vec<usize> = (0..n as usize)
+                .filter(|&i| request::ours(*reqs.add(i)).is_none())
+                .collect();
+            let mut their_reqs: Vec<MPI_Request> = theirs.iter().map(|&i| *reqs.add(i)).collect();
+            let mut their_statuses: Vec<MPI_Status> = vec![std::mem::zeroed(); theirs.len()];
+            let mut done: c_int = 0;
+            let rc = sys::PMPI_Testall(
+                theirs.len() as c_int,
+                their_reqs.as_mut_ptr(),
+                &mut done,
+                their_statuses.as_mut_ptr(),
+            );
+            if rc != SUCCESS {
+                return Err(MpiError::new(rc, "MPI_Testall of MPI's requests"));
+            }
+            if done == 0 {
+                *flag = 0;
+                return Ok(());
+            }
+            for (j, &i) in theirs.iter().enumerate() {
+                *reqs.add(i) = their_reqs[j];
+                let s = sys::rmampi_status_at(statuses, i as c_int);
+                if s != sys::rmampi_status_ignore() {
+                    *s = their_statuses[j];
+                }
+            }
+            for i in 0..n {
+                let r = reqs.add(i as usize);
+                if let Some(k) = request::ours(*r) {
+                    request::wait(k, r, sys::rmampi_status_at(statuses, i))?;
+                }
+            }
+            *flag = 1;
+        }
+        Ok(())
+    })
+}
+
+/// One pass over `reqs` for the any/some calls: the indices complete now (ours
+/// finished, MPI's tested), up to `limit`; `None` when every request is inactive.
+unsafe fn complete_some(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    statuses: *mut MPI_Status,
+    limit: usize,
+    packed_statuses: bool,
+) -> MpiResult<Option<Vec<c_int>>> {
+    let mut done = Vec::new();
+    let mut active = false;
+    // SAFETY: `i < n`: the application's arrays.
+    unsafe {
+        let null = sys::rmampi_request_null();
+        for i in 0..n {
+            if done.len() >= limit {
+                break;
+            }
+            let r = reqs.add(i as usize);
+            if *r == null {
+                continue;
+            }
+            active = true;
+            let at = if packed_statuses {
+                done.len() as c_int
+            } else {
+                i
+            };
+            let s = sys::rmampi_status_at(statuses, at);
+            match request::ours(*r) {
+                Some(k) => {
+                    if request::test_one(k, r, s)? {
+                        done.push(i);
+                    }
+                }
+                None => {
+                    let mut flag = 0;
+                    let rc = sys::PMPI_Test(r, &mut flag, s);
+                    if rc != SUCCESS {
+                        return Err(MpiError::new(rc, "MPI_Test of one of MPI's requests"));
+                    }
+                    if flag != 0 {
+                        done.push(i);
+                    }
+                }
+            }
+        }
+    }
+    Ok(active.then_some(done))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitany(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `n` requests at `reqs`.
+    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+        // SAFETY: passed on.
+        return unsafe { sys::PMPI_Waitany(n, reqs, index, status) };
+    }
+    on_request("MPI_Waitany", || {
+        let index = out_ptr(index, "index")?;
+        loop {
+            // A status for one request: the same pointer whatever the index.
+            // SAFETY: the application's arrays; `status` is one status.
+            match unsafe { complete_some_one(n, reqs, status)? } {
+                None => {
+                    // SAFETY: checked non-null.
+                    unsafe {
+                        *index = int!(MPI_UNDEFINED);
+                        sys::rmampi_empty_status(status);
+                    }
+                    return Ok(());
+                }
+                Some(Some(i)) => {
+                    // SAFETY: checked non-null.
+                    unsafe { *index = i };
+                    return Ok(());
+                }
+                Some(None) => std::thread::yield_now(),
+            }
+        }
+    })
+}
+
+/// One pass for the any calls: `None` all inactive, `Some(None)` none complete yet.
+unsafe fn complete_some_one(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    status: *mut MPI_Status,
+) -> MpiResult<Option<Option<c_int>>> {
+    // SAFETY: a constant of the ABI layer.
+    let null = unsafe { sys::rmampi_request_null() };
+    let mut active = false;
+    for i in 0..n {
+        // SAFETY: `i < n`: the application's array.
+        let r = unsafe { reqs.add(i as usize) };
+        // SAFETY: as above.
+        if unsafe { *r } == null {
+            continue;
+        }
+        active = true;
+        // SAFETY: as above; `status` is the application's single status.
+        let done = unsafe {
+            match request::ours(*r) {
+                Some(k) => request::test_one(k, r, status)?,
+                None => {
+                    let mut flag = 0;
+                    let rc = sys::PMPI_Test(r, &mut flag, status);
+                    if rc != SUCCESS {
+                        return Err(MpiError::new(rc, "MPI_Test of one of MPI's requests"));
+                    }
+                    flag != 0
+                }
+            }
+        };
+        if done {
+            return Ok(Some(Some(i)));
+        }
+    }
+    Ok(active.then_some(None))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testany(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `n` requests at `reqs`.
+    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+        // SAFETY: passed on.
+        return unsafe { sys::PMPI_Testany(n, reqs, index, flag, status) };
+    }
+    on_request("MPI_Testany", || {
+        let index = out_ptr(index, "index")?;
+        let flag = out_ptr(flag, "flag")?;
+        // SAFETY: the application's arrays and out pointers.
+        unsafe {
+            match complete_some_one(n, reqs, status)? {
+                None => {
+                    *index = int!(MPI_UNDEFINED);
+                    *flag = 1;
+                    sys::rmampi_empty_status(status);
+                }
+                Some(Some(i)) => {
+                    *index = i;
+                    *flag = 1;
+                }
+                Some(None) => {
+                    *index = int!(MPI_UNDEFINED);
+                    *flag = 0;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+unsafe fn some(
+    call: &str,
+    wait: bool,
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    on_request(call, || {
+        let outcount = out_ptr(outcount, "outcount")?;
+        loop {
+            // SAFETY: the application's arrays.
+            match unsafe { complete_some(n, reqs, statuses, usize::MAX, true)? } {
+                None => {
+                    // SAFETY: checked non-null.
+                    unsafe { *outcount = int!(MPI_UNDEFINED) };
+                    return Ok(());
+                }
+                Some(done) if !done.is_empty() || !wait => {
+                    // SAFETY: MPI's contract: `indices` holds `n`.
+                    unsafe {
+                        *outcount = done.len() as c_int;
+                        for (j, i) in done.iter().enumerate() {
+                            *indices.add(j) = *i;
+                        }
+                    }
+                    return Ok(());
+                }
+                Some(_) => std::thread::yield_now(),
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitsome(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `n` requests at `reqs`.
+    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+        // SAFETY: passed on.
+        return unsafe { sys::PMPI_Waitsome(n, reqs, outcount, indices, statuses) };
+    }
+    // SAFETY: the application's arguments.
+    unsafe { some("MPI_Waitsome", true, n, reqs, outcount, indices, statuses) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testsome(
+    n: c_int,
+    reqs: *mut MPI_Request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MPI_Status,
+) -> c_int {
+    // SAFETY: MPI's contract: `n` requests at `reqs`.
+    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+        // SAFETY: passed on.
+        return unsafe { sys::PMPI_Testsome(n, reqs, outcount, indices, statuses) };
+    }
+    // SAFETY: the application's arguments.
+    unsafe { some("MPI_Testsome", false, n, reqs, outcount, indices, statuses) }
+}
+
+// ---- datatypes ------------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
+    // SAFETY: passed on.
+    let rc = unsafe { sys::PMPI_Type_commit(datatype) };
+    if rc == SUCCESS && !datatype.is_null() {
+        // SAFETY: MPI accepted the pointer.
+        datatype::committed(unsafe { *datatype });
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
+    if !datatype.is_null() {
+        // SAFETY: the application's pointer, checked non-null.
+        datatype::freed(unsafe { *datatype });
+    }
+    // SAFETY: passed on.
+    unsafe { sys::PMPI_Type_free(datatype) }
+}

@@ -1,0 +1,371 @@
+//! Datatypes: what an MPI datatype means to rma, decoded once per datatype through
+//! MPI's own envelope and contents calls and cached.
+//!
+//! A datatype becomes a [`Flat`]: its blocks of contiguous bytes (offsets from the
+//! buffer, merged where adjacent), its extent and size, and the one rma element type
+//! its basic elements have (accumulates need one, MPI-4.1 12.3.4). The cache is keyed by
+//! the handle and dropped for a handle at MPI_Type_free (which librma-mpi intercepts, as
+//! it does MPI_Type_commit: an op on a derived datatype never committed is
+//! MPI_ERR_TYPE).
+
+use std::collections::{HashMap, HashSet};
+use std::os::raw::c_int;
+use std::sync::{Arc, OnceLock, RwLock};
+
+use crate::error::{MpiError, MpiResult};
+use crate::sys::{self, datatype_key, int, MPI_Aint, MPI_Datatype};
+
+/// A datatype's layout in bytes.
+#[derive(Debug)]
+pub struct Flat {
+    /// Bytes of data in one item.
+    pub size: usize,
+    /// Distance from one item to the next in a count of them.
+    pub extent: isize,
+    /// The runs of bytes of one item: (offset from the buffer, length).
+    pub blocks: Vec<(isize, usize)>,
+    /// The rma element code of its basic elements (1 u8 .. 10 f64, as
+    /// `rma::DataType::from_code`); 0 when bytes only (no rma element, or mixed).
+    pub code: u8,
+}
+
+impl Flat {
+    /// Whether `count` items are one run of bytes from the buffer's start.
+    pub fn contiguous(&self, count: usize) -> bool {
+        (self.blocks.is_empty() || (self.blocks.len() == 1 && self.blocks[0] == (0, self.size)))
+            && (count <= 1 || self.extent == self.size as isize)
+    }
+
+    /// The runs of bytes of `count` items, merged where adjacent.
+    pub fn runs(&self, count: usize) -> Vec<(isize, usize)> {
+        let mut out: Vec<(isize, usize)> = Vec::with_capacity(self.blocks.len() * count.min(64));
+        for i in 0..count as isize {
+            for &(off, len) in &self.blocks {
+                push_run(&mut out, i * self.extent + off, len);
+            }
+        }
+        out
+    }
+}
+
+fn push_run(out: &mut Vec<(isize, usize)>, off: isize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    if let Some(last) = out.last_mut() {
+        if last.0 + last.1 as isize == off {
+            last.1 += len;
+            return;
+        }
+    }
+    out.push((off, len));
+}
+
+struct Cache {
+    flat: RwLock<HashMap<u64, Arc<Flat>>>,
+    committed: RwLock<HashSet<u64>>,
+}
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(|| Cache {
+        flat: RwLock::new(HashMap::new()),
+        committed: RwLock::new(HashSet::new()),
+    })
+}
+
+/// MPI_Type_commit of `datatype` succeeded.
+pub fn committed(datatype: MPI_Datatype) {
+    let key = datatype_key(datatype);
+    let c = cache();
+    c.committed
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key);
+    c.flat
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key);
+}
+
+/// `datatype` is about to be freed: its handle may name another datatype later.
+pub fn freed(datatype: MPI_Datatype) {
+    let key = datatype_key(datatype);
+    let c = cache();
+    c.committed
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key);
+    c.flat
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key);
+}
+
+fn type_error(message: impl Into<String>) -> MpiError {
+    MpiError::new(int!(MPI_ERR_TYPE), message)
+}
+
+/// What `datatype` means, for an operation (predefined, or derived and committed).
+pub fn flat(datatype: MPI_Datatype) -> MpiResult<Arc<Flat>> {
+    let key = datatype_key(datatype);
+    let c = cache();
+    if let Some(f) = c.flat.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(f.clone());
+    }
+    // SAFETY: the ABI layer compares the handle with predefined ones.
+    if unsafe { sys::rmampi_is_datatype_null(datatype) } != 0 {
+        return Err(type_error("MPI_DATATYPE_NULL is not a datatype"));
+    }
+    // SAFETY: as above.
+    let code = unsafe { sys::rmampi_predefined_code(datatype) };
+    if code < 0
+        && !c
+            .committed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&key)
+    {
+        return Err(type_error(
+            "the datatype is not committed (MPI_Type_commit) or not a datatype",
+        ));
+    }
+    let mut blocks = Vec::new();
+    let mut codes = HashSet::new();
+    typemap(datatype, 0, &mut blocks, &mut codes, 0)?;
+    let (lb, extent) = extent_of(datatype)?;
+    let _ = lb;
+    let size = blocks.iter().map(|b: &(isize, usize)| b.1).sum();
+    let code = match codes.len() {
+        1 => codes.into_iter().next().unwrap_or(0),
+        _ => 0,
+    };
+    let f = Arc::new(Flat {
+        size,
+        extent,
+        blocks,
+        code,
+    });
+    c.flat
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, f.clone());
+    Ok(f)
+}
+
+fn extent_of(datatype: MPI_Datatype) -> MpiResult<(isize, isize)> {
+    let (mut lb, mut extent): (MPI_Aint, MPI_Aint) = (0, 0);
+    // SAFETY: valid out pointers; MPI checks the handle.
+    let rc = unsafe { sys::PMPI_Type_get_extent(datatype, &mut lb, &mut extent) };
+    if rc != 0 {
+        return Err(type_error("MPI_Type_get_extent refused the datatype"));
+    }
+    Ok((lb as isize, extent as isize))
+}
+
+/// Appends the runs of one item of `datatype` at `base` (merging adjacent ones) and the
+/// element codes met.
+fn typemap(
+    datatype: MPI_Datatype,
+    base: isize,
+    out: &mut Vec<(isize, usize)>,
+    codes: &mut HashSet<u8>,
+    depth: u32,
+) -> MpiResult<()> {
+    if depth > 64 {
+        return Err(type_error("datatype nested more than 64 deep"));
+    }
+    // SAFETY: the ABI layer compares the handle with predefined ones.
+    let code = unsafe { sys::rmampi_predefined_code(datatype) };
+    let (mut ni, mut na, mut nd, mut combiner) = (0, 0, 0, 0);
+    // SAFETY: valid out pointers; MPI checks the handle.
+    let rc =
+        unsafe { sys::PMPI_Type_get_envelope(datatype, &mut ni, &mut na, &mut nd, &mut combiner) };
+    if rc != 0 {
+        return Err(type_error("MPI_Type_get_envelope refused the datatype"));
+    }
+    if combiner == int!(MPI_COMBINER_NAMED) {
+        if code < 0 {
+            return Err(type_error("a predefined datatype librma-mpi does not know"));
+        }
+        let mut size: c_int = 0;
+        // SAFETY: valid out pointer.
+        unsafe { sys::PMPI_Type_size(datatype, &mut size) };
+        if code == 0 {
+            // Bytes only, or a pair type (MINLOC/MAXLOC): decode pairs to their parts
+            // below would need MPI's layout of them; keep them as bytes.
+            codes.insert(0);
+        } else {
+            codes.insert(code as u8);
+        }
+        push_run(out, base, size.max(0) as usize);
+        return Ok(());
+    }
+    let mut ints = vec![0 as c_int; ni.max(0) as usize];
+    let mut addrs = vec![0 as MPI_Aint; na.max(0) as usize];
+    // SAFETY: zeroed handles of the ABI's type, overwritten by MPI.
+    let mut types: Vec<MPI_Datatype> = vec![unsafe { std::mem::zeroed() }; nd.max(0) as usize];
+    // SAFETY: arrays of the sizes the envelope gave.
+    let rc = unsafe {
+        sys::PMPI_Type_get_contents(
+            datatype,
+            ni,
+            na,
+            nd,
+            ints.as_mut_ptr(),
+            addrs.as_mut_ptr(),
+            types.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(type_error("MPI_Type_get_contents refused the datatype"));
+    }
+    let result = decode(combiner, &ints, &addrs, &types, base, out, codes, depth);
+    for mut t in types {
+        // Derived datatypes returned by MPI_Type_get_contents are new references.
+        let (mut a, mut b, mut c, mut comb) = (0, 0, 0, 0);
+        // SAFETY: handles MPI just returned; valid out pointers.
+        unsafe {
+            sys::PMPI_Type_get_envelope(t, &mut a, &mut b, &mut c, &mut comb);
+            if comb != int!(MPI_COMBINER_NAMED) {
+                sys::PMPI_Type_free(&mut t);
+            }
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode(
+    combiner: c_int,
+    ints: &[c_int],
+    addrs: &[MPI_Aint],
+    types: &[MPI_Datatype],
+    base: isize,
+    out: &mut Vec<(isize, usize)>,
+    codes: &mut HashSet<u8>,
+    depth: u32,
+) -> MpiResult<()> {
+    let bad = || type_error("malformed datatype contents");
+    let n = |i: usize| -> MpiResult<usize> {
+        ints.get(i)
+            .and_then(|&v| usize::try_from(v).ok())
+            .ok_or_else(bad)
+    };
+    let ext = |t: MPI_Datatype| extent_of(t).map(|(_, e)| e);
+    let t0 = *types.first().ok_or_else(bad)?;
+    let mut repeat = |t: MPI_Datatype, at: isize, count: usize, out: &mut Vec<(isize, usize)>| {
+        let e = ext(t)?;
+        for j in 0..count as isize {
+            typemap(t, at + j * e, out, codes, depth + 1)?;
+        }
+        Ok::<(), MpiError>(())
+    };
+    match combiner {
+        c if c == int!(MPI_COMBINER_DUP) => repeat(t0, base, 1, out),
+        c if c == int!(MPI_COMBINER_RESIZED) => repeat(t0, base, 1, out),
+        c if c == int!(MPI_COMBINER_CONTIGUOUS) => repeat(t0, base, n(0)?, out),
+        c if c == int!(MPI_COMBINER_VECTOR) => {
+            let (count, block) = (n(0)?, n(1)?);
+            let stride = *ints.get(2).ok_or_else(bad)? as isize * ext(t0)?;
+            for i in 0..count as isize {
+                repeat(t0, base + i * stride, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_HVECTOR) => {
+            let (count, block) = (n(0)?, n(1)?);
+            let stride = *addrs.first().ok_or_else(bad)? as isize;
+            for i in 0..count as isize {
+                repeat(t0, base + i * stride, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_INDEXED) => {
+            let count = n(0)?;
+            let e = ext(t0)?;
+            for i in 0..count {
+                let block = n(1 + i)?;
+                let disp = *ints.get(1 + count + i).ok_or_else(bad)? as isize;
+                repeat(t0, base + disp * e, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_HINDEXED) => {
+            let count = n(0)?;
+            for i in 0..count {
+                let block = n(1 + i)?;
+                let disp = *addrs.get(i).ok_or_else(bad)? as isize;
+                repeat(t0, base + disp, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_INDEXED_BLOCK) => {
+            let (count, block) = (n(0)?, n(1)?);
+            let e = ext(t0)?;
+            for i in 0..count {
+                let disp = *ints.get(2 + i).ok_or_else(bad)? as isize;
+                repeat(t0, base + disp * e, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_HINDEXED_BLOCK) => {
+            let (count, block) = (n(0)?, n(1)?);
+            for i in 0..count {
+                let disp = *addrs.get(i).ok_or_else(bad)? as isize;
+                repeat(t0, base + disp, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_STRUCT) => {
+            let count = n(0)?;
+            for i in 0..count {
+                let block = n(1 + i)?;
+                let disp = *addrs.get(i).ok_or_else(bad)? as isize;
+                let t = *types.get(i).ok_or_else(bad)?;
+                repeat(t, base + disp, block, out)?;
+            }
+            Ok(())
+        }
+        c if c == int!(MPI_COMBINER_SUBARRAY) => {
+            let dims = n(0)?;
+            let sizes: Vec<usize> = (0..dims).map(|d| n(1 + d)).collect::<MpiResult<_>>()?;
+            let subs: Vec<usize> = (0..dims)
+                .map(|d| n(1 + dims + d))
+                .collect::<MpiResult<_>>()?;
+            let starts: Vec<usize> = (0..dims)
+                .map(|d| n(1 + 2 * dims + d))
+                .collect::<MpiResult<_>>()?;
+            let order = *ints.get(1 + 3 * dims).ok_or_else(bad)?;
+            // Dimension indices from the slowest to the fastest varying.
+            let dims_order: Vec<usize> = if order == int!(MPI_ORDER_C) {
+                (0..dims).collect()
+            } else {
+                (0..dims).rev().collect()
+            };
+            let e = ext(t0)?;
+            let total: usize = subs.iter().product();
+            let mut index = vec![0usize; dims];
+            for _ in 0..total {
+                let mut linear = 0usize;
+                for &d in &dims_order {
+                    linear = linear * sizes[d] + starts[d] + index[d];
+                }
+                repeat(t0, base + linear as isize * e, 1, out)?;
+                // Next index, the fastest dimension first.
+                for &d in dims_order.iter().rev() {
+                    index[d] += 1;
+                    if index[d] < subs[d] {
+                        break;
+                    }
+                    index[d] = 0;
+                }
+            }
+            Ok(())
+        }
+        _ => Err(MpiError::new(
+            int!(MPI_ERR_TYPE),
+            "a datatype combiner librma-mpi does not decode (darray or Fortran types)",
+        )),
+    }
+}

@@ -1,0 +1,44 @@
+//! librma-mpi: MPI's one-sided interface as a C library over rma, for unmodified MPI
+//! programs in C, C++ and Fortran-through-C.
+//!
+//! The library exports MPI-4.1's window calls (creation of every flavor, attach and
+//! detach, shared_query, free), the communication calls (MPI_Put, MPI_Get,
+//! MPI_Accumulate, MPI_Get_accumulate, MPI_Fetch_and_op, MPI_Compare_and_swap and the
+//! request forms, with MPI-4's large-count `_c` forms where the MPI header has them),
+//! every synchronization call, MPI_Win_get_group, attributes, names, info and error
+//! handlers. Linked before libmpi (`-lrma_mpi -lmpi`) or preloaded
+//! (`LD_PRELOAD=librma_mpi.so mpiexec ...`), these take the place of MPI's own; the
+//! rest of MPI (MPI_Init, point-to-point, communicators, datatypes, collectives) stays
+//! MPI's, reached through the profiling interface (PMPI_*), as Casper does.
+//!
+//! How the parts meet:
+//! - At MPI_Init (intercepted) rma's World starts over MPI_COMM_WORLD through rma's MPI
+//!   bootstrap (MPI's own collectives on a duplicate communicator), with the progress
+//!   agent on unless `RMA_ASYNC_PROGRESS` says otherwise: MPI programs wait in MPI's
+//!   calls, where rma could not serve its peers. MPI_Finalize stops it first.
+//! - A window over a communicator is an rma window of bytes over an rma communicator of
+//!   the same members in the same order (`window`); displacement units are applied at
+//!   the origin, bounds checked by the target.
+//! - Datatypes are decoded once with MPI_Type_get_envelope/contents and cached
+//!   (`datatype`); an operation is one rma operation per contiguous run at the target,
+//!   in the element type of its basic elements for accumulates (`ops`).
+//! - Results land in the application's buffers when rma completes them (`request`):
+//!   at once on shared memory, else at the synchronization that completes them or at
+//!   MPI_Wait of the request.
+//! - Errors are MPI error classes, through the window's error handler (`error`).
+//!
+//! The ABI (MPICH's int handles or Open MPI's pointers) is fixed at build time by the
+//! MPI compiler wrapper `MPICC` names; `csrc/abi.c` holds what differs.
+
+// MPI_Aint is `long` in MPICH's header and `ptrdiff_t` in Open MPI's (i64 or isize here),
+// MPI_Count `long` or `long long`: a cast is a no-op for one ABI and not the other.
+#![allow(clippy::unnecessary_cast)]
+
+mod api;
+mod datatype;
+mod error;
+mod ops;
+mod request;
+mod sync;
+mod sys;
+mod window;

@@ -1,0 +1,538 @@
+//! The communication calls: put, get, accumulate, get_accumulate, fetch_and_op and
+//! compare_and_swap, each with MPI datatypes on both sides, on rma's typed operations.
+//!
+//! The origin's data is packed (borrowed in place when contiguous); the target's
+//! datatype becomes its runs of bytes, each one rma operation at the target's byte
+//! displacement (rma's target checks each against its window). Accumulates go in the
+//! element type of the datatypes' basic elements. Results (gets, fetches) land in the
+//! application's buffer at completion: in the call where the backend completes it
+//! there (shared memory), else at the window's next synchronization or the request's
+//! MPI_Wait (see `request`).
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use bytemuck::{Pod, Zeroable};
+use rma::{AccOp, Element, Rank, Request};
+
+use crate::datatype::Flat;
+use crate::error::{MpiError, MpiResult};
+use crate::request::{Completion, Dest, Shared};
+use crate::sys::int;
+use crate::window::Win;
+
+/// One side of an operation: a buffer, a count and its datatype.
+pub struct Buffer {
+    pub addr: *const u8,
+    pub count: usize,
+    pub flat: Arc<Flat>,
+}
+
+impl Buffer {
+    fn bytes(&self) -> MpiResult<usize> {
+        self.count.checked_mul(self.flat.size).ok_or_else(|| {
+            MpiError::new(int!(MPI_ERR_COUNT), "count times datatype size overflows")
+        })
+    }
+
+    /// The buffer's data, packed.
+    fn packed(&self) -> MpiResult<Cow<'_, [u8]>> {
+        let n = self.bytes()?;
+        if n == 0 {
+            return Ok(Cow::Borrowed(&[]));
+        }
+        if self.flat.contiguous(self.count) {
+            // SAFETY: MPI's contract for an origin buffer: `count` items of the datatype
+            // at `addr` are readable during the call (here contiguous: `n` bytes).
+            return Ok(Cow::Borrowed(unsafe {
+                std::slice::from_raw_parts(self.addr, n)
+            }));
+        }
+        let mut out = Vec::with_capacity(n);
+        for (off, len) in self.flat.runs(self.count) {
+            // SAFETY: as above, each run of the datatype's type map.
+            out.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(self.addr.offset(off), len)
+            });
+        }
+        Ok(Cow::Owned(out))
+    }
+
+    /// The runs of the buffer (offsets from `addr`).
+    fn runs(&self) -> Vec<(isize, usize)> {
+        if self.flat.contiguous(self.count) {
+            vec![(0, self.count * self.flat.size)]
+        } else {
+            self.flat.runs(self.count)
+        }
+    }
+}
+
+/// The target side of an operation.
+pub struct Target {
+    pub rank: Rank,
+    pub disp: i64,
+    pub count: usize,
+    pub flat: Arc<Flat>,
+}
+
+/// The rma accumulate operation of an MPI_Op code (see `rmampi_op_code`).
+pub fn acc_op(code: i32) -> MpiResult<AccOp> {
+    Ok(match code {
+        1 => AccOp::Sum,
+        2 => AccOp::Prod,
+        3 => AccOp::Min,
+        4 => AccOp::Max,
+        5 => AccOp::Band,
+        6 => AccOp::Bor,
+        7 => AccOp::Bxor,
+        8 => AccOp::Land,
+        9 => AccOp::Lor,
+        10 => AccOp::Lxor,
+        11 => AccOp::Replace,
+        12 => AccOp::NoOp,
+        _ => {
+            return Err(MpiError::new(
+                int!(MPI_ERR_OP),
+                "an operation rma does not apply in accumulates (MINLOC, MAXLOC, user-defined)",
+            ))
+        }
+    })
+}
+
+/// Calls `$body` with `$v` the window's view of the element type `$code` names and
+/// `$t` that type.
+macro_rules! by_element {
+    ($w:expr, $code:expr, |$v:ident : $t:ident| $body:expr) => {
+        match $code {
+            1 => {
+                type $t = u8;
+                let $v = &$w.views.u8;
+                $body
+            }
+            2 => {
+                type $t = u16;
+                let $v = &$w.views.u16;
+                $body
+            }
+            3 => {
+                type $t = u32;
+                let $v = &$w.views.u32;
+                $body
+            }
+            4 => {
+                type $t = u64;
+                let $v = &$w.views.u64;
+                $body
+            }
+            5 => {
+                type $t = i8;
+                let $v = &$w.views.i8;
+                $body
+            }
+            6 => {
+                type $t = i16;
+                let $v = &$w.views.i16;
+                $body
+            }
+            7 => {
+                type $t = i32;
+                let $v = &$w.views.i32;
+                $body
+            }
+            8 => {
+                type $t = i64;
+                let $v = &$w.views.i64;
+                $body
+            }
+            9 => {
+                type $t = f32;
+                let $v = &$w.views.f32;
+                $body
+            }
+            10 => {
+                type $t = f64;
+                let $v = &$w.views.f64;
+                $body
+            }
+            _ => Err(MpiError::new(
+                int!(MPI_ERR_TYPE),
+                "accumulate on a datatype whose elements rma has no type for (long double, \
+                 complex, pair types) or of mixed types",
+            )),
+        }
+    };
+}
+
+/// Elements of `bytes` (copied when not aligned for `E`).
+fn elements<E: Pod>(bytes: &[u8]) -> Cow<'_, [E]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(e) => Cow::Borrowed(e),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
+impl Win {
+    /// The byte offset of displacement `disp` in `target`'s window.
+    fn byte_disp(&self, target: Rank, disp: i64) -> MpiResult<u64> {
+        if disp < 0 {
+            return Err(MpiError::new(
+                int!(MPI_ERR_DISP),
+                "negative target displacement",
+            ));
+        }
+        if self.is_dynamic() {
+            return Ok(disp as u64);
+        }
+        let unit = self.disp_units.get(target as usize).copied().unwrap_or(1);
+        (disp as u64)
+            .checked_mul(unit)
+            .ok_or_else(|| MpiError::new(int!(MPI_ERR_DISP), "displacement times unit overflows"))
+    }
+
+    fn check_rank(&self, rank: Rank) -> MpiResult<()> {
+        if (rank as usize) < self.size {
+            Ok(())
+        } else {
+            Err(MpiError::new(
+                int!(MPI_ERR_RANK),
+                format!(
+                    "target rank {rank} is outside the window's group of {}",
+                    self.size
+                ),
+            ))
+        }
+    }
+
+    /// The target's runs as (byte offset in its window, length).
+    fn target_runs(&self, t: &Target) -> MpiResult<Vec<(u64, usize)>> {
+        self.check_rank(t.rank)?;
+        let base = self.byte_disp(t.rank, t.disp)?;
+        let runs = if t.flat.contiguous(t.count) {
+            vec![(0, t.count.saturating_mul(t.flat.size))]
+        } else {
+            t.flat.runs(t.count)
+        };
+        runs.into_iter()
+            .map(|(off, len)| {
+                let at = base as i128 + off as i128;
+                u64::try_from(at).map(|at| (at, len)).map_err(|_| {
+                    MpiError::new(
+                        int!(MPI_ERR_DISP),
+                        "the target datatype reaches below byte 0",
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn same_size(origin: usize, target: &Target) -> MpiResult<()> {
+        let t = target.count.saturating_mul(target.flat.size);
+        if origin == t {
+            Ok(())
+        } else {
+            Err(MpiError::new(
+                int!(MPI_ERR_TYPE),
+                format!("origin has {origin} bytes of data, target {t}"),
+            ))
+        }
+    }
+
+    fn element_code(a: &Flat, b: &Flat) -> MpiResult<u8> {
+        if a.code != 0 && b.code != 0 && a.code != b.code {
+            return Err(MpiError::new(
+                int!(MPI_ERR_TYPE),
+                "origin and target datatypes have different basic elements",
+            ));
+        }
+        Ok(if b.code != 0 { b.code } else { a.code })
+    }
+
+    /// Keeps `c` until the window's next synchronization completing ops to `target`.
+    fn due(&self, target: Rank, c: Box<dyn Completion>) -> Shared {
+        let shared: Shared = Arc::new(Mutex::new(Some(c)));
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((target, shared.clone()));
+        shared
+    }
+
+    /// MPI_Put.
+    pub fn put(&self, origin: &Buffer, target: &Target) -> MpiResult<()> {
+        let data = origin.packed()?;
+        Self::same_size(data.len(), target)?;
+        let mut at = 0;
+        for (disp, len) in self.target_runs(target)? {
+            self.rma.put(&data[at..at + len], target.rank, disp)?;
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// MPI_Rput: a put whose request completes with the window's ops (rma completes
+    /// our copy of the origin in the call).
+    pub fn rput(&self, origin: &Buffer, target: &Target) -> MpiResult<Option<Shared>> {
+        self.put(origin, target).map(|()| None)
+    }
+
+    /// MPI_Get (and MPI_Rget): `None` when the data is in place already.
+    pub fn get(&self, origin: &Buffer, target: &Target) -> MpiResult<Option<Shared>> {
+        let n = origin.bytes()?;
+        Self::same_size(n, target)?;
+        let runs = self.target_runs(target)?;
+        if origin.flat.contiguous(origin.count) && runs.len() == 1 && n > 0 {
+            // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at
+            // `addr`, not accessed by the application until the get completes (the
+            // borrow lives in the completion until then).
+            let buf: &'static mut [u8] =
+                unsafe { std::slice::from_raw_parts_mut(origin.addr as *mut u8, n) };
+            let into = self.rma.get_into(target.rank, runs[0].0, buf)?;
+            if into.test()? {
+                into.wait()?;
+                return Ok(None);
+            }
+            return Ok(Some(
+                self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
+            ));
+        }
+        let mut requests = Vec::with_capacity(runs.len());
+        for (disp, len) in runs {
+            requests.push(self.rma.get(target.rank, disp, len)?);
+        }
+        let c = Unpack {
+            requests,
+            dst: Dest(origin.addr as *mut u8),
+            runs: origin.runs(),
+        };
+        Ok(Some(self.due(target.rank, Box::new(c))))
+    }
+
+    /// MPI_Accumulate (and MPI_Raccumulate).
+    pub fn accumulate(&self, origin: &Buffer, op: AccOp, target: &Target) -> MpiResult<()> {
+        if op == AccOp::NoOp {
+            self.check_rank(target.rank)?;
+            return Ok(());
+        }
+        let code = Self::element_code(&origin.flat, &target.flat)?;
+        if code == 0 && op == AccOp::Replace {
+            return self.put(origin, target);
+        }
+        let data = origin.packed()?;
+        Self::same_size(data.len(), target)?;
+        let runs = self.target_runs(target)?;
+        by_element!(self, code, |view: E| {
+            let mut at = 0;
+            for (disp, len) in runs {
+                let chunk = elements::<E>(&data[at..at + len]);
+                view.accumulate(&chunk, op, target.rank, disp)?;
+                at += len;
+            }
+            Ok(())
+        })
+    }
+
+    /// MPI_Get_accumulate (and MPI_Rget_accumulate): the target's data before the
+    /// operation lands in `result`.
+    pub fn get_accumulate(
+        &self,
+        origin: &Buffer,
+        result: &Buffer,
+        op: AccOp,
+        target: &Target,
+    ) -> MpiResult<Option<Shared>> {
+        let code = Self::element_code(&result.flat, &target.flat)?;
+        let n = result.bytes()?;
+        Self::same_size(n, target)?;
+        let data = if op == AccOp::NoOp {
+            Cow::Owned(vec![0; n])
+        } else {
+            Self::element_code(&origin.flat, &target.flat)?;
+            let d = origin.packed()?;
+            Self::same_size(d.len(), target)?;
+            d
+        };
+        let runs = self.target_runs(target)?;
+        by_element!(self, code, |view: E| {
+            let mut requests = Vec::with_capacity(runs.len());
+            let mut at = 0;
+            for (disp, len) in runs {
+                let chunk = elements::<E>(&data[at..at + len]);
+                requests.push(view.get_accumulate(&chunk, op, target.rank, disp)?);
+                at += len;
+            }
+            let c = Unpack {
+                requests,
+                dst: Dest(result.addr as *mut u8),
+                runs: result.runs(),
+            };
+            Ok(Some(self.due(target.rank, Box::new(c))))
+        })
+    }
+
+    /// MPI_Fetch_and_op: one element of a predefined datatype.
+    pub fn fetch_and_op(
+        &self,
+        origin: *const u8,
+        result: *mut u8,
+        flat: &Flat,
+        op: AccOp,
+        target: Rank,
+        disp: i64,
+    ) -> MpiResult<()> {
+        self.check_rank(target)?;
+        let at = self.byte_disp(target, disp)?;
+        by_element!(self, flat.code, |view: E| {
+            let value: E = if op == AccOp::NoOp || origin.is_null() {
+                E::zeroed()
+            } else {
+                // SAFETY: MPI's contract: one element of the datatype at `origin`.
+                unsafe { std::ptr::read_unaligned(origin.cast::<E>()) }
+            };
+            let request = view.fetch_and_op(value, op, target, at)?;
+            self.land_one(target, request, result)
+        })
+    }
+
+    /// MPI_Compare_and_swap.
+    pub fn compare_and_swap(
+        &self,
+        origin: *const u8,
+        compare: *const u8,
+        result: *mut u8,
+        flat: &Flat,
+        target: Rank,
+        disp: i64,
+    ) -> MpiResult<()> {
+        self.check_rank(target)?;
+        let at = self.byte_disp(target, disp)?;
+        by_element!(self, flat.code, |view: E| {
+            // SAFETY: MPI's contract: one element of the datatype at each.
+            let (swap, expected) = unsafe {
+                (
+                    std::ptr::read_unaligned(origin.cast::<E>()),
+                    std::ptr::read_unaligned(compare.cast::<E>()),
+                )
+            };
+            let request = view.compare_and_swap(expected, swap, target, at)?;
+            self.land_one(target, request, result)
+        })
+    }
+
+    fn land_one<E: Element>(
+        &self,
+        target: Rank,
+        request: Request<E>,
+        result: *mut u8,
+    ) -> MpiResult<()> {
+        let mut c = One {
+            request: Some(request),
+            dst: Dest(result),
+        };
+        if c.test()? {
+            // Done in the call (shared memory's atomics): the value lands now.
+            return Box::new(c).finish().map_err(Into::into);
+        }
+        self.due(target, Box::new(c));
+        Ok(())
+    }
+
+    /// Finishes the completions due for `target` (`None`: all), after a synchronization
+    /// that completed them.
+    pub fn finish_due(&self, target: Option<Rank>) -> MpiResult<()> {
+        let due: Vec<Shared> = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if p.is_empty() {
+                return Ok(());
+            }
+            match target {
+                None => p.drain(..).map(|(_, s)| s).collect(),
+                Some(t) => {
+                    let (mine, rest): (Vec<_>, Vec<_>) = p.drain(..).partition(|(r, _)| *r == t);
+                    *p = rest;
+                    mine.into_iter().map(|(_, s)| s).collect()
+                }
+            }
+        };
+        let mut first = Ok(());
+        for s in due {
+            if let Err(e) = crate::request::finish(&s) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+/// A contiguous get straight into the application's buffer.
+struct IntoBuffer(Option<rma::GetInto<'static, u8>>);
+
+impl Completion for IntoBuffer {
+    fn test(&mut self) -> rma::Result<bool> {
+        self.0.as_ref().map_or(Ok(true), |g| g.test())
+    }
+    fn finish(mut self: Box<Self>) -> rma::Result<()> {
+        match self.0.take() {
+            Some(g) => g.wait().map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Results of runs, scattered into the application's buffer along its runs.
+struct Unpack<E: Element> {
+    requests: Vec<Request<Vec<E>>>,
+    dst: Dest,
+    runs: Vec<(isize, usize)>,
+}
+
+impl<E: Element> Completion for Unpack<E> {
+    fn test(&mut self) -> rma::Result<bool> {
+        for r in &self.requests {
+            if !r.test()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+    fn finish(self: Box<Self>) -> rma::Result<()> {
+        let mut bytes: Vec<u8> = Vec::new();
+        for r in self.requests {
+            bytes.extend_from_slice(bytemuck::cast_slice(&r.wait()?));
+        }
+        let mut at = 0;
+        for (off, len) in self.runs {
+            let n = len.min(bytes.len().saturating_sub(at));
+            // SAFETY: MPI's contract for a result buffer: the runs of its datatype are
+            // writable and untouched by the application until the op completes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes[at..].as_ptr(), self.dst.0.offset(off), n)
+            };
+            at += len;
+        }
+        Ok(())
+    }
+}
+
+/// One fetched element (fetch_and_op, compare_and_swap).
+struct One<E: Element> {
+    request: Option<Request<E>>,
+    dst: Dest,
+}
+
+impl<E: Element> Completion for One<E> {
+    fn test(&mut self) -> rma::Result<bool> {
+        self.request.as_ref().map_or(Ok(true), Request::test)
+    }
+    fn finish(mut self: Box<Self>) -> rma::Result<()> {
+        if let Some(r) = self.request.take() {
+            let value = r.wait()?;
+            // SAFETY: MPI's contract: one element of the datatype is writable at the
+            // result address until the op completes.
+            unsafe { std::ptr::write_unaligned(self.dst.0.cast::<E>(), value) };
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! The MPI library underneath: its types and PMPI calls (from the `mpi` crate's
+//! bindings of the `mpi.h` that `MPICC` names), and the ABI layer of `csrc/abi.c`
+//! (handles and predefined objects, which differ between MPICH and Open MPI).
+
+use std::os::raw::c_int;
+
+pub use mpi::ffi::*;
+
+extern "C" {
+    pub fn rmampi_win_handle(index: c_int) -> MPI_Win;
+    pub fn rmampi_win_index(win: MPI_Win) -> c_int;
+    pub fn rmampi_request_handle(index: c_int) -> MPI_Request;
+    pub fn rmampi_request_index(req: MPI_Request) -> c_int;
+    pub fn rmampi_max_requests() -> c_int;
+    pub fn rmampi_predefined_code(datatype: MPI_Datatype) -> c_int;
+    pub fn rmampi_is_datatype_null(datatype: MPI_Datatype) -> c_int;
+    pub fn rmampi_op_code(op: MPI_Op) -> c_int;
+    pub fn rmampi_comm_world() -> MPI_Comm;
+    pub fn rmampi_comm_self() -> MPI_Comm;
+    pub fn rmampi_group_null() -> MPI_Group;
+    pub fn rmampi_win_null() -> MPI_Win;
+    pub fn rmampi_request_null() -> MPI_Request;
+    pub fn rmampi_errors_are_fatal() -> MPI_Errhandler;
+    pub fn rmampi_errors_return() -> MPI_Errhandler;
+    pub fn rmampi_errors_abort() -> MPI_Errhandler;
+    pub fn rmampi_errhandler_null() -> MPI_Errhandler;
+    pub fn rmampi_status_ignore() -> *mut MPI_Status;
+    pub fn rmampi_empty_status(status: *mut MPI_Status);
+    pub fn rmampi_status_at(array: *mut MPI_Status, i: c_int) -> *mut MPI_Status;
+}
+
+/// The bits of a handle, whatever the ABI makes it (an `int` in MPICH, a pointer in
+/// Open MPI): a key for caches.
+pub trait HandleBits {
+    /// The handle as a number.
+    fn bits(self) -> u64;
+}
+impl HandleBits for c_int {
+    fn bits(self) -> u64 {
+        self as u32 as u64
+    }
+}
+impl<T> HandleBits for *mut T {
+    fn bits(self) -> u64 {
+        self as usize as u64
+    }
+}
+
+/// The key of a datatype handle.
+pub fn datatype_key(datatype: MPI_Datatype) -> u64 {
+    datatype.0.bits()
+}
+
+/// The int constants of `mpi.h` librma-mpi uses (`csrc/abi.c`'s `rmampi_constants`,
+/// field for field).
+#[repr(C)]
+#[allow(non_snake_case)]
+pub struct Constants {
+    pub MPI_COMBINER_CONTIGUOUS: c_int,
+    pub MPI_COMBINER_DUP: c_int,
+    pub MPI_COMBINER_HINDEXED: c_int,
+    pub MPI_COMBINER_HINDEXED_BLOCK: c_int,
+    pub MPI_COMBINER_HVECTOR: c_int,
+    pub MPI_COMBINER_INDEXED: c_int,
+    pub MPI_COMBINER_INDEXED_BLOCK: c_int,
+    pub MPI_COMBINER_NAMED: c_int,
+    pub MPI_COMBINER_RESIZED: c_int,
+    pub MPI_COMBINER_STRUCT: c_int,
+    pub MPI_COMBINER_SUBARRAY: c_int,
+    pub MPI_COMBINER_VECTOR: c_int,
+    pub MPI_ERR_ARG: c_int,
+    pub MPI_ERR_ASSERT: c_int,
+    pub MPI_ERR_COMM: c_int,
+    pub MPI_ERR_COUNT: c_int,
+    pub MPI_ERR_DISP: c_int,
+    pub MPI_ERR_GROUP: c_int,
+    pub MPI_ERR_INTERN: c_int,
+    pub MPI_ERR_KEYVAL: c_int,
+    pub MPI_ERR_LOCKTYPE: c_int,
+    pub MPI_ERR_NO_MEM: c_int,
+    pub MPI_ERR_OP: c_int,
+    pub MPI_ERR_OTHER: c_int,
+    pub MPI_ERR_RANK: c_int,
+    pub MPI_ERR_REQUEST: c_int,
+    pub MPI_ERR_RMA_ATTACH: c_int,
+    pub MPI_ERR_RMA_FLAVOR: c_int,
+    pub MPI_ERR_RMA_RANGE: c_int,
+    pub MPI_ERR_RMA_SYNC: c_int,
+    pub MPI_ERR_SIZE: c_int,
+    pub MPI_ERR_TYPE: c_int,
+    pub MPI_ERR_UNSUPPORTED_OPERATION: c_int,
+    pub MPI_ERR_WIN: c_int,
+    pub MPI_KEYVAL_INVALID: c_int,
+    pub MPI_LOCK_EXCLUSIVE: c_int,
+    pub MPI_LOCK_SHARED: c_int,
+    pub MPI_MAX_OBJECT_NAME: c_int,
+    pub MPI_MODE_NOCHECK: c_int,
+    pub MPI_MODE_NOPRECEDE: c_int,
+    pub MPI_MODE_NOPUT: c_int,
+    pub MPI_MODE_NOSTORE: c_int,
+    pub MPI_MODE_NOSUCCEED: c_int,
+    pub MPI_ORDER_C: c_int,
+    pub MPI_PROC_NULL: c_int,
+    pub MPI_UNDEFINED: c_int,
+    pub MPI_WIN_BASE: c_int,
+    pub MPI_WIN_CREATE_FLAVOR: c_int,
+    pub MPI_WIN_DISP_UNIT: c_int,
+    pub MPI_WIN_FLAVOR_ALLOCATE: c_int,
+    pub MPI_WIN_FLAVOR_CREATE: c_int,
+    pub MPI_WIN_FLAVOR_DYNAMIC: c_int,
+    pub MPI_WIN_FLAVOR_SHARED: c_int,
+    pub MPI_WIN_MODEL: c_int,
+    pub MPI_WIN_SIZE: c_int,
+    pub MPI_WIN_UNIFIED: c_int,
+}
+
+extern "C" {
+    static rmampi_constants: Constants;
+}
+
+/// The constants.
+pub fn constants() -> &'static Constants {
+    // SAFETY: a `const` struct of ints defined by the ABI layer, never written.
+    unsafe { &rmampi_constants }
+}
+
+/// An int constant of `mpi.h`.
+macro_rules! int {
+    ($name:ident) => {
+        $crate::sys::constants().$name
+    };
+}
+pub(crate) use int;

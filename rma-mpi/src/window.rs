@@ -1,0 +1,537 @@
+//! Windows: the table of librma-mpi's window handles, creation and free over an MPI
+//! communicator, attributes, and the per-window state the calls need.
+//!
+//! An MPI window is an rma `Window<u8>` over an rma communicator with the same members
+//! in the same order (the MPI communicator's group translated to MPI_COMM_WORLD ranks,
+//! which are rma's World ranks: the World is made over MPI_COMM_WORLD at MPI_Init).
+//! rma's displacement unit is the byte; MPI's per-rank units (and sizes) are
+//! exchanged at creation and applied at the origin, and rma's target still checks every
+//! byte range against its window.
+
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
+
+use rma::{Elements, Rank};
+
+use crate::error::{MpiError, MpiResult};
+use crate::request::Shared;
+use crate::sys::{self, int, MPI_Aint, MPI_Comm, MPI_Errhandler, MPI_Group, MPI_Win};
+
+/// The typed views of a window, one per rma element type (accumulates name theirs).
+pub struct Views {
+    pub u8: Elements<u8>,
+    pub u16: Elements<u16>,
+    pub u32: Elements<u32>,
+    pub u64: Elements<u64>,
+    pub i8: Elements<i8>,
+    pub i16: Elements<i16>,
+    pub i32: Elements<i32>,
+    pub i64: Elements<i64>,
+    pub f32: Elements<f32>,
+    pub f64: Elements<f64>,
+}
+
+impl Views {
+    fn of(w: &rma::Window<u8>) -> Views {
+        Views {
+            u8: w.elements(),
+            u16: w.elements(),
+            u32: w.elements(),
+            u64: w.elements(),
+            i8: w.elements(),
+            i16: w.elements(),
+            i32: w.elements(),
+            i64: w.elements(),
+            f32: w.elements(),
+            f64: w.elements(),
+        }
+    }
+}
+
+/// An MPI handle kept by a window (a group, an error handler): a plain value of the
+/// ABI's handle type.
+#[derive(Clone, Copy, PartialEq)]
+pub struct Handle<H>(pub H);
+// SAFETY: MPI handles are values naming MPI's objects, usable from any thread the
+// application's thread level allows; librma-mpi passes them only to MPI.
+unsafe impl<H> Send for Handle<H> {}
+// SAFETY: as above.
+unsafe impl<H> Sync for Handle<H> {}
+
+/// One MPI window: the rma window, its typed views, and the rest ([`WinInfo`], which
+/// it derefs to).
+pub struct Win {
+    pub rma: rma::Window<u8>,
+    pub views: Views,
+    pub info: WinInfo,
+}
+
+impl std::ops::Deref for Win {
+    type Target = WinInfo;
+    fn deref(&self) -> &WinInfo {
+        &self.info
+    }
+}
+
+/// What librma-mpi keeps of a window besides the rma window.
+pub struct WinInfo {
+    /// Its handle.
+    pub handle: Handle<MPI_Win>,
+    /// The communicator's group (MPI_Win_get_group; PSCW groups translate against it).
+    pub group: Handle<MPI_Group>,
+    /// Members, and this process's rank among them.
+    pub size: usize,
+    pub rank: usize,
+    /// Each member's displacement unit and window size in bytes.
+    pub disp_units: Vec<u64>,
+    pub sizes: Vec<u64>,
+    /// The attributes MPI_Win_get_attr hands out pointers to.
+    pub attr_base: usize,
+    pub attr_size: Box<MPI_Aint>,
+    pub attr_disp_unit: Box<c_int>,
+    pub attr_flavor: Box<c_int>,
+    pub attr_model: Box<c_int>,
+    pub errhandler: Mutex<Handle<MPI_Errhandler>>,
+    /// Completions still due, by target.
+    pub pending: Mutex<Vec<(Rank, Shared)>>,
+    /// User attributes: keyval to value.
+    pub attrs: Mutex<HashMap<c_int, usize>>,
+    pub name: Mutex<String>,
+}
+
+impl Win {
+    /// The flavor (MPI_WIN_FLAVOR_*).
+    pub fn flavor(&self) -> c_int {
+        *self.attr_flavor
+    }
+
+    /// Whether this is a dynamic window (displacements are addresses).
+    pub fn is_dynamic(&self) -> bool {
+        *self.attr_flavor == int!(MPI_WIN_FLAVOR_DYNAMIC)
+    }
+}
+
+type Slot = RwLock<Option<Arc<Win>>>;
+
+fn table() -> &'static [Slot] {
+    static TABLE: OnceLock<Vec<Slot>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        // rma has 1023 live windows per process (shared memory's lock slots); a few more
+        // handles let a program see that error rather than one of ours.
+        (0..4096).map(|_| RwLock::new(None)).collect()
+    })
+}
+
+/// Runs `f` on the window `handle` names; MPI_ERR_WIN for a handle that names none.
+pub fn with_win<R>(handle: MPI_Win, f: impl FnOnce(&Win) -> R) -> Result<R, MpiError> {
+    let guard = slot(handle)?;
+    match guard.as_ref() {
+        Some(w) => Ok(f(w)),
+        None => Err(bad_window()),
+    }
+}
+
+fn bad_window() -> MpiError {
+    MpiError::new(
+        int!(MPI_ERR_WIN),
+        "invalid window handle (not a window, or freed)",
+    )
+}
+
+fn slot(handle: MPI_Win) -> MpiResult<RwLockReadGuard<'static, Option<Arc<Win>>>> {
+    // SAFETY: the ABI layer compares the handle with its own range.
+    let i = unsafe { sys::rmampi_win_index(handle) };
+    let s = usize::try_from(i)
+        .ok()
+        .and_then(|i| table().get(i))
+        .ok_or_else(bad_window)?;
+    Ok(s.read().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// The error handler of the window `handle` names, if it names one.
+pub fn errhandler_of(handle: MPI_Win) -> Option<MPI_Errhandler> {
+    with_win(handle, |w| {
+        w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0
+    })
+    .ok()
+}
+
+/// The World librma-mpi made at MPI_Init, and its communicator.
+pub fn world() -> &'static Mutex<Option<rma::World>> {
+    static WORLD: OnceLock<Mutex<Option<rma::World>>> = OnceLock::new();
+    WORLD.get_or_init(|| Mutex::new(None))
+}
+
+/// The rma communicator with the members of `comm` in its order, its group, and this
+/// process's rank in it.
+fn rma_comm(comm: MPI_Comm) -> MpiResult<(rma::Comm, Handle<MPI_Group>, usize, usize)> {
+    let world_comm = world()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(rma::World::comm)
+        .ok_or_else(|| {
+            MpiError::new(
+                int!(MPI_ERR_OTHER),
+                "rma is not running: MPI_Init did not reach librma-mpi (link it before \
+                 libmpi, or LD_PRELOAD it), or rma's start failed",
+            )
+        })?;
+    // SAFETY: out pointers to locals; MPI checks `comm` and returns an error for an
+    // invalid one.
+    let (group, n, rank, world_group) = unsafe {
+        let mut group = sys::rmampi_group_null();
+        if sys::PMPI_Comm_group(comm, &mut group) != 0 {
+            return Err(MpiError::new(int!(MPI_ERR_COMM), "invalid communicator"));
+        }
+        let (mut n, mut rank) = (0, 0);
+        sys::PMPI_Group_size(group, &mut n);
+        sys::PMPI_Comm_rank(comm, &mut rank);
+        let mut world_group = sys::rmampi_group_null();
+        sys::PMPI_Comm_group(sys::rmampi_comm_world(), &mut world_group);
+        (group, n, rank, world_group)
+    };
+    let ranks: Vec<c_int> = (0..n).collect();
+    let mut world_ranks = vec![0 as c_int; n as usize];
+    // SAFETY: arrays of `n` ranks; both groups valid.
+    unsafe {
+        sys::PMPI_Group_translate_ranks(
+            group,
+            n,
+            ranks.as_ptr(),
+            world_group,
+            world_ranks.as_mut_ptr(),
+        );
+        let mut g = world_group;
+        sys::PMPI_Group_free(&mut g);
+    }
+    if world_ranks.iter().any(|&r| r < 0) {
+        return Err(MpiError::new(
+            int!(MPI_ERR_COMM),
+            "a member of the communicator is not in MPI_COMM_WORLD (spawned processes are \
+             not supported by librma-mpi)",
+        ));
+    }
+    let world_ranks: Vec<Rank> = world_ranks.iter().map(|&r| r as Rank).collect();
+    let identity = world_ranks.len() == world_comm.size()
+        && world_ranks.iter().enumerate().all(|(i, &r)| i as Rank == r);
+    let c = if identity {
+        world_comm
+    } else {
+        world_comm.create(&world_ranks)?
+    };
+    Ok((c, Handle(group), n as usize, rank as usize))
+}
+
+/// How a window's memory comes.
+pub enum Flavor {
+    /// MPI_Win_allocate: `size` bytes.
+    Allocate(usize),
+    /// MPI_Win_allocate_shared.
+    Shared(usize),
+    /// MPI_Win_create over the application's memory.
+    Create(usize, usize),
+    /// MPI_Win_create_dynamic.
+    Dynamic,
+}
+
+/// Memory of the application exposed in place (MPI_Win_create, MPI_Win_attach).
+pub struct AppMemory {
+    ptr: *mut u8,
+    len: usize,
+}
+// SAFETY: the application's memory, which MPI requires to stay valid and not be freed
+// until the window is freed or the region detached (MPI-4.1 12.2.1, 12.2.4); rma
+// reaches it only inside RMA operations, which MPI's rules order with the application's
+// own accesses.
+unsafe impl Send for AppMemory {}
+// SAFETY: as above.
+unsafe impl Sync for AppMemory {}
+
+impl AppMemory {
+    /// `len` bytes at `ptr` (any pointer when `len` is 0).
+    pub fn new(ptr: *mut c_void, len: usize) -> AppMemory {
+        let ptr = if len == 0 || ptr.is_null() {
+            std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+        } else {
+            ptr.cast()
+        };
+        AppMemory {
+            ptr,
+            len: if ptr.is_null() { 0 } else { len },
+        }
+    }
+}
+
+impl rma::UserMemory for AppMemory {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes at `ptr` are the application's window memory (see the
+        // Send impl), or `len` is 0 with a dangling, aligned pointer.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// Creates a window over `comm`; returns its handle and local base.
+pub fn create(
+    comm: MPI_Comm,
+    flavor: Flavor,
+    disp_unit: c_int,
+) -> MpiResult<(MPI_Win, *mut c_void)> {
+    if disp_unit <= 0 {
+        return Err(MpiError::new(
+            int!(MPI_ERR_DISP),
+            "the displacement unit must be positive",
+        ));
+    }
+    let (c, group, size, rank) = rma_comm(comm)?;
+    let (win, flavor_code, bytes, base) = match flavor {
+        Flavor::Allocate(n) => (c.allocate::<u8>(n)?, int!(MPI_WIN_FLAVOR_ALLOCATE), n, None),
+        Flavor::Shared(n) => (
+            c.allocate_shared::<u8>(n)?,
+            int!(MPI_WIN_FLAVOR_SHARED),
+            n,
+            None,
+        ),
+        Flavor::Create(ptr, n) => (
+            c.create_window_in_place::<u8>(Box::new(AppMemory::new(ptr as *mut c_void, n)))?,
+            int!(MPI_WIN_FLAVOR_CREATE),
+            n,
+            Some(ptr),
+        ),
+        Flavor::Dynamic => (
+            c.create_dynamic::<u8>()?,
+            int!(MPI_WIN_FLAVOR_DYNAMIC),
+            0,
+            Some(0),
+        ),
+    };
+    let base = base.unwrap_or_else(|| {
+        if bytes == 0 {
+            0
+        } else {
+            win.local_base().unwrap_or(0)
+        }
+    });
+    // Every member's size and unit (MPI_Win_shared_query; displacements scale by the
+    // target's unit).
+    let all = c.allgather::<u64>(&[bytes as u64, disp_unit as u64])?;
+    let sizes = all.iter().step_by(2).copied().collect();
+    let disp_units = all.iter().skip(1).step_by(2).copied().collect();
+    let slots = table();
+    let index = slots
+        .iter()
+        .position(|s| s.read().unwrap_or_else(|e| e.into_inner()).is_none())
+        .ok_or_else(|| MpiError::new(int!(MPI_ERR_NO_MEM), "no window handle left"))?;
+    // SAFETY: `index` is within the ABI layer's range (4096 < its maximum).
+    let handle = unsafe { sys::rmampi_win_handle(index as c_int) };
+    // SAFETY: a constant of the ABI layer.
+    let fatal = unsafe { sys::rmampi_errors_are_fatal() };
+    let w = Win {
+        views: Views::of(&win),
+        rma: win,
+        info: WinInfo {
+            handle: Handle(handle),
+            group,
+            size,
+            rank,
+            disp_units,
+            sizes,
+            attr_base: base,
+            attr_size: Box::new(bytes as MPI_Aint),
+            attr_disp_unit: Box::new(disp_unit),
+            attr_flavor: Box::new(flavor_code),
+            attr_model: Box::new(int!(MPI_WIN_UNIFIED)),
+            errhandler: Mutex::new(Handle(fatal)),
+            pending: Mutex::new(Vec::new()),
+            attrs: Mutex::new(HashMap::new()),
+            name: Mutex::new(String::new()),
+        },
+    };
+    *slots[index].write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(w));
+    Ok((handle, base as *mut c_void))
+}
+
+/// MPI_Win_free: the window is freed (collective) and its handle invalid; on an error
+/// (an epoch still open) it stays as it was.
+pub fn free(handle: MPI_Win) -> MpiResult<()> {
+    // SAFETY: the ABI layer compares the handle with its own range.
+    let i = unsafe { sys::rmampi_win_index(handle) };
+    let s = usize::try_from(i)
+        .ok()
+        .and_then(|i| table().get(i))
+        .ok_or_else(bad_window)?;
+    let mut slot = s.write().unwrap_or_else(|e| e.into_inner());
+    let arc = slot.take().ok_or_else(bad_window)?;
+    let w = match Arc::try_unwrap(arc) {
+        Ok(w) => w,
+        Err(arc) => {
+            *slot = Some(arc);
+            return Err(MpiError::new(
+                int!(MPI_ERR_WIN),
+                "the window is in use by another thread",
+            ));
+        }
+    };
+    // The attributes' delete functions run first (MPI-4.1 7.7.4); an error of theirs
+    // keeps the window.
+    if let Err(e) = delete_all_attrs(&w) {
+        *slot = Some(Arc::new(w));
+        return Err(e);
+    }
+    let Win { rma, views, info } = w;
+    drop(views);
+    match rma.free() {
+        Ok(_) => {
+            let mut g = info.group.0;
+            // SAFETY: the group librma-mpi took at creation, freed once.
+            unsafe { sys::PMPI_Group_free(&mut g) };
+            Ok(())
+        }
+        Err(refused) => {
+            // An epoch still open: the window stays as it was.
+            let error = MpiError::from(refused.error.clone());
+            let rma = refused.window;
+            *slot = Some(Arc::new(Win {
+                views: Views::of(&rma),
+                rma,
+                info,
+            }));
+            Err(error)
+        }
+    }
+}
+
+/// MPI_Finalize: windows the application did not free are dropped (their peers learn
+/// it); MPI calls that erroneous, rma survives it.
+pub fn drop_all() {
+    for s in table() {
+        drop(s.write().unwrap_or_else(|e| e.into_inner()).take());
+    }
+}
+
+// ---- user attributes -------------------------------------------------------------------
+
+/// A keyval of MPI_Win_create_keyval: its delete function and extra state.
+struct Keyval {
+    delete: sys::MPI_Win_delete_attr_function,
+    extra_state: usize,
+}
+
+fn keyvals() -> &'static Mutex<HashMap<c_int, Keyval>> {
+    static KEYVALS: OnceLock<Mutex<HashMap<c_int, Keyval>>> = OnceLock::new();
+    KEYVALS.get_or_init(Default::default)
+}
+
+/// Keyvals of librma-mpi's own: a range no predefined keyval of either MPI uses.
+const FIRST_KEYVAL: c_int = 0x0100_0000;
+
+/// MPI_Win_create_keyval.
+pub fn create_keyval(delete: sys::MPI_Win_delete_attr_function, extra_state: usize) -> c_int {
+    let mut k = keyvals().lock().unwrap_or_else(|e| e.into_inner());
+    let next = (FIRST_KEYVAL..)
+        .find(|n| !k.contains_key(n))
+        .unwrap_or(FIRST_KEYVAL);
+    k.insert(
+        next,
+        Keyval {
+            delete,
+            extra_state,
+        },
+    );
+    next
+}
+
+/// MPI_Win_free_keyval.
+pub fn free_keyval(keyval: c_int) -> MpiResult<()> {
+    keyvals()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&keyval)
+        .map(drop)
+        .ok_or_else(|| MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"))
+}
+
+/// Whether `keyval` was made by MPI_Win_create_keyval and not freed.
+pub fn keyval_exists(keyval: c_int) -> bool {
+    keyvals()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&keyval)
+}
+
+/// Calls `keyval`'s delete function on `value` of window `w`.
+fn call_delete(w: &Win, keyval: c_int, value: usize) -> MpiResult<()> {
+    let f = keyvals()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&keyval)
+        .map(|k| (k.delete, k.extra_state));
+    if let Some((Some(delete), extra)) = f {
+        // SAFETY: the application's delete function, called as MPI calls it.
+        let rc = unsafe {
+            delete(
+                w.handle.0,
+                keyval,
+                value as *mut c_void,
+                extra as *mut c_void,
+            )
+        };
+        if rc != 0 {
+            return Err(MpiError::new(rc, "the attribute's delete function failed"));
+        }
+    }
+    Ok(())
+}
+
+/// MPI_Win_set_attr.
+pub fn set_attr(w: &Win, keyval: c_int, value: usize) -> MpiResult<()> {
+    if !keyval_exists(keyval) {
+        return Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"));
+    }
+    let old = w
+        .attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(keyval, value);
+    if let Some(old) = old {
+        call_delete(w, keyval, old)?;
+    }
+    Ok(())
+}
+
+/// MPI_Win_delete_attr.
+pub fn delete_attr(w: &Win, keyval: c_int) -> MpiResult<()> {
+    if !keyval_exists(keyval) {
+        return Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"));
+    }
+    let old = w
+        .attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&keyval);
+    match old {
+        Some(v) => call_delete(w, keyval, v),
+        None => Err(MpiError::new(
+            int!(MPI_ERR_KEYVAL),
+            "no such attribute on the window",
+        )),
+    }
+}
+
+/// Calls the delete functions of a window's attributes (MPI_Win_free).
+pub fn delete_all_attrs(w: &Win) -> MpiResult<()> {
+    let all: Vec<(c_int, usize)> = w
+        .attrs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain()
+        .collect();
+    for (k, v) in all {
+        call_delete(w, k, v)?;
+    }
+    Ok(())
+}

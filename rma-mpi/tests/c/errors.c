@@ -1,0 +1,157 @@
+/* librma-mpi's C test of bad input: under MPI_ERRORS_RETURN every misuse returns the
+ * error class MPI prescribes, never a crash, and loses nothing (a correct operation
+ * afterwards still works); a handler of MPI_Win_create_errhandler is called. Prints
+ * " No Errors" on rank 0 when all hold. Runs on 2 or 4 ranks. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int errors = 0;
+static int rank;
+
+#define EXPECT(call, class)                                                          \
+    do {                                                                             \
+        int rc_ = (call), class_ = MPI_SUCCESS;                                      \
+        if (rc_ != MPI_SUCCESS) MPI_Error_class(rc_, &class_);                       \
+        if (class_ != (class)) {                                                     \
+            fprintf(stderr, "[%d] %s:%d: %s returned class %d, expected %s (%d)\n", \
+                    rank, __FILE__, __LINE__, #call, class_, #class, (class));       \
+            errors++;                                                                \
+        }                                                                            \
+    } while (0)
+
+static int handler_calls = 0, handler_code = 0;
+static void count_errors(MPI_Win *win, int *code, ...) {
+    (void)win;
+    handler_calls++;
+    handler_code = *code;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* With the argument "rma": MPI_Put must be librma-mpi's (preloaded or linked first). */
+    if (argc > 1 && strcmp(argv[1], "rma") == 0) {
+        Dl_info where;
+        if (!dladdr((void *)MPI_Put, &where) || !where.dli_fname ||
+            !strstr(where.dli_fname, "librma_mpi")) {
+            fprintf(stderr, "[%d] MPI_Put is not librma-mpi's but %s's\n", rank,
+                    where.dli_fname ? where.dli_fname : "?");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* Errors without a window go to MPI_COMM_SELF's handler. */
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    int *base, value = 7, out = 0;
+    MPI_Win win;
+    EXPECT(MPI_Win_allocate(16 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base,
+                            &win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN), MPI_SUCCESS);
+    for (int i = 0; i < 16; i++) base[i] = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    int right = (rank + 1) % size;
+
+    /* Invalid window handles. */
+    EXPECT(MPI_Put(&value, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_WIN_NULL), MPI_ERR_WIN);
+    EXPECT(MPI_Win_fence(0, MPI_WIN_NULL), MPI_ERR_WIN);
+    /* Outside an epoch. */
+    EXPECT(MPI_Put(&value, 1, MPI_INT, right, 0, 1, MPI_INT, win), MPI_ERR_RMA_SYNC);
+    EXPECT(MPI_Get(&out, 1, MPI_INT, right, 0, 1, MPI_INT, win), MPI_ERR_RMA_SYNC);
+    EXPECT(MPI_Win_unlock(right, win), MPI_ERR_RMA_SYNC);
+    EXPECT(MPI_Win_flush(right, win), MPI_ERR_RMA_SYNC);
+    EXPECT(MPI_Win_complete(win), MPI_ERR_RMA_SYNC);
+    /* Bad lock type and assertion. */
+    EXPECT(MPI_Win_lock(12345, right, 0, win), MPI_ERR_LOCKTYPE);
+    EXPECT(MPI_Win_lock_all(0x40000000, win), MPI_ERR_ASSERT);
+
+    EXPECT(MPI_Win_lock_all(0, win), MPI_SUCCESS);
+    /* A target outside the group. */
+    EXPECT(MPI_Put(&value, 1, MPI_INT, size, 0, 1, MPI_INT, win), MPI_ERR_RANK);
+    EXPECT(MPI_Put(&value, 1, MPI_INT, -5, 0, 1, MPI_INT, win), MPI_ERR_RANK);
+    /* Past the window. */
+    EXPECT(MPI_Put(&value, 1, MPI_INT, right, 16, 1, MPI_INT, win), MPI_ERR_RMA_RANGE);
+    EXPECT(MPI_Get(&out, 4, MPI_INT, right, 14, 4, MPI_INT, win), MPI_ERR_RMA_RANGE);
+    EXPECT(MPI_Put(&value, 1, MPI_INT, right, -1, 1, MPI_INT, win), MPI_ERR_DISP);
+    /* Wrong datatypes: null, uncommitted, mismatched sizes; a negative count. */
+    EXPECT(MPI_Put(&value, 1, MPI_DATATYPE_NULL, right, 0, 1, MPI_INT, win), MPI_ERR_TYPE);
+    MPI_Datatype uncommitted;
+    MPI_Type_contiguous(2, MPI_INT, &uncommitted);
+    EXPECT(MPI_Put(&value, 1, uncommitted, right, 0, 2, MPI_INT, win), MPI_ERR_TYPE);
+    MPI_Type_free(&uncommitted);
+    EXPECT(MPI_Put(&value, 1, MPI_INT, right, 0, 2, MPI_INT, win), MPI_ERR_TYPE);
+    EXPECT(MPI_Put(&value, -1, MPI_INT, right, 0, 1, MPI_INT, win), MPI_ERR_COUNT);
+    /* Operations rma does not apply: MAXLOC, a user op, a bitwise op on floats. */
+    EXPECT(MPI_Accumulate(&value, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_MAXLOC, win), MPI_ERR_OP);
+    float f = 1.0f;
+    EXPECT(MPI_Accumulate(&f, 1, MPI_FLOAT, right, 0, 1, MPI_FLOAT, MPI_BAND, win), MPI_ERR_OP);
+    /* Compare-and-swap on floats is not MPI's (integer, logical and byte types). */
+    float g = 0;
+    EXPECT(MPI_Compare_and_swap(&f, &f, &g, MPI_FLOAT, right, 0, win), MPI_ERR_UNSUPPORTED_OPERATION);
+    /* A second lock_all while one is open. */
+    EXPECT(MPI_Win_lock_all(0, win), MPI_ERR_RMA_SYNC);
+    /* Free while the epoch is open: refused, the window stays. */
+    EXPECT(MPI_Win_free(&win), MPI_ERR_RMA_SYNC);
+    /* Attach on a window that is not dynamic. */
+    EXPECT(MPI_Win_attach(win, &value, sizeof value), MPI_ERR_RMA_FLAVOR);
+
+    /* Nothing was lost: a correct put and get still work. */
+    value = 100 + rank;
+    EXPECT(MPI_Put(&value, 1, MPI_INT, right, 3, 1, MPI_INT, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Get(&out, 1, MPI_INT, right, 3, 1, MPI_INT, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (out != 100 + rank) {
+        fprintf(stderr, "[%d] get after the errors read %d\n", rank, out);
+        errors++;
+    }
+    EXPECT(MPI_Win_unlock_all(win), MPI_SUCCESS);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int left = (rank + size - 1) % size;
+    if (base[3] != 100 + left) {
+        fprintf(stderr, "[%d] slot 3 holds %d, expected %d\n", rank, base[3], 100 + left);
+        errors++;
+    }
+
+    /* A handler of the application's. */
+    MPI_Errhandler eh;
+    EXPECT(MPI_Win_create_errhandler(count_errors, &eh), MPI_SUCCESS);
+    EXPECT(MPI_Win_set_errhandler(win, eh), MPI_SUCCESS);
+    int rc = MPI_Put(&value, 1, MPI_INT, right, 0, 1, MPI_INT, win);
+    if (handler_calls != 1 || handler_code != rc || rc == MPI_SUCCESS) {
+        fprintf(stderr, "[%d] handler called %d times with %d (call returned %d)\n", rank,
+                handler_calls, handler_code, rc);
+        errors++;
+    }
+    MPI_Errhandler got;
+    EXPECT(MPI_Win_get_errhandler(win, &got), MPI_SUCCESS);
+    EXPECT(MPI_Win_call_errhandler(win, MPI_ERR_OTHER), MPI_SUCCESS);
+    if (handler_calls != 2 || handler_code != MPI_ERR_OTHER) {
+        fprintf(stderr, "[%d] MPI_Win_call_errhandler did not call the handler\n", rank);
+        errors++;
+    }
+    EXPECT(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN), MPI_SUCCESS);
+    MPI_Errhandler_free(&eh);
+
+    EXPECT(MPI_Win_free(&win), MPI_SUCCESS);
+    /* A freed window's handle. */
+    EXPECT(MPI_Win_fence(0, win), MPI_ERR_WIN);
+
+    int total = 0;
+    MPI_Reduce(&errors, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (total == 0)
+            printf(" No Errors\n");
+        else
+            printf(" Found %d errors\n", total);
+    }
+    MPI_Finalize();
+    return total != 0;
+}

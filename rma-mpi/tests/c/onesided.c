@@ -1,0 +1,531 @@
+/* librma-mpi's C test of MPI's one-sided interface: every window flavor (allocate,
+ * create, dynamic, allocate_shared) x every synchronization mode (fence, PSCW, lock,
+ * lock_all), on MPI_COMM_WORLD and on a split communicator in reversed rank order; put,
+ * get, accumulate, get_accumulate, fetch_and_op, compare_and_swap and the request forms,
+ * with contiguous, vector, indexed, struct, resized and subarray datatypes on either
+ * side; attributes, group, info, name, shared_query, MPI_PROC_NULL. Every result is
+ * checked exactly; prints " No Errors" on rank 0 when all hold. Runs on 2 or 4 ranks. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 128 /* ints per rank */
+static int errors = 0;
+static int world_rank;
+
+#define CHECK(cond, ...)                                                          \
+    do {                                                                          \
+        if (!(cond)) {                                                            \
+            if (errors < 20) {                                                    \
+                fprintf(stderr, "[%d] %s:%d: check failed: %s: ", world_rank,     \
+                        __FILE__, __LINE__, #cond);                               \
+                fprintf(stderr, __VA_ARGS__);                                     \
+                fprintf(stderr, "\n");                                            \
+            }                                                                     \
+            errors++;                                                             \
+        }                                                                         \
+    } while (0)
+
+#define OK(call) CHECK((call) == MPI_SUCCESS, "%s", #call)
+
+enum flavor { ALLOCATE, CREATE, DYNAMIC, SHARED, FLAVORS };
+enum sync { FENCE, PSCW, LOCK, LOCK_ALL, SYNCS };
+static const char *flavor_name[] = {"allocate", "create", "dynamic", "shared"};
+static const char *sync_name[] = {"fence", "pscw", "lock", "lock_all"};
+
+struct win {
+    MPI_Win win;
+    MPI_Comm comm;
+    int rank, size;
+    enum flavor flavor;
+    int *mem;           /* this rank's N ints */
+    MPI_Aint *addrs;    /* dynamic: every rank's region address */
+    void *own;          /* memory to free (create, dynamic) */
+};
+
+/* Displacement of int `i` at `t`. */
+static MPI_Aint D(struct win *w, int t, int i) {
+    return w->flavor == DYNAMIC ? w->addrs[t] + (MPI_Aint)i * (MPI_Aint)sizeof(int) : i;
+}
+
+static void make(struct win *w, MPI_Comm comm, enum flavor f) {
+    w->comm = comm;
+    w->flavor = f;
+    w->own = NULL;
+    w->addrs = NULL;
+    MPI_Comm_rank(comm, &w->rank);
+    MPI_Comm_size(comm, &w->size);
+    MPI_Aint bytes = N * sizeof(int);
+    switch (f) {
+    case ALLOCATE:
+        OK(MPI_Win_allocate(bytes, sizeof(int), MPI_INFO_NULL, comm, &w->mem, &w->win));
+        break;
+    case SHARED:
+        OK(MPI_Win_allocate_shared(bytes, sizeof(int), MPI_INFO_NULL, comm, &w->mem, &w->win));
+        break;
+    case CREATE:
+        w->own = w->mem = malloc(bytes);
+        OK(MPI_Win_create(w->mem, bytes, sizeof(int), MPI_INFO_NULL, comm, &w->win));
+        break;
+    case DYNAMIC: {
+        w->own = w->mem = malloc(bytes);
+        OK(MPI_Win_create_dynamic(MPI_INFO_NULL, comm, &w->win));
+        OK(MPI_Win_attach(w->win, w->mem, bytes));
+        MPI_Aint mine;
+        MPI_Get_address(w->mem, &mine);
+        w->addrs = malloc(w->size * sizeof(MPI_Aint));
+        MPI_Allgather(&mine, 1, MPI_AINT, w->addrs, 1, MPI_AINT, comm);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void destroy(struct win *w) {
+    if (w->flavor == DYNAMIC) OK(MPI_Win_detach(w->win, w->mem));
+    OK(MPI_Win_free(&w->win));
+    CHECK(w->win == MPI_WIN_NULL, "the handle is MPI_WIN_NULL after free");
+    free(w->own);
+    free(w->addrs);
+}
+
+/* The calls around each epoch, per sync mode: begin/end of the whole epoch and, for
+ * lock mode, around each target. */
+static MPI_Group comm_group(MPI_Comm comm) {
+    MPI_Group g;
+    MPI_Comm_group(comm, &g);
+    return g;
+}
+
+static void epoch_begin(struct win *w, enum sync s) {
+    if (s == FENCE) OK(MPI_Win_fence(0, w->win));
+    if (s == PSCW) {
+        MPI_Group g = comm_group(w->comm);
+        OK(MPI_Win_post(g, 0, w->win));
+        OK(MPI_Win_start(g, 0, w->win));
+        MPI_Group_free(&g);
+    }
+    if (s == LOCK_ALL) OK(MPI_Win_lock_all(0, w->win));
+}
+
+static void epoch_end(struct win *w, enum sync s) {
+    if (s == FENCE) OK(MPI_Win_fence(0, w->win));
+    if (s == PSCW) {
+        OK(MPI_Win_complete(w->win));
+        int flag = 0;
+        OK(MPI_Win_test(w->win, &flag));
+        if (!flag) OK(MPI_Win_wait(w->win));
+    }
+    if (s == LOCK_ALL) {
+        OK(MPI_Win_sync(w->win));
+        OK(MPI_Win_unlock_all(w->win));
+    }
+    /* Passive target: everyone's ops are done once all passed this barrier. */
+    if (s == LOCK || s == LOCK_ALL) MPI_Barrier(w->comm);
+}
+
+static void target_begin(struct win *w, enum sync s, int t) {
+    if (s == LOCK) OK(MPI_Win_lock(MPI_LOCK_SHARED, t, 0, w->win));
+}
+static void target_end(struct win *w, enum sync s, int t) {
+    if (s == LOCK) OK(MPI_Win_unlock(t, w->win));
+    if (s == LOCK_ALL) OK(MPI_Win_flush(t, w->win));
+}
+
+/* Local stores to the window, then whatever makes them public. */
+static void init_local(struct win *w, enum sync s) {
+    if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, w->rank, 0, w->win));
+    for (int i = 0; i < N; i++) w->mem[i] = -1;
+    /* The sums start from 0. */
+    w->mem[64] = w->mem[66] = w->mem[100] = w->mem[101] = 0;
+    if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_unlock(w->rank, w->win));
+    MPI_Barrier(w->comm);
+}
+
+static MPI_Datatype vec_stride2(int count) {
+    MPI_Datatype t;
+    MPI_Type_vector(count, 1, 2, MPI_INT, &t);
+    MPI_Type_commit(&t);
+    return t;
+}
+
+/* Epoch A: writes. Origin r to target t. */
+static void writes(struct win *w, int t) {
+    int r = w->rank, n = w->size;
+    int four[4], eight[8];
+    /* R1 [0,16): contiguous put at 4r. */
+    for (int k = 0; k < 4; k++) four[k] = r * 100 + k;
+    OK(MPI_Put(four, 4, MPI_INT, t, D(w, t, 4 * r), 4, MPI_INT, w->win));
+    /* R2 [16,32): origin vector (every other int) to contiguous. */
+    for (int k = 0; k < 8; k++) eight[k] = (k % 2 == 0) ? r * 1000 + k / 2 : -7;
+    MPI_Datatype ov = vec_stride2(4);
+    OK(MPI_Put(eight, 1, ov, t, D(w, t, 16 + 4 * r), 4, MPI_INT, w->win));
+    /* R3 [32,64): contiguous origin to a target vector at 32+8r (slots +0,+2,+4,+6). */
+    int r3[4];
+    for (int k = 0; k < 4; k++) r3[k] = r * 10 + k;
+    OK(MPI_Put(r3, 4, MPI_INT, t, D(w, t, 32 + 8 * r), 1, ov, w->win));
+    MPI_Type_free(&ov);
+    /* R4 [64,72): accumulates. */
+    int one = 1, mine = r, plus = r + 1;
+    OK(MPI_Accumulate(&one, 1, MPI_INT, t, D(w, t, 64), 1, MPI_INT, MPI_SUM, w->win));
+    OK(MPI_Accumulate(&mine, 1, MPI_INT, t, D(w, t, 65), 1, MPI_INT, MPI_MAX, w->win));
+    MPI_Request req;
+    OK(MPI_Raccumulate(&plus, 1, MPI_INT, t, D(w, t, 66), 1, MPI_INT, MPI_SUM, w->win, &req));
+    OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    CHECK(req == MPI_REQUEST_NULL, "request freed by MPI_Wait");
+    /* R5 [72,80): Rput of r + 5 at 72 + r. */
+    int five = r + 5;
+    OK(MPI_Rput(&five, 1, MPI_INT, t, D(w, t, 72 + r), 1, MPI_INT, w->win, &req));
+    int flag = 0;
+    while (!flag) OK(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+    /* R6 [80,96): a 2x2 subarray of a 4x4 array, by rank 0 only. */
+    if (r == 0) {
+        int sizes[2] = {4, 4}, subs[2] = {2, 2}, starts[2] = {1, 1};
+        MPI_Datatype sub;
+        MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &sub);
+        MPI_Type_commit(&sub);
+        int vals[4] = {1, 2, 3, 4};
+        OK(MPI_Put(vals, 4, MPI_INT, t, D(w, t, 80), 1, sub, w->win));
+        MPI_Type_free(&sub);
+    }
+    /* R7 [96,100): a struct of two ints with a hole, resized to 3 ints, by the last rank:
+     * two items of it are four ints. */
+    if (r == n - 1) {
+        int blocks[2] = {1, 1};
+        MPI_Aint displs[2] = {0, 2 * sizeof(int)};
+        MPI_Datatype types[2] = {MPI_INT, MPI_INT}, st, rs;
+        MPI_Type_create_struct(2, blocks, displs, types, &st);
+        MPI_Type_create_resized(st, 0, 3 * sizeof(int), &rs);
+        MPI_Type_commit(&rs);
+        int src[6] = {11, -9, 12, 13, -9, 14};
+        OK(MPI_Put(src, 2, rs, t, D(w, t, 96), 4, MPI_INT, w->win));
+        MPI_Type_free(&st);
+        MPI_Type_free(&rs);
+    }
+    /* Nothing happens for MPI_PROC_NULL. */
+    OK(MPI_Put(four, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, w->win));
+}
+
+static void check_writes(struct win *w) {
+    int n = w->size, *m = w->mem;
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < 4; k++) {
+            CHECK(m[4 * r + k] == r * 100 + k, "R1 slot %d = %d", 4 * r + k, m[4 * r + k]);
+            CHECK(m[16 + 4 * r + k] == r * 1000 + k, "R2 slot %d = %d", 16 + 4 * r + k,
+                  m[16 + 4 * r + k]);
+            CHECK(m[32 + 8 * r + 2 * k] == r * 10 + k, "R3 slot %d", 32 + 8 * r + 2 * k);
+            CHECK(m[32 + 8 * r + 2 * k + 1] == -1, "R3 hole %d", 32 + 8 * r + 2 * k + 1);
+        }
+    CHECK(m[64] == n, "SUM of ones = %d", m[64]);
+    CHECK(m[65] == n - 1, "MAX of ranks = %d", m[65]);
+    CHECK(m[66] == n * (n + 1) / 2, "Raccumulate SUM = %d", m[66]);
+    for (int r = 0; r < n; r++) CHECK(m[72 + r] == r + 5, "Rput slot %d = %d", 72 + r, m[72 + r]);
+    int expect6[16] = {-1, -1, -1, -1, -1, 1, 2, -1, -1, 3, 4, -1, -1, -1, -1, -1};
+    for (int k = 0; k < 16; k++) CHECK(m[80 + k] == expect6[k], "subarray slot %d = %d", 80 + k, m[80 + k]);
+    int expect7[4] = {11, 12, 13, 14};
+    for (int k = 0; k < 4; k++) CHECK(m[96 + k] == expect7[k], "struct slot %d = %d", 96 + k, m[96 + k]);
+}
+
+/* Epoch B: reads and atomics, origin r from target t; results checked after the epoch. */
+struct results {
+    int r1[4], r5, r2[8], r3[4], gacc, fop, fop_noop, cas, rgacc, repl;
+};
+
+static void reads(struct win *w, int t, struct results *res, MPI_Request reqs[2]) {
+    int r = w->rank;
+    OK(MPI_Get(res->r1, 4, MPI_INT, t, D(w, t, 4 * r), 4, MPI_INT, w->win));
+    OK(MPI_Rget(&res->r5, 1, MPI_INT, t, D(w, t, 72 + r), 1, MPI_INT, w->win, &reqs[0]));
+    for (int k = 0; k < 8; k++) res->r2[k] = -3;
+    MPI_Datatype ov = vec_stride2(4);
+    OK(MPI_Get(res->r2, 1, ov, t, D(w, t, 16 + 4 * r), 4, MPI_INT, w->win));
+    /* Target side indexed: blocks at 0, 2, 4, 6. */
+    int blocks[4] = {1, 1, 1, 1}, displs[4] = {0, 2, 4, 6};
+    MPI_Datatype ti;
+    MPI_Type_indexed(4, blocks, displs, MPI_INT, &ti);
+    MPI_Type_commit(&ti);
+    OK(MPI_Get(res->r3, 4, MPI_INT, t, D(w, t, 32 + 8 * r), 1, ti, w->win));
+    MPI_Type_free(&ti);
+    MPI_Type_free(&ov);
+    int ten = 10, one = 1, me = r;
+    OK(MPI_Get_accumulate(&ten, 1, MPI_INT, &res->gacc, 1, MPI_INT, t, D(w, t, 100), 1, MPI_INT,
+                          MPI_SUM, w->win));
+    OK(MPI_Fetch_and_op(&one, &res->fop, MPI_INT, t, D(w, t, 101), MPI_SUM, w->win));
+    OK(MPI_Fetch_and_op(NULL, &res->fop_noop, MPI_INT, t, D(w, t, 64), MPI_NO_OP, w->win));
+    int compare = -1;
+    OK(MPI_Compare_and_swap(&me, &compare, &res->cas, MPI_INT, t, D(w, t, 102), w->win));
+    OK(MPI_Rget_accumulate(NULL, 0, MPI_INT, &res->rgacc, 1, MPI_INT, t, D(w, t, 65), 1,
+                           MPI_INT, MPI_NO_OP, w->win, &reqs[1]));
+    OK(MPI_Get_accumulate(&me, 1, MPI_INT, &res->repl, 1, MPI_INT, t, D(w, t, 103), 1, MPI_INT,
+                          MPI_REPLACE, w->win));
+}
+
+static void check_reads(struct win *w, struct results *res) {
+    int r = w->rank, n = w->size;
+    for (int k = 0; k < 4; k++) CHECK(res->r1[k] == r * 100 + k, "get R1[%d] = %d", k, res->r1[k]);
+    CHECK(res->r5 == r + 5, "Rget = %d", res->r5);
+    for (int k = 0; k < 8; k++)
+        CHECK(res->r2[k] == ((k % 2 == 0) ? r * 1000 + k / 2 : -3), "get into vector [%d] = %d", k,
+              res->r2[k]);
+    for (int k = 0; k < 4; k++) CHECK(res->r3[k] == r * 10 + k, "get indexed [%d] = %d", k, res->r3[k]);
+    CHECK(res->gacc >= 0 && res->gacc % 10 == 0 && res->gacc <= 10 * (n - 1), "get_accumulate %d",
+          res->gacc);
+    CHECK(res->fop >= 0 && res->fop < n, "fetch_and_op %d", res->fop);
+    CHECK(res->fop_noop == n, "fetch_and_op NO_OP %d", res->fop_noop);
+    CHECK(res->cas == -1 || (res->cas >= 0 && res->cas < n), "compare_and_swap %d", res->cas);
+    CHECK(res->rgacc == n - 1, "Rget_accumulate NO_OP %d", res->rgacc);
+    CHECK(res->repl == -1 || (res->repl >= 0 && res->repl < n), "REPLACE fetched %d", res->repl);
+}
+
+/* One flavor x one sync mode, every rank targeting `targets` (all, or its neighbour). */
+static void run(MPI_Comm comm, enum flavor f, enum sync s) {
+    struct win w;
+    make(&w, comm, f);
+    init_local(&w, s);
+    int n = w.size;
+    /* Epoch A: every rank writes to every rank. */
+    epoch_begin(&w, s);
+    for (int t = 0; t < n; t++) {
+        target_begin(&w, s, t);
+        writes(&w, t);
+        target_end(&w, s, t);
+    }
+    epoch_end(&w, s);
+    if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_lock(MPI_LOCK_SHARED, w.rank, 0, w.win));
+    check_writes(&w);
+    if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_unlock(w.rank, w.win));
+    MPI_Barrier(comm);
+    /* Epoch B: every rank reads from its right neighbour. */
+    int t = (w.rank + 1) % n;
+    struct results res;
+    MPI_Request reqs[2];
+    epoch_begin(&w, s);
+    target_begin(&w, s, t);
+    reads(&w, t, &res, reqs);
+    /* One request completed before the epoch ends, one after. */
+    OK(MPI_Wait(&reqs[0], MPI_STATUS_IGNORE));
+    target_end(&w, s, t);
+    epoch_end(&w, s);
+    OK(MPI_Waitall(1, &reqs[1], MPI_STATUSES_IGNORE));
+    check_reads(&w, &res);
+    /* Exactly one rank found -1 with its compare-and-swap at each target. */
+    int got = res.cas == -1, total = 0;
+    MPI_Allreduce(&got, &total, 1, MPI_INT, MPI_SUM, comm);
+    CHECK(total == n, "compare_and_swap winners: %d of %d targets", total, n);
+    if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_lock(MPI_LOCK_SHARED, w.rank, 0, w.win));
+    CHECK(w.mem[100] == 10, "get_accumulate total %d", w.mem[100]);
+    CHECK(w.mem[101] == 1, "fetch_and_op total %d", w.mem[101]);
+    CHECK(w.mem[103] == (w.rank + n - 1) % n, "REPLACE left %d", w.mem[103]);
+    if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_unlock(w.rank, w.win));
+    MPI_Barrier(comm);
+    /* Shared memory: the neighbour's window by load. */
+    if (f == SHARED) {
+        MPI_Aint size;
+        int unit;
+        int *base;
+        OK(MPI_Win_shared_query(w.win, t, &size, &unit, &base));
+        CHECK(size == N * (MPI_Aint)sizeof(int) && unit == sizeof(int), "shared_query %ld %d",
+              (long)size, unit);
+        CHECK(base != NULL && base[64] == n, "neighbour's slot 64 by load: %d", base ? base[64] : -99);
+        OK(MPI_Win_shared_query(w.win, MPI_PROC_NULL, &size, &unit, &base));
+        CHECK(size == N * (MPI_Aint)sizeof(int), "shared_query(MPI_PROC_NULL) %ld", (long)size);
+    }
+    destroy(&w);
+}
+
+static void attributes(MPI_Comm comm) {
+    for (int f = 0; f < FLAVORS; f++) {
+        struct win w;
+        make(&w, comm, f);
+        void *base;
+        MPI_Aint *size;
+        int *unit, *flavor, *model, flag;
+        OK(MPI_Win_get_attr(w.win, MPI_WIN_BASE, &base, &flag));
+        CHECK(flag && (f == DYNAMIC ? base == NULL : base == (void *)w.mem), "MPI_WIN_BASE");
+        OK(MPI_Win_get_attr(w.win, MPI_WIN_SIZE, &size, &flag));
+        CHECK(flag && *size == (f == DYNAMIC ? 0 : N * (MPI_Aint)sizeof(int)), "MPI_WIN_SIZE %ld",
+              (long)*size);
+        OK(MPI_Win_get_attr(w.win, MPI_WIN_DISP_UNIT, &unit, &flag));
+        CHECK(flag && *unit == (f == DYNAMIC ? 1 : (int)sizeof(int)), "MPI_WIN_DISP_UNIT %d", *unit);
+        OK(MPI_Win_get_attr(w.win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag));
+        int expect[] = {MPI_WIN_FLAVOR_ALLOCATE, MPI_WIN_FLAVOR_CREATE, MPI_WIN_FLAVOR_DYNAMIC,
+                        MPI_WIN_FLAVOR_SHARED};
+        CHECK(flag && *flavor == expect[f], "MPI_WIN_CREATE_FLAVOR %d", *flavor);
+        OK(MPI_Win_get_attr(w.win, MPI_WIN_MODEL, &model, &flag));
+        CHECK(flag && *model == MPI_WIN_UNIFIED, "MPI_WIN_MODEL %d", *model);
+        MPI_Group g, cg;
+        int cmp;
+        OK(MPI_Win_get_group(w.win, &g));
+        MPI_Comm_group(comm, &cg);
+        MPI_Group_compare(g, cg, &cmp);
+        CHECK(cmp == MPI_IDENT, "MPI_Win_get_group is the communicator's group");
+        MPI_Group_free(&g);
+        MPI_Group_free(&cg);
+        MPI_Info info;
+        OK(MPI_Win_get_info(w.win, &info));
+        char value[64];
+        MPI_Info_get(info, "no_locks", sizeof value - 1, value, &flag);
+        CHECK(flag && strcmp(value, "false") == 0, "info no_locks");
+        MPI_Info_free(&info);
+        OK(MPI_Win_set_name(w.win, "rma window"));
+        char name[MPI_MAX_OBJECT_NAME];
+        int len;
+        OK(MPI_Win_get_name(w.win, name, &len));
+        CHECK(strcmp(name, "rma window") == 0 && len == 10, "name %s", name);
+        /* A user attribute and its keyval. */
+        int key;
+        OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, MPI_WIN_NULL_DELETE_FN, &key, NULL));
+        static int value_of_attr = 42;
+        OK(MPI_Win_set_attr(w.win, key, &value_of_attr));
+        int *got;
+        OK(MPI_Win_get_attr(w.win, key, &got, &flag));
+        CHECK(flag && got == &value_of_attr, "user attribute");
+        OK(MPI_Win_delete_attr(w.win, key));
+        OK(MPI_Win_get_attr(w.win, key, &got, &flag));
+        CHECK(!flag, "deleted attribute");
+        OK(MPI_Win_free_keyval(&key));
+        destroy(&w);
+    }
+}
+
+/* Requests of every completion call, mixed with MPI's own (a self send and receive);
+ * the flushes; info; and MPI-4's large-count forms where the header has them. */
+static void requests_and_flushes(MPI_Comm comm) {
+    struct win w;
+    make(&w, comm, ALLOCATE);
+    init_local(&w, LOCK_ALL);
+    int n = w.size, r = w.rank, t = (r + 1) % n;
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "accumulate_ordering", "none");
+    OK(MPI_Win_set_info(w.win, info));
+    MPI_Info_free(&info);
+    OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, w.win));
+    int vals[4], got[4] = {0, 0, 0, 0}, ping = 5 + r, pong = -1;
+    MPI_Request reqs[6];
+    for (int k = 0; k < 4; k++) {
+        vals[k] = 1000 * r + k;
+        OK(MPI_Rput(&vals[k], 1, MPI_INT, t, D(&w, t, k), 1, MPI_INT, w.win, &reqs[k]));
+    }
+    MPI_Irecv(&pong, 1, MPI_INT, 0, 77, MPI_COMM_SELF, &reqs[4]);
+    MPI_Isend(&ping, 1, MPI_INT, 0, 77, MPI_COMM_SELF, &reqs[5]);
+    int flag = 0;
+    while (!flag) OK(MPI_Testall(6, reqs, &flag, MPI_STATUSES_IGNORE));
+    for (int k = 0; k < 6; k++) CHECK(reqs[k] == MPI_REQUEST_NULL, "Testall freed request %d", k);
+    CHECK(pong == 5 + r, "MPI's own request in MPI_Testall: %d", pong);
+    OK(MPI_Win_flush_local(t, w.win));
+    OK(MPI_Win_flush(t, w.win));
+    /* Gets with Waitany, Testany, Waitsome, Testsome, Request_get_status, Request_free. */
+    for (int k = 0; k < 4; k++)
+        OK(MPI_Rget(&got[k], 1, MPI_INT, t, D(&w, t, k), 1, MPI_INT, w.win, &reqs[k]));
+    int index = -1, left = 4;
+    OK(MPI_Waitany(4, reqs, &index, MPI_STATUS_IGNORE));
+    CHECK(index >= 0 && index < 4 && reqs[index] == MPI_REQUEST_NULL, "Waitany index %d", index);
+    left--;
+    flag = 0;
+    while (!flag) OK(MPI_Testany(4, reqs, &index, &flag, MPI_STATUS_IGNORE));
+    if (index != MPI_UNDEFINED) left--;
+    int outcount = 0, indices[4];
+    while (left > 0) {
+        OK(MPI_Waitsome(4, reqs, &outcount, indices, MPI_STATUSES_IGNORE));
+        if (outcount == MPI_UNDEFINED) break;
+        left -= outcount;
+    }
+    OK(MPI_Testsome(4, reqs, &outcount, indices, MPI_STATUSES_IGNORE));
+    CHECK(outcount == MPI_UNDEFINED, "Testsome on inactive requests: %d", outcount);
+    for (int k = 0; k < 4; k++) CHECK(got[k] == 1000 * r + k, "Rget %d = %d", k, got[k]);
+    int one = 0;
+    OK(MPI_Rget(&one, 1, MPI_INT, t, D(&w, t, 2), 1, MPI_INT, w.win, &reqs[0]));
+    flag = 0;
+    while (!flag) OK(MPI_Request_get_status(reqs[0], &flag, MPI_STATUS_IGNORE));
+    OK(MPI_Request_free(&reqs[0]));
+    CHECK(reqs[0] == MPI_REQUEST_NULL && one == 1000 * r + 2, "Request_get_status/free %d", one);
+    int acc = 3;
+    OK(MPI_Accumulate(&acc, 1, MPI_INT, t, D(&w, t, 10), 1, MPI_INT, MPI_SUM, w.win));
+    OK(MPI_Win_flush_local_all(w.win));
+    OK(MPI_Win_flush_all(w.win));
+#if MPI_VERSION >= 4 && defined(MPICH)
+    /* MPI-4's large-count forms. */
+    MPI_Count four = 4;
+    int big[4] = {7, 8, 9, 10}, back[4] = {0, 0, 0, 0};
+    OK(MPI_Put_c(big, four, MPI_INT, t, D(&w, t, 20), four, MPI_INT, w.win));
+    OK(MPI_Win_flush(t, w.win));
+    OK(MPI_Get_c(back, four, MPI_INT, t, D(&w, t, 20), four, MPI_INT, w.win));
+    OK(MPI_Accumulate_c(big, (MPI_Count)1, MPI_INT, t, D(&w, t, 11), (MPI_Count)1, MPI_INT,
+                        MPI_SUM, w.win));
+    OK(MPI_Win_flush(t, w.win));
+    for (int k = 0; k < 4; k++) CHECK(back[k] == big[k], "MPI_Get_c %d = %d", k, back[k]);
+#endif
+    OK(MPI_Win_unlock_all(w.win));
+    MPI_Barrier(comm);
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, w.win));
+    CHECK(w.mem[10] == -1 + 3, "accumulate before flush_all: %d", w.mem[10]);
+#if MPI_VERSION >= 4 && defined(MPICH)
+    CHECK(w.mem[11] == -1 + 7, "MPI_Accumulate_c: %d", w.mem[11]);
+#endif
+    OK(MPI_Win_unlock(r, w.win));
+    destroy(&w);
+#if MPI_VERSION >= 4 && defined(MPICH)
+    MPI_Win win;
+    int *base;
+    OK(MPI_Win_allocate_c(64, 8, MPI_INFO_NULL, comm, &base, &win));
+    OK(MPI_Win_free(&win));
+    OK(MPI_Win_allocate_shared_c(64, 8, MPI_INFO_NULL, comm, &base, &win));
+    MPI_Aint size, unit;
+    int *peer;
+    OK(MPI_Win_shared_query_c(win, t, &size, &unit, &peer));
+    CHECK(size == 64 && unit == 8 && peer != NULL, "MPI_Win_shared_query_c %ld %ld", (long)size,
+          (long)unit);
+    OK(MPI_Win_free(&win));
+    int mem[4];
+    OK(MPI_Win_create_c(mem, sizeof mem, 4, MPI_INFO_NULL, comm, &win));
+    OK(MPI_Win_free(&win));
+#endif
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    /* With the argument "rma": MPI_Put must be librma-mpi's (preloaded or linked first). */
+    if (argc > 1 && strcmp(argv[1], "rma") == 0) {
+        Dl_info where;
+        if (!dladdr((void *)MPI_Put, &where) || !where.dli_fname ||
+            !strstr(where.dli_fname, "librma_mpi")) {
+            fprintf(stderr, "[%d] MPI_Put is not librma-mpi's but %s's\n", world_rank,
+                    where.dli_fname ? where.dli_fname : "?");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    /* The World, then halves (or, on 2 ranks, the whole) in reversed order. */
+    MPI_Comm split;
+    MPI_Comm_split(MPI_COMM_WORLD, size >= 4 ? world_rank % 2 : 0, size - world_rank, &split);
+    MPI_Comm comms[2] = {MPI_COMM_WORLD, split};
+    const char *comm_name[2] = {"world", "split"};
+    for (int c = 0; c < 2; c++)
+        for (int f = 0; f < FLAVORS; f++)
+            for (int s = 0; s < SYNCS; s++) {
+                int before = errors;
+                run(comms[c], f, s);
+                if (errors != before && world_rank == 0)
+                    fprintf(stderr, "^ in %s %s %s\n", comm_name[c], flavor_name[f], sync_name[s]);
+            }
+    attributes(MPI_COMM_WORLD);
+    requests_and_flushes(MPI_COMM_WORLD);
+    requests_and_flushes(split);
+    MPI_Comm_free(&split);
+    int total = 0;
+    MPI_Reduce(&errors, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (world_rank == 0) {
+        if (total == 0)
+            printf(" No Errors\n");
+        else
+            printf(" Found %d errors\n", total);
+    }
+    MPI_Finalize();
+    return total != 0;
+}

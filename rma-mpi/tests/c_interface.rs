@@ -1,0 +1,143 @@
+//! librma-mpi from C: the C tests of `tests/c` compiled with the MPI compiler wrapper
+//! `MPICC` names (the MPI this build of librma-mpi is for), run on 2 and 4 ranks under
+//! that MPI's launcher, with librma-mpi preloaded (`LD_PRELOAD`) and linked before libmpi
+//! (`-lrma_mpi`). Each program checks that MPI_Put is librma-mpi's, checks every result
+//! exactly and prints " No Errors"; each run has a deadline.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn mpicc() -> String {
+    std::env::var("MPICC").unwrap_or_else(|_| "mpicc".into())
+}
+
+/// Whether `MPICC` is Open MPI's wrapper (else MPICH's).
+fn open_mpi() -> bool {
+    let out = Command::new(mpicc()).arg("-showme:version").output();
+    out.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
+}
+
+/// The directory of librma_mpi.so: target/<profile>, above this test's deps/.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf();
+    assert!(
+        dir.join("librma_mpi.so").exists(),
+        "librma_mpi.so not built in {}",
+        dir.display()
+    );
+    dir
+}
+
+fn compile(source: &str, linked: bool) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(source);
+    let tag = if open_mpi() { "ompi" } else { "mpich" };
+    let mode = if linked { "linked" } else { "plain" };
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}-{tag}-{mode}", source.trim_end_matches(".c")));
+    let mut cmd = Command::new(mpicc());
+    cmd.args(["-O1", "-Wall", "-Wno-stringop-overflow", "-o"])
+        .arg(&exe)
+        .arg(&src);
+    if linked {
+        let dir = lib_dir();
+        cmd.arg(format!("-L{}", dir.display()))
+            .arg("-lrma_mpi")
+            .arg(format!("-Wl,-rpath,{}", dir.display()));
+    }
+    let out = cmd.output().expect("run MPICC");
+    assert!(
+        out.status.success(),
+        "{} {source}: {}",
+        mpicc(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Runs `cmd`, killing it past `deadline`.
+fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the launcher");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "still running after {deadline:?}: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn launch(exe: &Path, ranks: usize, preload: bool) -> Output {
+    let lib = lib_dir().join("librma_mpi.so");
+    let mut cmd;
+    if open_mpi() {
+        cmd = Command::new("mpirun.openmpi");
+        cmd.args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ]);
+        if preload {
+            cmd.arg("-x").arg(format!("LD_PRELOAD={}", lib.display()));
+        }
+    } else {
+        cmd = Command::new("mpiexec.mpich");
+        if preload {
+            cmd.env("LD_PRELOAD", &lib);
+        }
+    }
+    cmd.arg("-n").arg(ranks.to_string()).arg(exe).arg("rma");
+    // rma's own launcher variables of an enclosing job must not reach the ranks.
+    for var in ["RMA_RUN_SOCKET", "PMI_FD", "RMA_BOOTSTRAP"] {
+        cmd.env_remove(var);
+    }
+    run_with_deadline(cmd, Duration::from_secs(180))
+}
+
+fn passes(source: &str) {
+    let which = if open_mpi() { "Open MPI" } else { "MPICH" };
+    for linked in [false, true] {
+        let exe = compile(source, linked);
+        for ranks in [2, 4] {
+            let out = launch(&exe, ranks, !linked);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let how = if linked { "-lrma_mpi" } else { "LD_PRELOAD" };
+            assert!(
+                out.status.success() && stdout.contains(" No Errors"),
+                "{source} under {which} on {ranks} ranks with {how}: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_call_flavor_and_sync_mode_gives_exact_results() {
+    passes("onesided.c");
+}
+
+#[test]
+fn bad_input_returns_the_error_class_mpi_prescribes() {
+    passes("errors.c");
+}
