@@ -160,16 +160,14 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
 fn new_window(
     call: &str,
     comm: MPI_Comm,
-    flavor: impl FnOnce() -> MpiResult<Flavor>,
+    flavor: Flavor,
     disp_unit: i64,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
 ) -> c_int {
     on_comm(call, comm, || {
         let win = out_ptr(win, "the window argument")?;
-        let disp_unit = c_int::try_from(disp_unit)
-            .map_err(|_| MpiError::new(int!(MPI_ERR_DISP), "displacement unit too large"))?;
-        let (handle, base) = window::create(comm, flavor()?, disp_unit)?;
+        let (handle, base) = window::create(comm, flavor, disp_unit)?;
         // SAFETY: the application's out pointers (`baseptr` is a `void **` in C).
         unsafe {
             if !baseptr.is_null() {
@@ -194,7 +192,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
     baseptr: *mut c_void,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Allocate(size_of_window(size as i64)?));
+    let flavor = Flavor::Allocate(size as i64);
     new_window(
         "MPI_Win_allocate",
         comm,
@@ -214,7 +212,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_shared(
     baseptr: *mut c_void,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Shared(size_of_window(size as i64)?));
+    let flavor = Flavor::Shared(size as i64);
     new_window(
         "MPI_Win_allocate_shared",
         comm,
@@ -234,7 +232,7 @@ pub unsafe extern "C" fn MPI_Win_create(
     comm: MPI_Comm,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Create(base as usize, size_of_window(size as i64)?));
+    let flavor = Flavor::Create(base as usize, size as i64);
     new_window(
         "MPI_Win_create",
         comm,
@@ -251,7 +249,7 @@ pub unsafe extern "C" fn MPI_Win_create_dynamic(
     comm: MPI_Comm,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Dynamic);
+    let flavor = Flavor::Dynamic;
     new_window(
         "MPI_Win_create_dynamic",
         comm,
@@ -1069,7 +1067,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_c(
     baseptr: *mut c_void,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Allocate(size_of_window(size as i64)?));
+    let flavor = Flavor::Allocate(size as i64);
     new_window(
         "MPI_Win_allocate_c",
         comm,
@@ -1090,7 +1088,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
     baseptr: *mut c_void,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Shared(size_of_window(size as i64)?));
+    let flavor = Flavor::Shared(size as i64);
     new_window(
         "MPI_Win_allocate_shared_c",
         comm,
@@ -1111,7 +1109,7 @@ pub unsafe extern "C" fn MPI_Win_create_c(
     comm: MPI_Comm,
     win: *mut MPI_Win,
 ) -> c_int {
-    let flavor = || Ok(Flavor::Create(base as usize, size_of_window(size as i64)?));
+    let flavor = Flavor::Create(base as usize, size as i64);
     new_window(
         "MPI_Win_create_c",
         comm,

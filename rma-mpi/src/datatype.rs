@@ -61,15 +61,36 @@ fn push_run(out: &mut Vec<(isize, usize)>, off: isize, len: usize) {
     out.push((off, len));
 }
 
+/// Handles hashed by one multiplication (they are distinct numbers already; SipHash
+/// would cost more than the rest of a small put).
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl std::hash::Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type HandleMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<HandleHasher>>;
+
 struct Cache {
-    flat: RwLock<HashMap<u64, Arc<Flat>>>,
+    flat: RwLock<HandleMap<Arc<Flat>>>,
     committed: RwLock<HashSet<u64>>,
 }
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(|| Cache {
-        flat: RwLock::new(HashMap::new()),
+        flat: RwLock::new(HandleMap::default()),
         committed: RwLock::new(HashSet::new()),
     })
 }

@@ -76,6 +76,21 @@ pub struct Target {
     pub flat: Arc<Flat>,
 }
 
+/// A target's runs of bytes: (byte offset in its window, length).
+enum Runs {
+    One([(u64, usize); 1]),
+    Many(Vec<(u64, usize)>),
+}
+
+impl Runs {
+    fn as_slice(&self) -> &[(u64, usize)] {
+        match self {
+            Runs::One(one) => one,
+            Runs::Many(many) => many,
+        }
+    }
+}
+
 /// The rma accumulate operation of an MPI_Op code (see `rmampi_op_code`).
 pub fn acc_op(code: i32) -> MpiResult<AccOp> {
     Ok(match code {
@@ -205,15 +220,16 @@ impl Win {
     }
 
     /// The target's runs as (byte offset in its window, length).
-    fn target_runs(&self, t: &Target) -> MpiResult<Vec<(u64, usize)>> {
+    fn target_runs(&self, t: &Target) -> MpiResult<Runs> {
         self.check_rank(t.rank)?;
         let base = self.byte_disp(t.rank, t.disp)?;
-        let runs = if t.flat.contiguous(t.count) {
-            vec![(0, t.count.saturating_mul(t.flat.size))]
-        } else {
-            t.flat.runs(t.count)
-        };
-        runs.into_iter()
+        if t.flat.contiguous(t.count) {
+            // The common case, without an allocation.
+            return Ok(Runs::One([(base, t.count.saturating_mul(t.flat.size))]));
+        }
+        t.flat
+            .runs(t.count)
+            .into_iter()
             .map(|(off, len)| {
                 let at = base as i128 + off as i128;
                 u64::try_from(at).map(|at| (at, len)).map_err(|_| {
@@ -223,7 +239,8 @@ impl Win {
                     )
                 })
             })
-            .collect()
+            .collect::<MpiResult<Vec<_>>>()
+            .map(Runs::Many)
     }
 
     fn same_size(origin: usize, target: &Target) -> MpiResult<()> {
@@ -263,7 +280,7 @@ impl Win {
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
         let mut at = 0;
-        for (disp, len) in self.target_runs(target)? {
+        for &(disp, len) in self.target_runs(target)?.as_slice() {
             self.rma.put(&data[at..at + len], target.rank, disp)?;
             at += len;
         }
@@ -281,6 +298,7 @@ impl Win {
         let n = origin.bytes()?;
         Self::same_size(n, target)?;
         let runs = self.target_runs(target)?;
+        let runs = runs.as_slice();
         if origin.flat.contiguous(origin.count) && runs.len() == 1 && n > 0 {
             // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at
             // `addr`, not accessed by the application until the get completes (the
@@ -297,7 +315,7 @@ impl Win {
             ));
         }
         let mut requests = Vec::with_capacity(runs.len());
-        for (disp, len) in runs {
+        for &(disp, len) in runs {
             requests.push(self.rma.get(target.rank, disp, len)?);
         }
         let c = Unpack {
@@ -323,7 +341,7 @@ impl Win {
         let runs = self.target_runs(target)?;
         by_element!(self, code, |view: E| {
             let mut at = 0;
-            for (disp, len) in runs {
+            for &(disp, len) in runs.as_slice() {
                 let chunk = elements::<E>(&data[at..at + len]);
                 view.accumulate(&chunk, op, target.rank, disp)?;
                 at += len;
@@ -354,9 +372,9 @@ impl Win {
         };
         let runs = self.target_runs(target)?;
         by_element!(self, code, |view: E| {
-            let mut requests = Vec::with_capacity(runs.len());
+            let mut requests = Vec::with_capacity(runs.as_slice().len());
             let mut at = 0;
-            for (disp, len) in runs {
+            for &(disp, len) in runs.as_slice() {
                 let chunk = elements::<E>(&data[at..at + len]);
                 requests.push(view.get_accumulate(&chunk, op, target.rank, disp)?);
                 at += len;

@@ -224,16 +224,26 @@ fn rma_comm(comm: MPI_Comm) -> MpiResult<(rma::Comm, Handle<MPI_Group>, usize, u
     Ok((c, Handle(group), n as usize, rank as usize))
 }
 
-/// How a window's memory comes.
+/// How a window's memory comes, with the sizes as the application gave them (checked
+/// by [`create`]).
 pub enum Flavor {
-    /// MPI_Win_allocate: `size` bytes.
-    Allocate(usize),
+    /// MPI_Win_allocate: bytes.
+    Allocate(i64),
     /// MPI_Win_allocate_shared.
-    Shared(usize),
-    /// MPI_Win_create over the application's memory.
-    Create(usize, usize),
+    Shared(i64),
+    /// MPI_Win_create over the application's memory: its address and bytes.
+    Create(usize, i64),
     /// MPI_Win_create_dynamic.
     Dynamic,
+}
+
+impl Flavor {
+    fn bytes(&self) -> i64 {
+        match *self {
+            Flavor::Allocate(n) | Flavor::Shared(n) | Flavor::Create(_, n) => n,
+            Flavor::Dynamic => 0,
+        }
+    }
 }
 
 /// Memory of the application exposed in place (MPI_Win_create, MPI_Win_attach).
@@ -275,37 +285,56 @@ impl rma::UserMemory for AppMemory {
     }
 }
 
-/// Creates a window over `comm`; returns its handle and local base.
-pub fn create(
-    comm: MPI_Comm,
-    flavor: Flavor,
-    disp_unit: c_int,
-) -> MpiResult<(MPI_Win, *mut c_void)> {
-    if disp_unit <= 0 {
+/// Creates a window over `comm`; returns its handle and local base. Arguments are
+/// checked collectively: a bad size or unit on one rank is the same error on every
+/// member (naming that rank), never a member left waiting in the creation.
+pub fn create(comm: MPI_Comm, flavor: Flavor, disp_unit: i64) -> MpiResult<(MPI_Win, *mut c_void)> {
+    let (c, group, size, rank) = rma_comm(comm)?;
+    let requested = flavor.bytes();
+    let mine = if requested < 0 {
+        int!(MPI_ERR_SIZE)
+    } else if disp_unit <= 0 || disp_unit > i64::from(c_int::MAX) {
+        int!(MPI_ERR_DISP)
+    } else {
+        0
+    };
+    // Every member's size, unit and verdict (MPI_Win_shared_query; displacements scale
+    // by the target's unit).
+    let all = c.allgather::<i64>(&[requested.max(0), disp_unit, i64::from(mine)])?;
+    if let Some((i, b)) = all.chunks(3).enumerate().find(|(_, b)| b[2] != 0) {
+        let why = if b[2] == i64::from(int!(MPI_ERR_SIZE)) {
+            "a negative window size"
+        } else {
+            "a displacement unit that is not positive (or past an int)"
+        };
         return Err(MpiError::new(
-            int!(MPI_ERR_DISP),
-            "the displacement unit must be positive",
+            b[2] as c_int,
+            format!("rank {i} of the communicator gave {why}"),
         ));
     }
-    let (c, group, size, rank) = rma_comm(comm)?;
-    let (win, flavor_code, bytes, base) = match flavor {
-        Flavor::Allocate(n) => (c.allocate::<u8>(n)?, int!(MPI_WIN_FLAVOR_ALLOCATE), n, None),
-        Flavor::Shared(n) => (
-            c.allocate_shared::<u8>(n)?,
-            int!(MPI_WIN_FLAVOR_SHARED),
-            n,
+    let sizes: Vec<u64> = all.chunks(3).map(|b| b[0] as u64).collect();
+    let disp_units: Vec<u64> = all.chunks(3).map(|b| b[1] as u64).collect();
+    let bytes = requested as usize;
+    let disp_unit = disp_unit as c_int;
+    let (win, flavor_code, base) = match flavor {
+        Flavor::Allocate(_) => (
+            c.allocate::<u8>(bytes)?,
+            int!(MPI_WIN_FLAVOR_ALLOCATE),
             None,
         ),
-        Flavor::Create(ptr, n) => (
-            c.create_window_in_place::<u8>(Box::new(AppMemory::new(ptr as *mut c_void, n)))?,
+        Flavor::Shared(_) => (
+            c.allocate_shared::<u8>(bytes)?,
+            int!(MPI_WIN_FLAVOR_SHARED),
+            None,
+        ),
+        Flavor::Create(ptr, _) => (
+            c.create_window_in_place::<u8>(Box::new(AppMemory::new(ptr as *mut c_void, bytes)))?,
             int!(MPI_WIN_FLAVOR_CREATE),
-            n,
             Some(ptr),
         ),
         Flavor::Dynamic => (
             c.create_dynamic::<u8>()?,
             int!(MPI_WIN_FLAVOR_DYNAMIC),
-            0,
             Some(0),
         ),
     };
@@ -316,11 +345,6 @@ pub fn create(
             win.local_base().unwrap_or(0)
         }
     });
-    // Every member's size and unit (MPI_Win_shared_query; displacements scale by the
-    // target's unit).
-    let all = c.allgather::<u64>(&[bytes as u64, disp_unit as u64])?;
-    let sizes = all.iter().step_by(2).copied().collect();
-    let disp_units = all.iter().skip(1).step_by(2).copied().collect();
     let slots = table();
     let index = slots
         .iter()

@@ -18,14 +18,12 @@ fn open_mpi() -> bool {
     out.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
 }
 
-/// The directory of librma_mpi.so: target/<profile>, above this test's deps/.
+/// The directory of librma_mpi.so: this test's own (target/<profile>/deps), where cargo
+/// builds the library for the test (the crate is an rlib too for that; cargo copies the
+/// .so up to target/<profile> only on `cargo build`).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf();
+    let dir = exe.parent().expect("deps dir").to_path_buf();
     assert!(
         dir.join("librma_mpi.so").exists(),
         "librma_mpi.so not built in {}",

@@ -51,6 +51,13 @@ int main(int argc, char **argv) {
 
     int *base, value = 7, out = 0;
     MPI_Win win;
+    /* A bad argument on one rank of a creation is the same error on every rank, and
+     * nobody is left waiting in it. */
+    EXPECT(MPI_Win_allocate(rank == size - 1 ? -8 : 64, sizeof(int), MPI_INFO_NULL,
+                            MPI_COMM_WORLD, &base, &win),
+           MPI_ERR_SIZE);
+    EXPECT(MPI_Win_allocate(64, rank == 0 ? 0 : 4, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win),
+           MPI_ERR_DISP);
     EXPECT(MPI_Win_allocate(16 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base,
                             &win),
            MPI_SUCCESS);
