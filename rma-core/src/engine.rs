@@ -68,6 +68,8 @@ pub(crate) struct EngineShared {
     failed: AtomicU64,
     barrier: Mutex<EngineBarrier>,
     stop: AtomicBool,
+    /// Whether the progress agent was started.
+    agent: AtomicBool,
     /// Bumped by the application's waits: the progress agent's hand-off.
     pub(crate) activity: Activity,
     /// Per peer that left the job (its World is gone): the engine barriers it started,
@@ -141,6 +143,7 @@ impl Engine {
             failed: AtomicU64::new(0),
             barrier: Mutex::new(EngineBarrier::default()),
             stop: AtomicBool::new(false),
+            agent: AtomicBool::new(false),
             activity: Activity::default(),
             departed: Mutex::new(Vec::new()),
             left: AtomicBool::new(false),
@@ -153,12 +156,34 @@ impl Engine {
             AsyncProgress::Off => false,
             AsyncProgress::Auto => shared.transport.needs_target_progress(),
         };
+        let engine = Engine { shared };
         if agent {
-            if let Err(e) = progress::spawn(&shared) {
+            engine.start_progress_agent();
+        }
+        engine
+    }
+
+    /// Starts the progress agent (seed 003; see `progress`) if it is not running, unless
+    /// the configuration says `Off`: for a process that learns only later that peers
+    /// will need its progress (librma-mpi does when a window of active messages appears
+    /// on shared memory: one over the application's memory, or a dynamic one). Returns
+    /// whether an agent runs.
+    pub fn start_progress_agent(&self) -> bool {
+        let shared = &self.shared;
+        if shared.config.async_progress == AsyncProgress::Off {
+            return false;
+        }
+        if shared.agent.swap(true, Ordering::AcqRel) {
+            return true;
+        }
+        match progress::spawn(shared) {
+            Ok(()) => true,
+            Err(e) => {
                 tracing::warn!(error = %e, "no progress agent: the thread did not start");
+                shared.agent.store(false, Ordering::Release);
+                false
             }
         }
-        Engine { shared }
     }
 
     /// This process's rank.

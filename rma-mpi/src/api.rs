@@ -23,7 +23,10 @@ use crate::sys::{self, int, *};
 use crate::window::{self, Flavor, Win};
 
 const SUCCESS: c_int = 0;
+/// MPI_NO_OP's code (see `rmampi_op_code`).
+const NO_OP: c_int = 12;
 
+#[inline]
 fn guarded<R>(call: &str, f: impl FnOnce() -> MpiResult<R>) -> MpiResult<R> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
@@ -35,6 +38,7 @@ fn guarded<R>(call: &str, f: impl FnOnce() -> MpiResult<R>) -> MpiResult<R> {
 }
 
 /// Runs `f` on the window `win` names; the outcome through its error handler.
+#[inline]
 fn on_window(call: &str, win: MPI_Win, f: impl FnOnce(&Win) -> MpiResult<()>) -> c_int {
     let outcome = guarded(call, || window::with_win(win, f)?);
     match outcome {
@@ -59,10 +63,12 @@ fn proc_null() -> c_int {
     int!(MPI_PROC_NULL)
 }
 
+#[inline]
 fn count(n: i64, what: &str) -> MpiResult<usize> {
     usize::try_from(n).map_err(|_| MpiError::new(int!(MPI_ERR_COUNT), format!("negative {what}")))
 }
 
+#[inline]
 fn rank_of(rank: c_int) -> MpiResult<Rank> {
     Rank::try_from(rank)
         .map_err(|_| MpiError::new(int!(MPI_ERR_RANK), format!("invalid target rank {rank}")))
@@ -76,6 +82,7 @@ fn out_ptr<T>(p: *mut T, what: &str) -> MpiResult<*mut T> {
     }
 }
 
+#[inline]
 fn buffer(addr: *const c_void, n: i64, dt: MPI_Datatype, what: &str) -> MpiResult<Buffer> {
     Ok(Buffer {
         addr: addr.cast(),
@@ -84,6 +91,7 @@ fn buffer(addr: *const c_void, n: i64, dt: MPI_Datatype, what: &str) -> MpiResul
     })
 }
 
+#[inline]
 fn target(rank: c_int, disp: MPI_Aint, n: i64, dt: MPI_Datatype) -> MpiResult<Target> {
     Ok(Target {
         rank: rank_of(rank)?,
@@ -96,20 +104,11 @@ fn target(rank: c_int, disp: MPI_Aint, n: i64, dt: MPI_Datatype) -> MpiResult<Ta
 // ---- start and stop ----------------------------------------------------------------
 
 fn start_rma() {
-    let mut config = match rma::Config::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("librma-mpi: rma did not start: {e}");
-            return;
-        }
-    };
-    if std::env::var_os("RMA_ASYNC_PROGRESS").is_none() {
-        // MPI programs wait in MPI's own calls (a barrier, a receive), where rma cannot
-        // make progress: the agent serves peers' operations meanwhile (MPI-4.1 12.7).
-        config.async_progress = rma::AsyncProgress::On;
-    }
     let world = mpi::topology::SimpleCommunicator::world();
-    match rma::World::from_mpi_with(&world, config) {
+    // The configuration from the environment: the progress agent runs where peers need
+    // it from the start (networks) and is started by the first window of active
+    // messages on shared memory (`window::create`), unless RMA_ASYNC_PROGRESS=0.
+    match rma::Config::from_env().and_then(|c| rma::World::from_mpi_with(&world, c)) {
         Ok(w) => *window::world().lock().unwrap_or_else(|e| e.into_inner()) = Some(w),
         Err(e) => eprintln!(
             "librma-mpi: rma did not start: {e}; one-sided calls will fail with MPI_ERR_OTHER"
@@ -349,6 +348,10 @@ fn shared_query(w: &Win, rank: c_int) -> MpiResult<(MPI_Aint, i64, *mut c_void)>
     };
     let size = w.sizes[rank as usize] as MPI_Aint;
     let unit = w.disp_units[rank as usize] as i64;
+    if size == 0 {
+        // No memory at that rank: no base either (MPI-4.1 12.2.3).
+        return Ok((0, unit, std::ptr::null_mut()));
+    }
     if w.flavor() == int!(MPI_WIN_FLAVOR_SHARED) {
         let (base, _) = w.rma.shared_query(rank)?;
         return Ok((size, unit, base as *mut c_void));
@@ -751,6 +754,7 @@ pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
 /// The body of every put, get and accumulate: MPI_PROC_NULL targets do nothing (once
 /// the window and datatypes are checked).
 #[allow(clippy::too_many_arguments)]
+#[inline]
 fn communicate(
     w: &Win,
     origin: (*const c_void, i64, MPI_Datatype),
@@ -759,7 +763,15 @@ fn communicate(
     tgt: (i64, MPI_Datatype),
     what: Comm,
 ) -> MpiResult<Option<Shared>> {
-    let o = buffer(origin.0, origin.1, origin.2, "origin count")?;
+    let o = match what {
+        // MPI_NO_OP ignores the origin's arguments (MPI_DATATYPE_NULL is common there).
+        Comm::GetAccumulate(op, _) if op == NO_OP => Buffer {
+            addr: std::ptr::null(),
+            count: 0,
+            flat: datatype::nothing(),
+        },
+        _ => buffer(origin.0, origin.1, origin.2, "origin count")?,
+    };
     if rank == proc_null() {
         datatype::flat(tgt.1)?;
         return Ok(None);
@@ -784,6 +796,7 @@ enum Comm {
     GetAccumulate(c_int, (*const c_void, i64, MPI_Datatype)),
 }
 
+#[inline]
 fn op_code(op: MPI_Op) -> c_int {
     // SAFETY: the ABI layer compares the handle with predefined ones.
     unsafe { sys::rmampi_op_code(op) }
@@ -791,6 +804,7 @@ fn op_code(op: MPI_Op) -> c_int {
 
 /// A communication call without a request.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 fn call(
     name: &str,
     win: MPI_Win,

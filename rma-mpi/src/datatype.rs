@@ -10,7 +10,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::os::raw::c_int;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::error::{MpiError, MpiResult};
 use crate::sys::{self, datatype_key, int, MPI_Aint, MPI_Datatype};
@@ -31,6 +32,7 @@ pub struct Flat {
 
 impl Flat {
     /// Whether `count` items are one run of bytes from the buffer's start.
+    #[inline]
     pub fn contiguous(&self, count: usize) -> bool {
         (self.blocks.is_empty() || (self.blocks.len() == 1 && self.blocks[0] == (0, self.size)))
             && (count <= 1 || self.extent == self.size as isize)
@@ -95,6 +97,104 @@ fn cache() -> &'static Cache {
     })
 }
 
+/// A datatype's [`Flat`]: a predefined datatype's lives as long as the process (and
+/// costs no reference count per operation), a derived one's as long as it is cached or
+/// in use.
+pub enum FlatRef {
+    Predefined(&'static Flat),
+    Derived(Arc<Flat>),
+}
+
+impl std::ops::Deref for FlatRef {
+    type Target = Flat;
+    fn deref(&self) -> &Flat {
+        match self {
+            FlatRef::Predefined(f) => f,
+            FlatRef::Derived(f) => f,
+        }
+    }
+}
+
+/// The predefined datatypes seen so far, found without a lock: an open-addressing table
+/// of handle keys (plus one, so that 0 is empty) and their flats, filled under a mutex.
+/// Flats here are never freed (predefined datatypes live as long as MPI).
+struct Predefined {
+    keys: Vec<AtomicU64>,
+    flats: Vec<AtomicPtr<Flat>>,
+    filling: Mutex<()>,
+}
+
+const PREDEFINED_SLOTS: usize = 256;
+
+fn predefined() -> &'static Predefined {
+    static TABLE: OnceLock<Predefined> = OnceLock::new();
+    TABLE.get_or_init(|| Predefined {
+        keys: (0..PREDEFINED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        flats: (0..PREDEFINED_SLOTS)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect(),
+        filling: Mutex::new(()),
+    })
+}
+
+impl Predefined {
+    #[inline]
+    fn slot_of(key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % PREDEFINED_SLOTS
+    }
+
+    #[inline]
+    fn find(&self, key: u64) -> Option<&'static Flat> {
+        let tag = key.wrapping_add(1);
+        let start = Self::slot_of(key);
+        for i in 0..PREDEFINED_SLOTS {
+            let at = (start + i) % PREDEFINED_SLOTS;
+            match self.keys[at].load(Ordering::Acquire) {
+                0 => return None,
+                k if k == tag => {
+                    let p = self.flats[at].load(Ordering::Acquire);
+                    // SAFETY: a slot's flat is stored (a leaked Box, never freed) before
+                    // its key is published with Release, and the Acquire above sees it.
+                    return Some(unsafe { &*p });
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    fn insert(&self, key: u64, flat: Flat) -> &'static Flat {
+        let _filling = self.filling.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = self.find(key) {
+            return f;
+        }
+        let leaked: &'static Flat = Box::leak(Box::new(flat));
+        let start = Self::slot_of(key);
+        for i in 0..PREDEFINED_SLOTS {
+            let at = (start + i) % PREDEFINED_SLOTS;
+            if self.keys[at].load(Ordering::Relaxed) == 0 {
+                self.flats[at].store(leaked as *const Flat as *mut Flat, Ordering::Release);
+                self.keys[at].store(key.wrapping_add(1), Ordering::Release);
+                break;
+            }
+        }
+        // A full table (more predefined types than slots) still answers, uncached.
+        leaked
+    }
+}
+
+/// The layout of no data: the origin of a get_accumulate with MPI_NO_OP, whose
+/// origin arguments MPI ignores (MPI-4.1 12.3.4).
+pub fn nothing() -> FlatRef {
+    static NOTHING: Flat = Flat {
+        size: 0,
+        extent: 0,
+        blocks: Vec::new(),
+        code: 0,
+    };
+    FlatRef::Predefined(&NOTHING)
+}
+
 /// MPI_Type_commit of `datatype` succeeded.
 pub fn committed(datatype: MPI_Datatype) {
     let key = datatype_key(datatype);
@@ -128,11 +228,15 @@ fn type_error(message: impl Into<String>) -> MpiError {
 }
 
 /// What `datatype` means, for an operation (predefined, or derived and committed).
-pub fn flat(datatype: MPI_Datatype) -> MpiResult<Arc<Flat>> {
+#[inline]
+pub fn flat(datatype: MPI_Datatype) -> MpiResult<FlatRef> {
     let key = datatype_key(datatype);
+    if let Some(f) = predefined().find(key) {
+        return Ok(FlatRef::Predefined(f));
+    }
     let c = cache();
     if let Some(f) = c.flat.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(f.clone());
+        return Ok(FlatRef::Derived(f.clone()));
     }
     // SAFETY: the ABI layer compares the handle with predefined ones.
     if unsafe { sys::rmampi_is_datatype_null(datatype) } != 0 {
@@ -154,24 +258,36 @@ pub fn flat(datatype: MPI_Datatype) -> MpiResult<Arc<Flat>> {
     let mut blocks = Vec::new();
     let mut codes = HashSet::new();
     typemap(datatype, 0, &mut blocks, &mut codes, 0)?;
-    let (lb, extent) = extent_of(datatype)?;
-    let _ = lb;
+    let (_, extent) = extent_of(datatype)?;
     let size = blocks.iter().map(|b: &(isize, usize)| b.1).sum();
     let code = match codes.len() {
         1 => codes.into_iter().next().unwrap_or(0),
         _ => 0,
     };
-    let f = Arc::new(Flat {
+    let f = Flat {
         size,
         extent,
         blocks,
         code,
-    });
+    };
+    if code_is_predefined(datatype) {
+        return Ok(FlatRef::Predefined(predefined().insert(key, f)));
+    }
+    let f = Arc::new(f);
     c.flat
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(key, f.clone());
-    Ok(f)
+    Ok(FlatRef::Derived(f))
+}
+
+/// Whether `datatype` is one of MPI's predefined datatypes (a named one).
+fn code_is_predefined(datatype: MPI_Datatype) -> bool {
+    let (mut ni, mut na, mut nd, mut combiner) = (0, 0, 0, 0);
+    // SAFETY: valid out pointers; MPI checks the handle.
+    let rc =
+        unsafe { sys::PMPI_Type_get_envelope(datatype, &mut ni, &mut na, &mut nd, &mut combiner) };
+    rc == 0 && combiner == int!(MPI_COMBINER_NAMED)
 }
 
 fn extent_of(datatype: MPI_Datatype) -> MpiResult<(isize, isize)> {

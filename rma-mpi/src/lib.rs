@@ -13,9 +13,11 @@
 //!
 //! How the parts meet:
 //! - At MPI_Init (intercepted) rma's World starts over MPI_COMM_WORLD through rma's MPI
-//!   bootstrap (MPI's own collectives on a duplicate communicator), with the progress
-//!   agent on unless `RMA_ASYNC_PROGRESS` says otherwise: MPI programs wait in MPI's
-//!   calls, where rma could not serve its peers. MPI_Finalize stops it first.
+//!   bootstrap (MPI's own collectives on a duplicate communicator); MPI_Finalize stops
+//!   it first. MPI programs wait in MPI's own calls, where rma cannot serve its peers:
+//!   the progress agent runs wherever peers need it (networks; on shared memory from
+//!   the first window over the application's memory or dynamic window, whose
+//!   operations are active messages), unless `RMA_ASYNC_PROGRESS=0`.
 //! - A window over a communicator is an rma window of bytes over an rma communicator of
 //!   the same members in the same order (`window`); displacement units are applied at
 //!   the origin, bounds checked by the target.

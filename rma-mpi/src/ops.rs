@@ -10,12 +10,13 @@
 //! MPI_Wait (see `request`).
 
 use std::borrow::Cow;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
 use rma::{AccOp, Element, Rank, Request};
 
-use crate::datatype::Flat;
+use crate::datatype::{Flat, FlatRef};
 use crate::error::{MpiError, MpiResult};
 use crate::request::{Completion, Dest, Shared};
 use crate::sys::int;
@@ -25,10 +26,11 @@ use crate::window::Win;
 pub struct Buffer {
     pub addr: *const u8,
     pub count: usize,
-    pub flat: Arc<Flat>,
+    pub flat: FlatRef,
 }
 
 impl Buffer {
+    #[inline]
     fn bytes(&self) -> MpiResult<usize> {
         self.count.checked_mul(self.flat.size).ok_or_else(|| {
             MpiError::new(int!(MPI_ERR_COUNT), "count times datatype size overflows")
@@ -36,6 +38,7 @@ impl Buffer {
     }
 
     /// The buffer's data, packed.
+    #[inline]
     fn packed(&self) -> MpiResult<Cow<'_, [u8]>> {
         let n = self.bytes()?;
         if n == 0 {
@@ -73,7 +76,7 @@ pub struct Target {
     pub rank: Rank,
     pub disp: i64,
     pub count: usize,
-    pub flat: Arc<Flat>,
+    pub flat: FlatRef,
 }
 
 /// A target's runs of bytes: (byte offset in its window, length).
@@ -189,6 +192,7 @@ fn elements<E: Pod>(bytes: &[u8]) -> Cow<'_, [E]> {
 
 impl Win {
     /// The byte offset of displacement `disp` in `target`'s window.
+    #[inline]
     fn byte_disp(&self, target: Rank, disp: i64) -> MpiResult<u64> {
         if disp < 0 {
             return Err(MpiError::new(
@@ -205,6 +209,7 @@ impl Win {
             .ok_or_else(|| MpiError::new(int!(MPI_ERR_DISP), "displacement times unit overflows"))
     }
 
+    #[inline]
     fn check_rank(&self, rank: Rank) -> MpiResult<()> {
         if (rank as usize) < self.size {
             Ok(())
@@ -220,6 +225,7 @@ impl Win {
     }
 
     /// The target's runs as (byte offset in its window, length).
+    #[inline]
     fn target_runs(&self, t: &Target) -> MpiResult<Runs> {
         self.check_rank(t.rank)?;
         let base = self.byte_disp(t.rank, t.disp)?;
@@ -243,6 +249,7 @@ impl Win {
             .map(Runs::Many)
     }
 
+    #[inline]
     fn same_size(origin: usize, target: &Target) -> MpiResult<()> {
         let t = target.count.saturating_mul(target.flat.size);
         if origin == t {
@@ -268,14 +275,17 @@ impl Win {
     /// Keeps `c` until the window's next synchronization completing ops to `target`.
     fn due(&self, target: Rank, c: Box<dyn Completion>) -> Shared {
         let shared: Shared = Arc::new(Mutex::new(Some(c)));
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((target, shared.clone()));
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.push((target, shared.clone()));
+        // Under the lock: a finisher that sees `false` also saw an empty list. Another
+        // thread's sync call that must see this op is ordered after it by the
+        // application (MPI-4.1 12.7), which carries this store.
+        self.any_pending.store(true, Ordering::Release);
         shared
     }
 
     /// MPI_Put.
+    #[inline]
     pub fn put(&self, origin: &Buffer, target: &Target) -> MpiResult<()> {
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
@@ -289,6 +299,7 @@ impl Win {
 
     /// MPI_Rput: a put whose request completes with the window's ops (rma completes
     /// our copy of the origin in the call).
+    #[inline]
     pub fn rput(&self, origin: &Buffer, target: &Target) -> MpiResult<Option<Shared>> {
         self.put(origin, target).map(|()| None)
     }
@@ -457,20 +468,29 @@ impl Win {
 
     /// Finishes the completions due for `target` (`None`: all), after a synchronization
     /// that completed them.
+    #[inline]
     pub fn finish_due(&self, target: Option<Rank>) -> MpiResult<()> {
+        if !self.any_pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let due: Vec<Shared> = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             if p.is_empty() {
+                self.any_pending.store(false, Ordering::Release);
                 return Ok(());
             }
-            match target {
+            let due = match target {
                 None => p.drain(..).map(|(_, s)| s).collect(),
                 Some(t) => {
                     let (mine, rest): (Vec<_>, Vec<_>) = p.drain(..).partition(|(r, _)| *r == t);
                     *p = rest;
                     mine.into_iter().map(|(_, s)| s).collect()
                 }
+            };
+            if p.is_empty() {
+                self.any_pending.store(false, Ordering::Release);
             }
+            due
         };
         let mut first = Ok(());
         for s in due {

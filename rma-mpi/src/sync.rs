@@ -121,6 +121,7 @@ impl Win {
         self.finish_due(None)
     }
 
+    #[inline]
     pub fn flush(&self, rank: Rank, local: bool) -> MpiResult<()> {
         if local {
             self.rma.flush_local(rank)?;

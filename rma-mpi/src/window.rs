@@ -95,6 +95,9 @@ pub struct WinInfo {
     pub errhandler: Mutex<Handle<MPI_Errhandler>>,
     /// Completions still due, by target.
     pub pending: Mutex<Vec<(Rank, Shared)>>,
+    /// Whether `pending` may hold any: a synchronization call with none due (the
+    /// common case: puts, and gets complete in the call) takes no lock for them.
+    pub any_pending: std::sync::atomic::AtomicBool,
     /// User attributes: keyval to value.
     pub attrs: Mutex<HashMap<c_int, usize>>,
     pub name: Mutex<String>,
@@ -124,6 +127,7 @@ fn table() -> &'static [Slot] {
 }
 
 /// Runs `f` on the window `handle` names; MPI_ERR_WIN for a handle that names none.
+#[inline]
 pub fn with_win<R>(handle: MPI_Win, f: impl FnOnce(&Win) -> R) -> Result<R, MpiError> {
     let guard = slot(handle)?;
     match guard.as_ref() {
@@ -139,6 +143,7 @@ fn bad_window() -> MpiError {
     )
 }
 
+#[inline]
 fn slot(handle: MPI_Win) -> MpiResult<RwLockReadGuard<'static, Option<Arc<Win>>>> {
     // SAFETY: the ABI layer compares the handle with its own range.
     let i = unsafe { sys::rmampi_win_index(handle) };
@@ -316,6 +321,12 @@ pub fn create(comm: MPI_Comm, flavor: Flavor, disp_unit: i64) -> MpiResult<(MPI_
     let disp_units: Vec<u64> = all.chunks(3).map(|b| b[1] as u64).collect();
     let bytes = requested as usize;
     let disp_unit = disp_unit as c_int;
+    if matches!(flavor, Flavor::Create(..) | Flavor::Dynamic) {
+        // Accumulates to the application's memory (and every op to a dynamic window)
+        // are active messages, which need this process's progress while the application
+        // waits in MPI's own calls (MPI-4.1 12.7): the progress agent provides it.
+        c.engine().start_progress_agent();
+    }
     let (win, flavor_code, base) = match flavor {
         Flavor::Allocate(_) => (
             c.allocate::<u8>(bytes)?,
@@ -371,6 +382,7 @@ pub fn create(comm: MPI_Comm, flavor: Flavor, disp_unit: i64) -> MpiResult<(MPI_
             attr_model: Box::new(int!(MPI_WIN_UNIFIED)),
             errhandler: Mutex::new(Handle(fatal)),
             pending: Mutex::new(Vec::new()),
+            any_pending: std::sync::atomic::AtomicBool::new(false),
             attrs: Mutex::new(HashMap::new()),
             name: Mutex::new(String::new()),
         },
@@ -443,6 +455,9 @@ pub fn drop_all() {
 struct Keyval {
     delete: sys::MPI_Win_delete_attr_function,
     extra_state: usize,
+    /// MPI_Win_free_keyval was called: no new use, but attributes already set keep it
+    /// (their delete function still runs when they go, MPI-4.1 7.7.4).
+    freed: bool,
 }
 
 fn keyvals() -> &'static Mutex<HashMap<c_int, Keyval>> {
@@ -464,6 +479,7 @@ pub fn create_keyval(delete: sys::MPI_Win_delete_attr_function, extra_state: usi
         Keyval {
             delete,
             extra_state,
+            freed: false,
         },
     );
     next
@@ -471,12 +487,17 @@ pub fn create_keyval(delete: sys::MPI_Win_delete_attr_function, extra_state: usi
 
 /// MPI_Win_free_keyval.
 pub fn free_keyval(keyval: c_int) -> MpiResult<()> {
-    keyvals()
+    match keyvals()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .remove(&keyval)
-        .map(drop)
-        .ok_or_else(|| MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"))
+        .get_mut(&keyval)
+    {
+        Some(k) if !k.freed => {
+            k.freed = true;
+            Ok(())
+        }
+        _ => Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval")),
+    }
 }
 
 /// Whether `keyval` was made by MPI_Win_create_keyval and not freed.
@@ -484,7 +505,8 @@ pub fn keyval_exists(keyval: c_int) -> bool {
     keyvals()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .contains_key(&keyval)
+        .get(&keyval)
+        .is_some_and(|k| !k.freed)
 }
 
 /// Calls `keyval`'s delete function on `value` of window `w`.
