@@ -131,6 +131,7 @@ MPI_Comm rmampi_comm_world(void) { return MPI_COMM_WORLD; }
 MPI_Comm rmampi_comm_self(void) { return MPI_COMM_SELF; }
 MPI_Group rmampi_group_null(void) { return MPI_GROUP_NULL; }
 MPI_Win rmampi_win_null(void) { return MPI_WIN_NULL; }
+MPI_Info rmampi_info_null(void) { return MPI_INFO_NULL; }
 MPI_Request rmampi_request_null(void) { return MPI_REQUEST_NULL; }
 MPI_Errhandler rmampi_errors_are_fatal(void) { return MPI_ERRORS_ARE_FATAL; }
 MPI_Errhandler rmampi_errors_return(void) { return MPI_ERRORS_RETURN; }

@@ -161,12 +161,13 @@ fn new_window(
     comm: MPI_Comm,
     flavor: Flavor,
     disp_unit: i64,
+    info: MPI_Info,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
 ) -> c_int {
     on_comm(call, comm, || {
         let win = out_ptr(win, "the window argument")?;
-        let (handle, base) = window::create(comm, flavor, disp_unit)?;
+        let (handle, base) = window::create(comm, flavor, disp_unit, info)?;
         // SAFETY: the application's out pointers (`baseptr` is a `void **` in C).
         unsafe {
             if !baseptr.is_null() {
@@ -186,7 +187,7 @@ fn size_of_window(size: i64) -> MpiResult<usize> {
 pub unsafe extern "C" fn MPI_Win_allocate(
     size: MPI_Aint,
     disp_unit: c_int,
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
@@ -197,6 +198,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
         comm,
         flavor,
         disp_unit.into(),
+        info,
         baseptr,
         win,
     )
@@ -206,7 +208,7 @@ pub unsafe extern "C" fn MPI_Win_allocate(
 pub unsafe extern "C" fn MPI_Win_allocate_shared(
     size: MPI_Aint,
     disp_unit: c_int,
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
@@ -217,6 +219,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_shared(
         comm,
         flavor,
         disp_unit.into(),
+        info,
         baseptr,
         win,
     )
@@ -227,7 +230,7 @@ pub unsafe extern "C" fn MPI_Win_create(
     base: *mut c_void,
     size: MPI_Aint,
     disp_unit: c_int,
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     win: *mut MPI_Win,
 ) -> c_int {
@@ -237,6 +240,7 @@ pub unsafe extern "C" fn MPI_Win_create(
         comm,
         flavor,
         disp_unit.into(),
+        info,
         std::ptr::null_mut(),
         win,
     )
@@ -244,7 +248,7 @@ pub unsafe extern "C" fn MPI_Win_create(
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     win: *mut MPI_Win,
 ) -> c_int {
@@ -254,6 +258,7 @@ pub unsafe extern "C" fn MPI_Win_create_dynamic(
         comm,
         flavor,
         1,
+        info,
         std::ptr::null_mut(),
         win,
     )
@@ -527,28 +532,20 @@ pub unsafe extern "C" fn MPI_Win_get_name(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, _info: MPI_Info) -> c_int {
-    // Info keys are hints: none changes what rma does (MPI-4.1 12.2.7 lets it ignore them).
-    on_window("MPI_Win_set_info", win, |_| Ok(()))
+pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
+    // Info keys are hints: MPI's are kept (MPI_Win_get_info says them back), none
+    // changes what rma does; others are ignored (MPI-4.1 12.2.7).
+    on_window("MPI_Win_set_info", win, |w| {
+        w.apply_info(info);
+        Ok(())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info: *mut MPI_Info) -> c_int {
     on_window("MPI_Win_get_info", win, |w| {
         let info = out_ptr(info, "info_used")?;
-        let noncontig = if w.flavor() == int!(MPI_WIN_FLAVOR_SHARED) {
-            "false"
-        } else {
-            "true"
-        };
-        let keys = [
-            ("no_locks", "false"),
-            ("accumulate_ordering", "rar,raw,war,waw"),
-            ("accumulate_ops", "same_op_no_op"),
-            ("same_size", "false"),
-            ("same_disp_unit", "false"),
-            ("alloc_shared_noncontig", noncontig),
-        ];
+        let keys = w.hints.lock().unwrap_or_else(|e| e.into_inner()).clone();
         // SAFETY: `info` checked non-null; NUL-terminated keys and values.
         unsafe {
             sys::PMPI_Info_create(info);
@@ -1076,7 +1073,7 @@ communication_calls!(
 pub unsafe extern "C" fn MPI_Win_allocate_c(
     size: MPI_Aint,
     disp_unit: MPI_Aint,
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
@@ -1087,6 +1084,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_c(
         comm,
         flavor,
         disp_unit as i64,
+        info,
         baseptr,
         win,
     )
@@ -1097,7 +1095,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_c(
 pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
     size: MPI_Aint,
     disp_unit: MPI_Aint,
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     baseptr: *mut c_void,
     win: *mut MPI_Win,
@@ -1108,6 +1106,7 @@ pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
         comm,
         flavor,
         disp_unit as i64,
+        info,
         baseptr,
         win,
     )
@@ -1119,7 +1118,7 @@ pub unsafe extern "C" fn MPI_Win_create_c(
     base: *mut c_void,
     size: MPI_Aint,
     disp_unit: MPI_Aint,
-    _info: MPI_Info,
+    info: MPI_Info,
     comm: MPI_Comm,
     win: *mut MPI_Win,
 ) -> c_int {
@@ -1129,6 +1128,7 @@ pub unsafe extern "C" fn MPI_Win_create_c(
         comm,
         flavor,
         disp_unit as i64,
+        info,
         std::ptr::null_mut(),
         win,
     )

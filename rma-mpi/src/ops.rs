@@ -182,6 +182,41 @@ macro_rules! by_element {
     };
 }
 
+/// The element code for `op` on data of code `code`: MPI_REPLACE and MPI_NO_OP move
+/// bits, so a datatype rma has no element type for (0: long double, complex, pair
+/// types) moves as the widest unsigned integers that tile it.
+fn bitwise(code: u8, op: AccOp, data: &[u8]) -> u8 {
+    if code != 0 || !matches!(op, AccOp::Replace | AccOp::NoOp) {
+        return code;
+    }
+    match data.len() {
+        n if n % 8 == 0 => 4,
+        n if n % 4 == 0 => 3,
+        n if n % 2 == 0 => 2,
+        _ => 1,
+    }
+}
+
+/// A contiguous run of `size` bytes, with no element type: the layout of one element of
+/// a datatype that rma moves as bits.
+fn bits_of(size: usize) -> &'static Flat {
+    use std::collections::HashMap;
+    static RUNS: std::sync::OnceLock<Mutex<HashMap<usize, &'static Flat>>> =
+        std::sync::OnceLock::new();
+    let mut runs = RUNS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    runs.entry(size).or_insert_with(|| {
+        Box::leak(Box::new(Flat {
+            size,
+            extent: size as isize,
+            blocks: vec![(0, size)],
+            code: 0,
+        }))
+    })
+}
+
 /// Elements of `bytes` (copied when not aligned for `E`).
 fn elements<E: Pod>(bytes: &[u8]) -> Cow<'_, [E]> {
     match bytemuck::try_cast_slice(bytes) {
@@ -343,12 +378,14 @@ impl Win {
             self.check_rank(target.rank)?;
             return Ok(());
         }
-        let code = Self::element_code(&origin.flat, &target.flat)?;
-        if code == 0 && op == AccOp::Replace {
-            return self.put(origin, target);
+        if origin.bytes()? == 0 {
+            // Nothing to apply, whatever the datatypes (MPI allows zero counts of any).
+            self.check_rank(target.rank)?;
+            return Self::same_size(0, target);
         }
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
+        let code = bitwise(Self::element_code(&origin.flat, &target.flat)?, op, &data);
         let runs = self.target_runs(target)?;
         by_element!(self, code, |view: E| {
             let mut at = 0;
@@ -370,9 +407,13 @@ impl Win {
         op: AccOp,
         target: &Target,
     ) -> MpiResult<Option<Shared>> {
-        let code = Self::element_code(&result.flat, &target.flat)?;
         let n = result.bytes()?;
         Self::same_size(n, target)?;
+        if n == 0 {
+            self.check_rank(target.rank)?;
+            return Ok(None);
+        }
+        let code = Self::element_code(&result.flat, &target.flat)?;
         let data = if op == AccOp::NoOp {
             Cow::Owned(vec![0; n])
         } else {
@@ -381,6 +422,7 @@ impl Win {
             Self::same_size(d.len(), target)?;
             d
         };
+        let code = bitwise(code, op, &data);
         let runs = self.target_runs(target)?;
         by_element!(self, code, |view: E| {
             let mut requests = Vec::with_capacity(runs.as_slice().len());
@@ -410,6 +452,11 @@ impl Win {
         disp: i64,
     ) -> MpiResult<()> {
         self.check_rank(target)?;
+        if flat.code == 0 && matches!(op, AccOp::NoOp | AccOp::Replace) {
+            // A datatype rma has no element for (long double, a pair type): an atomic
+            // read or swap moves its bits, as get_accumulate does.
+            return self.fetch_bits(origin, result, flat, op, target, disp);
+        }
         let at = self.byte_disp(target, disp)?;
         by_element!(self, flat.code, |view: E| {
             let value: E = if op == AccOp::NoOp || origin.is_null() {
@@ -421,6 +468,40 @@ impl Win {
             let request = view.fetch_and_op(value, op, target, at)?;
             self.land_one(target, request, result)
         })
+    }
+
+    /// fetch_and_op of one element of a datatype with no rma element type, for MPI_NO_OP
+    /// and MPI_REPLACE: get_accumulate of its bits.
+    fn fetch_bits(
+        &self,
+        origin: *const u8,
+        result: *mut u8,
+        flat: &Flat,
+        op: AccOp,
+        target: Rank,
+        disp: i64,
+    ) -> MpiResult<()> {
+        let one = |addr: *const u8| Buffer {
+            addr,
+            count: 1,
+            flat: FlatRef::Predefined(bits_of(flat.size)),
+        };
+        let origin = if op == AccOp::NoOp {
+            Buffer {
+                addr: std::ptr::null(),
+                count: 0,
+                flat: crate::datatype::nothing(),
+            }
+        } else {
+            one(origin)
+        };
+        let t = Target {
+            rank: target,
+            disp,
+            count: 1,
+            flat: FlatRef::Predefined(bits_of(flat.size)),
+        };
+        self.get_accumulate(&origin, &one(result), op, &t).map(drop)
     }
 
     /// MPI_Compare_and_swap.

@@ -19,6 +19,7 @@ extern "C" {
     pub fn rmampi_comm_self() -> MPI_Comm;
     pub fn rmampi_group_null() -> MPI_Group;
     pub fn rmampi_win_null() -> MPI_Win;
+    pub fn rmampi_info_null() -> MPI_Info;
     pub fn rmampi_request_null() -> MPI_Request;
     pub fn rmampi_errors_are_fatal() -> MPI_Errhandler;
     pub fn rmampi_errors_return() -> MPI_Errhandler;

@@ -101,6 +101,9 @@ pub struct WinInfo {
     /// User attributes: keyval to value.
     pub attrs: Mutex<HashMap<c_int, usize>>,
     pub name: Mutex<String>,
+    /// The info hints in force (MPI_Win_get_info), as set at creation or by
+    /// MPI_Win_set_info; none changes what rma does.
+    pub hints: Mutex<Vec<(&'static str, String)>>,
 }
 
 impl Win {
@@ -293,7 +296,12 @@ impl rma::UserMemory for AppMemory {
 /// Creates a window over `comm`; returns its handle and local base. Arguments are
 /// checked collectively: a bad size or unit on one rank is the same error on every
 /// member (naming that rank), never a member left waiting in the creation.
-pub fn create(comm: MPI_Comm, flavor: Flavor, disp_unit: i64) -> MpiResult<(MPI_Win, *mut c_void)> {
+pub fn create(
+    comm: MPI_Comm,
+    flavor: Flavor,
+    disp_unit: i64,
+    info: sys::MPI_Info,
+) -> MpiResult<(MPI_Win, *mut c_void)> {
     let (c, group, size, rank) = rma_comm(comm)?;
     let requested = flavor.bytes();
     let mine = if requested < 0 {
@@ -385,10 +393,58 @@ pub fn create(comm: MPI_Comm, flavor: Flavor, disp_unit: i64) -> MpiResult<(MPI_
             any_pending: std::sync::atomic::AtomicBool::new(false),
             attrs: Mutex::new(HashMap::new()),
             name: Mutex::new(String::new()),
+            hints: Mutex::new(default_hints(flavor_code)),
         },
     };
+    w.apply_info(info);
     *slots[index].write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(w));
     Ok((handle, base as *mut c_void))
+}
+
+/// The window hints MPI-4.1 12.2.1 defines, with their defaults.
+fn default_hints(flavor: c_int) -> Vec<(&'static str, String)> {
+    let shared = flavor == int!(MPI_WIN_FLAVOR_SHARED);
+    vec![
+        ("no_locks", "false".into()),
+        ("accumulate_ordering", "rar,raw,war,waw".into()),
+        ("accumulate_ops", "same_op_no_op".into()),
+        ("same_size", "false".into()),
+        ("same_disp_unit", "false".into()),
+        (
+            "alloc_shared_noncontig",
+            if shared { "false" } else { "true" }.into(),
+        ),
+    ]
+}
+
+impl Win {
+    /// Takes the values `info` gives for the hints MPI defines; other keys are ignored
+    /// (MPI-4.1 10.1: an implementation may ignore hints).
+    pub fn apply_info(&self, info: sys::MPI_Info) {
+        // SAFETY: a constant of the ABI layer.
+        if info == unsafe { sys::rmampi_info_null() } {
+            return;
+        }
+        let mut hints = self.hints.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, value) in hints.iter_mut() {
+            let k = std::ffi::CString::new(*key).unwrap_or_default();
+            let (mut len, mut flag) = (0, 0);
+            // SAFETY: a NUL-terminated key, valid out pointers; MPI checks `info`.
+            let rc = unsafe { sys::PMPI_Info_get_valuelen(info, k.as_ptr(), &mut len, &mut flag) };
+            if rc != 0 || flag == 0 || len < 0 {
+                continue;
+            }
+            let mut buf = vec![0u8; len as usize + 1];
+            // SAFETY: `buf` holds `len` bytes and the NUL.
+            unsafe {
+                sys::PMPI_Info_get(info, k.as_ptr(), len, buf.as_mut_ptr().cast(), &mut flag)
+            };
+            if flag != 0 {
+                buf.truncate(len as usize);
+                *value = String::from_utf8_lossy(&buf).trim().to_string();
+            }
+        }
+    }
 }
 
 /// MPI_Win_free: the window is freed (collective) and its handle invalid; on an error

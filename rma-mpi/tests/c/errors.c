@@ -42,6 +42,13 @@ int main(int argc, char **argv) {
                     where.dli_fname ? where.dli_fname : "?");
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
+        /* And the very library the test built (not a stale copy on a library path). */
+        char want[4096], got[4096];
+        if (argc > 2 && (!realpath(argv[2], want) || !realpath(where.dli_fname, got) ||
+                         strcmp(want, got) != 0)) {
+            fprintf(stderr, "[%d] MPI_Put is from %s, not %s\n", rank, where.dli_fname, argv[2]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
     }
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -401,7 +401,18 @@ static void requests_and_flushes(MPI_Comm comm) {
     MPI_Info info;
     MPI_Info_create(&info);
     MPI_Info_set(info, "accumulate_ordering", "none");
+    MPI_Info_set(info, "no_such_hint", "1");
     OK(MPI_Win_set_info(w.win, info));
+    MPI_Info_free(&info);
+    /* The hint is in force; an unknown key is ignored. */
+    OK(MPI_Win_get_info(w.win, &info));
+    char value[64];
+    int found = 0;
+    MPI_Info_get(info, "accumulate_ordering", sizeof value - 1, value, &found);
+    CHECK(found && strcmp(value, "none") == 0, "accumulate_ordering after set_info: %s",
+          found ? value : "(none)");
+    MPI_Info_get(info, "no_such_hint", sizeof value - 1, value, &found);
+    CHECK(!found, "an unknown hint is not kept");
     MPI_Info_free(&info);
     OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, w.win));
     int vals[4], got[4] = {0, 0, 0, 0}, ping = 5 + r, pong = -1;
@@ -496,6 +507,13 @@ int main(int argc, char **argv) {
             !strstr(where.dli_fname, "librma_mpi")) {
             fprintf(stderr, "[%d] MPI_Put is not librma-mpi's but %s's\n", world_rank,
                     where.dli_fname ? where.dli_fname : "?");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        /* And the very library the test built (not a stale copy on a library path). */
+        char want[4096], got[4096];
+        if (argc > 2 && (!realpath(argv[2], want) || !realpath(where.dli_fname, got) ||
+                         strcmp(want, got) != 0)) {
+            fprintf(stderr, "[%d] MPI_Put is from %s, not %s\n", world_rank, where.dli_fname, argv[2]);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
