@@ -107,6 +107,12 @@ int rmampi_predefined_code(MPI_Datatype t) {
 
 int rmampi_is_datatype_null(MPI_Datatype t) { return t == MPI_DATATYPE_NULL; }
 
+/* The pair types of MINLOC and MAXLOC (a value and an int, C struct layout). */
+int rmampi_is_pair(MPI_Datatype t) {
+    return t == MPI_FLOAT_INT || t == MPI_DOUBLE_INT || t == MPI_LONG_INT || t == MPI_2INT ||
+           t == MPI_SHORT_INT || t == MPI_LONG_DOUBLE_INT;
+}
+
 /* Reduction operations as rma's AccOp codes: 1 sum, 2 prod, 3 min, 4 max, 5 band, 6 bor,
  * 7 bxor, 8 land, 9 lor, 10 lxor, 11 replace, 12 no_op; 0: not one rma applies
  * (MINLOC, MAXLOC, user-defined). */

@@ -325,6 +325,16 @@ fn typemap(
         if code < 0 {
             return Err(type_error("a predefined datatype librma-mpi does not know"));
         }
+        // SAFETY: the ABI layer compares the handle with predefined ones.
+        if unsafe { sys::rmampi_is_pair(datatype) } != 0 {
+            // A pair of MINLOC/MAXLOC moves whole, its padding too (MPI_SHORT_INT has a
+            // hole): one run of its extent, so that MPI_REPLACE and MPI_NO_OP on pairs
+            // of up to 8 bytes are one atomic word.
+            let (_, extent) = extent_of(datatype)?;
+            codes.insert(0);
+            push_run(out, base, extent.max(0) as usize);
+            return Ok(());
+        }
         let mut size: c_int = 0;
         // SAFETY: valid out pointer.
         unsafe { sys::PMPI_Type_size(datatype, &mut size) };

@@ -114,7 +114,12 @@ fn launch(exe: &Path, ranks: usize, preload: bool) -> Output {
     // rma's own launcher variables of an enclosing job must not reach the ranks, nor
     // cargo's library path (it holds target/<profile>, where an older librma_mpi.so
     // copied there by `cargo build` would win over the linked one's run path).
-    for var in ["RMA_RUN_SOCKET", "PMI_FD", "RMA_BOOTSTRAP", "LD_LIBRARY_PATH"] {
+    for var in [
+        "RMA_RUN_SOCKET",
+        "PMI_FD",
+        "RMA_BOOTSTRAP",
+        "LD_LIBRARY_PATH",
+    ] {
         cmd.env_remove(var);
     }
     run_with_deadline(cmd, Duration::from_secs(180))
