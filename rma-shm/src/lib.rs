@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, Transport,
-    UserMemory,
+    UserMemory, Wake,
 };
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -62,6 +62,10 @@ const DEPARTURE_SLOT: usize = LOCK_SLOTS - 1;
 /// departure word.
 pub const MAX_LIVE_WINDOWS: usize = LOCK_SLOTS - 1;
 const DEPARTED: u64 = 0x6465_7061_7274_6564;
+/// In the departure word's cache line: the doorbell (a futex word senders of active
+/// messages bump when the owner's progress agent sleeps) and the agent's sleeping flag.
+const DOORBELL: usize = DEPARTURE_SLOT * 64 + 8;
+const SLEEPING: usize = DEPARTURE_SLOT * 64 + 12;
 const LOCK_TABLE: usize = LOCK_SLOTS * 64;
 /// Bytes of each ring (one per sender in every inbox).
 const RING_BYTES: usize = 256 * 1024;
@@ -323,6 +327,20 @@ impl ShmTransport {
             LOCK_TABLE + from as usize * Ring::footprint(RING_BYTES),
             RING_BYTES,
         )
+    }
+
+    /// Wakes `target`'s progress agent if it sleeps on its doorbell: the message just
+    /// pushed needs it (the target may be computing, or waiting in another library).
+    fn ring_doorbell(&self, target: Rank) {
+        // Our push, then our read of the flag; the agent's store of the flag, then its
+        // read of the rings: with both fenced, one of the two sees the other.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let inbox = Self::region_of(&self.inboxes[target as usize]);
+        if inbox.atomic_u32(SLEEPING).load(Ordering::Relaxed) != 0 {
+            let bell = inbox.atomic_u32(DOORBELL);
+            bell.fetch_add(1, Ordering::SeqCst);
+            sys::futex_wake(bell);
+        }
     }
 
     /// Marks this process as leaving normally, so that peers still finishing their part
@@ -818,11 +836,12 @@ impl Transport for ShmTransport {
         let mut cached_head = self.send_locks[target as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if ring.push(packet, &mut cached_head) {
-            Ok(())
-        } else {
-            Err(TransportError::Busy)
+        if !ring.push(packet, &mut cached_head) {
+            return Err(TransportError::Busy);
         }
+        drop(cached_head);
+        self.ring_doorbell(target);
+        Ok(())
     }
 
     fn put(
@@ -1084,6 +1103,25 @@ impl Transport for ShmTransport {
 
     fn peer_gone(&self, rank: Rank) {
         self.revoke_exclusive(rank);
+    }
+
+    /// The progress agent sleeps on this rank's doorbell until a peer pushes an active
+    /// message into one of its rings (or `timeout`).
+    fn wait_for_traffic(&self, timeout: std::time::Duration) -> Result<Wake, TransportError> {
+        let inbox = Self::region_of(&self.inboxes[self.rank as usize]);
+        let (bell, sleeping) = (inbox.atomic_u32(DOORBELL), inbox.atomic_u32(SLEEPING));
+        let rung = bell.load(Ordering::SeqCst);
+        sleeping.store(1, Ordering::SeqCst);
+        let pending = (0..self.size as Rank).any(|from| !self.ring(from, self.rank).is_empty());
+        if !pending {
+            sys::futex_wait(bell, rung, timeout);
+        }
+        sleeping.store(0, Ordering::Relaxed);
+        Ok(if pending || bell.load(Ordering::Relaxed) != rung {
+            Wake::Traffic
+        } else {
+            Wake::Timeout
+        })
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {

@@ -5,7 +5,7 @@
 //! erroneous programs get unspecified values, never undefined behaviour of this process,
 //! because every access is a raw copy (no Rust reference to shared bytes is ever formed).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// A window of bytes at a fixed address, valid while its owner (mapping or buffer) lives.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +69,17 @@ impl Region {
         // SAFETY: in range, aligned (checked), mapped for the Region's life; AtomicU64
         // has the layout of u64 and other processes only touch it atomically.
         unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }
+    }
+
+    /// The 4-byte-aligned word at `offset` as an atomic (a futex word).
+    pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        assert!(
+            self.contains(offset, 4) && (self.base as usize + offset).is_multiple_of(4),
+            "misaligned atomic"
+        );
+        // SAFETY: in range, aligned (checked), mapped for the Region's life; AtomicU32
+        // has the layout of u32 and other processes only touch it atomically.
+        unsafe { AtomicU32::from_ptr(self.base.add(offset).cast()) }
     }
 
     /// Pointer to `offset`, checked for `len` bytes.

@@ -43,6 +43,11 @@ impl Ring {
         }
     }
 
+    /// Whether the consumer has nothing to read.
+    pub fn is_empty(&self) -> bool {
+        self.head().load(Ordering::Relaxed) == self.tail().load(Ordering::Acquire)
+    }
+
     /// Largest payload one record can carry.
     pub fn max_payload(&self) -> usize {
         self.capacity / 2 - 8

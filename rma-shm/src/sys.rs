@@ -216,6 +216,39 @@ pub fn read_remote(pid: u32, remote: u64, local: &mut [u8]) -> io::Result<()> {
     }
 }
 
+/// Sleeps while the shared word `word` holds `expected`, at most `timeout` (a futex on
+/// shared memory: another process's [`futex_wake`] on the same word ends it). Returns
+/// early on a wake, a changed word, a signal or the timeout; the caller rechecks.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: std::time::Duration,
+) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT (not private: the word is in a mapping shared between
+    // processes) on a valid, aligned u32 that lives as long as the mapping the caller
+    // holds; the timespec outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+/// Wakes the processes sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned u32 of a shared mapping; wakes at most
+    // i32::MAX waiters and touches no memory.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
