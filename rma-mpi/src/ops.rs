@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
-use rma::{AccOp, Element, Rank, Request};
+use rma::{AccOp, Element, Layout, Rank, Request};
 
 use crate::datatype::{Flat, FlatRef};
 use crate::error::{MpiError, MpiResult};
@@ -91,6 +91,39 @@ impl Runs {
             Runs::One(one) => one,
             Runs::Many(many) => many,
         }
+    }
+}
+
+/// A regular pattern of runs (a vector at the target): `count` runs of `block` bytes,
+/// `stride` bytes apart from the first run's displacement.
+#[derive(Clone, Copy)]
+struct Strided {
+    disp: u64,
+    count: usize,
+    block: usize,
+    stride: usize,
+}
+
+impl Runs {
+    /// The runs as one strided pattern, if they are one and one op is better than one
+    /// per run: on windows whose ops are active messages anyway (over the application's
+    /// memory, dynamic), where a run each would be a message each.
+    fn strided(&self, messages_anyway: bool) -> Option<Strided> {
+        let runs = self.as_slice();
+        if !messages_anyway || runs.len() < 2 {
+            return None;
+        }
+        let (first, block) = runs[0];
+        let stride = runs[1].0.checked_sub(first)?;
+        let regular = runs
+            .windows(2)
+            .all(|w| w[1].1 == block && w[1].0.checked_sub(w[0].0) == Some(stride));
+        (regular && stride >= block as u64).then_some(Strided {
+            disp: first,
+            count: runs.len(),
+            block,
+            stride: usize::try_from(stride).ok()?,
+        })
     }
 }
 
@@ -324,12 +357,26 @@ impl Win {
     pub fn put(&self, origin: &Buffer, target: &Target) -> MpiResult<()> {
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
+        let runs = self.target_runs(target)?;
+        if let Some(v) = runs.strided(self.messages_anyway()) {
+            let layout = Layout::strided(v.count, v.block, v.stride);
+            let all = Layout::contiguous(data.len());
+            return Ok(self
+                .rma
+                .put_strided(&data, all, target.rank, v.disp, layout)?);
+        }
         let mut at = 0;
-        for &(disp, len) in self.target_runs(target)?.as_slice() {
+        for &(disp, len) in runs.as_slice() {
             self.rma.put(&data[at..at + len], target.rank, disp)?;
             at += len;
         }
         Ok(())
+    }
+
+    /// Whether this window's ops travel as active messages whatever their shape (a
+    /// window over the application's memory, or dynamic).
+    fn messages_anyway(&self) -> bool {
+        self.is_dynamic() || self.flavor() == int!(MPI_WIN_FLAVOR_CREATE)
     }
 
     /// MPI_Rput: a put whose request completes with the window's ops (rma completes
@@ -343,8 +390,9 @@ impl Win {
     pub fn get(&self, origin: &Buffer, target: &Target) -> MpiResult<Option<Shared>> {
         let n = origin.bytes()?;
         Self::same_size(n, target)?;
-        let runs = self.target_runs(target)?;
-        let runs = runs.as_slice();
+        let all_runs = self.target_runs(target)?;
+        let regular = all_runs.strided(self.messages_anyway());
+        let runs = all_runs.as_slice();
         if origin.flat.contiguous(origin.count) && runs.len() == 1 && n > 0 {
             // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at
             // `addr`, not accessed by the application until the get completes (the
@@ -361,8 +409,16 @@ impl Win {
             ));
         }
         let mut requests = Vec::with_capacity(runs.len());
-        for &(disp, len) in runs {
-            requests.push(self.rma.get(target.rank, disp, len)?);
+        match regular {
+            Some(v) => {
+                let layout = Layout::strided(v.count, v.block, v.stride);
+                requests.push(self.rma.get_strided(target.rank, v.disp, layout)?);
+            }
+            None => {
+                for &(disp, len) in runs {
+                    requests.push(self.rma.get(target.rank, disp, len)?);
+                }
+            }
         }
         let c = Unpack {
             requests,
@@ -387,7 +443,17 @@ impl Win {
         Self::same_size(data.len(), target)?;
         let code = bitwise(Self::element_code(&origin.flat, &target.flat)?, op, &data);
         let runs = self.target_runs(target)?;
+        let regular = runs.strided(self.messages_anyway());
         by_element!(self, code, |view: E| {
+            let size = std::mem::size_of::<E>();
+            if let Some(v) = regular.filter(|v| v.block % size == 0 && v.stride % size == 0) {
+                // One op for the whole vector: blocks and stride in elements.
+                let all = elements::<E>(&data);
+                let layout = Layout::strided(v.count, v.block / size, v.stride / size);
+                let origin_layout = Layout::contiguous(all.len());
+                view.accumulate_strided(&all, origin_layout, op, target.rank, v.disp, layout)?;
+                return Ok(());
+            }
             let mut at = 0;
             for &(disp, len) in runs.as_slice() {
                 let chunk = elements::<E>(&data[at..at + len]);

@@ -123,11 +123,19 @@ impl Segment for LocalSegment {
             return;
         }
         // User memory (reached by peers through active messages only, serialized by the
-        // engine's window lock) or a misaligned element.
-        let mut buf = vec![0; len];
-        self.region.read(offset, &mut buf);
-        f(&mut buf);
-        self.region.write(offset, &buf);
+        // engine's window lock) or a misaligned element: through a copy, on the stack
+        // for an element (this runs once per element of every such accumulate).
+        let mut small = [0u8; 16];
+        let mut large = Vec::new();
+        let buf: &mut [u8] = if len <= small.len() {
+            &mut small[..len]
+        } else {
+            large.resize(len, 0);
+            &mut large
+        };
+        self.region.read(offset, buf);
+        f(buf);
+        self.region.write(offset, buf);
     }
     fn descriptor(&self) -> Vec<u8> {
         let mut d = Vec::new();

@@ -206,6 +206,11 @@ static void writes(struct win *w, int t) {
         MPI_Type_free(&st);
         MPI_Type_free(&rs);
     }
+    /* R8 [104,112): every rank adds 1 to the even slots, a target vector (stride 2). */
+    int ones[4] = {1, 1, 1, 1};
+    MPI_Datatype tv = vec_stride2(4);
+    OK(MPI_Accumulate(ones, 4, MPI_INT, t, D(w, t, 104), 1, tv, MPI_SUM, w->win));
+    MPI_Type_free(&tv);
     /* Nothing happens for MPI_PROC_NULL. */
     OK(MPI_Put(four, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, w->win));
 }
@@ -226,6 +231,9 @@ static void check_writes(struct win *w) {
     for (int r = 0; r < n; r++) CHECK(m[72 + r] == r + 5, "Rput slot %d = %d", 72 + r, m[72 + r]);
     int expect6[16] = {-1, -1, -1, -1, -1, 1, 2, -1, -1, 3, 4, -1, -1, -1, -1, -1};
     for (int k = 0; k < 16; k++) CHECK(m[80 + k] == expect6[k], "subarray slot %d = %d", 80 + k, m[80 + k]);
+    for (int k = 0; k < 8; k++)
+        CHECK(m[104 + k] == (k % 2 == 0 ? -1 + n : -1), "vector accumulate slot %d = %d", 104 + k,
+              m[104 + k]);
     int expect7[4] = {11, 12, 13, 14};
     for (int k = 0; k < 4; k++) CHECK(m[96 + k] == expect7[k], "struct slot %d = %d", 96 + k, m[96 + k]);
 }
