@@ -1137,13 +1137,25 @@ impl Transport for ShmTransport {
         let mut buf = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         for from in 0..self.size as Rank {
             let ring = self.ring(from, self.rank);
+            let mut freed = false;
             loop {
                 match ring.pop(&mut buf) {
-                    Ok(true) => events.push(Event::Received {
-                        from,
-                        data: buf.clone(),
-                    }),
-                    Ok(false) => break,
+                    Ok(true) => {
+                        freed = true;
+                        events.push(Event::Received {
+                            from,
+                            data: buf.clone(),
+                        })
+                    }
+                    Ok(false) => {
+                        if freed {
+                            // Room in the ring again: a sender whose agent sleeps with
+                            // messages the full ring refused retries now, not at its
+                            // next timeout.
+                            self.ring_doorbell(from);
+                        }
+                        break;
+                    }
                     Err(ring::Corrupt) => {
                         // A peer that writes nonsense into its ring is broken or hostile:
                         // it fails, once, and nothing more is read from it.
