@@ -420,9 +420,7 @@ pub unsafe extern "C" fn MPI_Win_get_attr(
         } else if keyval == int!(MPI_WIN_MODEL) {
             Some(&*w.attr_model as *const c_int as *mut c_void)
         } else {
-            if !window::keyval_exists(keyval) {
-                return Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"));
-            }
+            window::check_keyval(keyval)?;
             w.attrs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -1492,42 +1490,17 @@ pub unsafe extern "C" fn MPI_Waitany(
     })
 }
 
-/// One pass for the any calls: `None` all inactive, `Some(None)` none complete yet.
+/// One pass for the any calls: `None` all inactive, `Some(None)` none complete yet,
+/// else the index completed (its status in `status`).
 unsafe fn complete_some_one(
     n: c_int,
     reqs: *mut MPI_Request,
     status: *mut MPI_Status,
 ) -> MpiResult<Option<Option<c_int>>> {
-    // SAFETY: a constant of the ABI layer.
-    let null = unsafe { sys::rmampi_request_null() };
-    let mut active = false;
-    for i in 0..n {
-        // SAFETY: `i < n`: the application's array.
-        let r = unsafe { reqs.add(i as usize) };
-        // SAFETY: as above.
-        if unsafe { *r } == null {
-            continue;
-        }
-        active = true;
-        // SAFETY: as above; `status` is the application's single status.
-        let done = unsafe {
-            match request::ours(*r) {
-                Some(k) => request::test_one(k, r, status)?,
-                None => {
-                    let mut flag = 0;
-                    let rc = sys::PMPI_Test(r, &mut flag, status);
-                    if rc != SUCCESS {
-                        return Err(MpiError::new(rc, "MPI_Test of one of MPI's requests"));
-                    }
-                    flag != 0
-                }
-            }
-        };
-        if done {
-            return Ok(Some(Some(i)));
-        }
-    }
-    Ok(active.then_some(None))
+    // SAFETY: the caller's arrays; with a limit of one and packed statuses, the one
+    // status written is `status` itself (index 0).
+    let done = unsafe { complete_some(n, reqs, status, 1, true)? };
+    Ok(done.map(|d| d.first().copied()))
 }
 
 #[no_mangle]

@@ -589,11 +589,18 @@ fn call_delete(w: &Win, keyval: c_int, value: usize) -> MpiResult<()> {
     Ok(())
 }
 
+/// MPI_ERR_KEYVAL unless `keyval` exists (made and not freed).
+pub fn check_keyval(keyval: c_int) -> MpiResult<()> {
+    if keyval_exists(keyval) {
+        Ok(())
+    } else {
+        Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"))
+    }
+}
+
 /// MPI_Win_set_attr.
 pub fn set_attr(w: &Win, keyval: c_int, value: usize) -> MpiResult<()> {
-    if !keyval_exists(keyval) {
-        return Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"));
-    }
+    check_keyval(keyval)?;
     let old = w
         .attrs
         .lock()
@@ -607,9 +614,7 @@ pub fn set_attr(w: &Win, keyval: c_int, value: usize) -> MpiResult<()> {
 
 /// MPI_Win_delete_attr.
 pub fn delete_attr(w: &Win, keyval: c_int) -> MpiResult<()> {
-    if !keyval_exists(keyval) {
-        return Err(MpiError::new(int!(MPI_ERR_KEYVAL), "invalid keyval"));
-    }
+    check_keyval(keyval)?;
     let old = w
         .attrs
         .lock()
