@@ -54,8 +54,7 @@ impl WindowShared {
             for &rank in &group {
                 // Ops may only go once the target posted; complete waits for that post.
                 let close = |st: &mut WinState| -> Result<bool> {
-                    st.take_native_posts(self, rank);
-                    if !st.access_granted(rank) {
+                    if !st.access_granted(self, rank) {
                         return Ok(false);
                     }
                     if st.table.get(rank).is_none() {

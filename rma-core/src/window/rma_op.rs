@@ -30,28 +30,14 @@ impl WinState {
         if matches!(self.epoch, WindowEpoch::FenceIssued) && self.advance_barrier(w)? {
             self.epoch = WindowEpoch::FenceGranted;
         }
-        // Fast path: native, access granted, nothing queued before it. The target
-        // element is looked up once (the state and whether there is one).
+        // Fast path: native, access granted, nothing queued before it.
         let elem_state = self
             .table
             .get(rank)
             .map(|t| (t.state, t.pending.is_empty()));
         let has_elem = elem_state.is_some();
         if native && elem_state.is_none_or(|(s, empty)| empty && s != TargetState::LockCalled) {
-            let granted = match (&self.epoch, elem_state) {
-                (WindowEpoch::FenceGranted | WindowEpoch::LockAllGranted { .. }, _) => true,
-                (WindowEpoch::PerTarget, Some((s, _))) => {
-                    matches!(s, TargetState::LockGranted | TargetState::Ready)
-                }
-                (WindowEpoch::PerTarget, None) => self.locks.get(&rank).is_some_and(|l| l.granted),
-                (WindowEpoch::Pscw(_), _) => {
-                    // A post left natively goes straight to this op (no element queued
-                    // to wait for the next progress pass).
-                    self.take_native_posts(w, rank);
-                    self.access_granted(rank)
-                }
-                _ => has_elem && self.access_granted(rank),
-            };
+            let granted = self.access_granted_in(w, rank, elem_state.map(|(s, _)| s));
             // A get into the caller's buffer that the backend completes in the call: no
             // element, no copy of ours.
             if granted && d.kind == OpKind::Get && w.caps(rank).get_in_call {
