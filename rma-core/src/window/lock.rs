@@ -97,19 +97,8 @@ impl WindowShared {
                 // The lock of `target` is over either way: release what this rank holds
                 // of it and fail its ops, so that the window is not stuck in the epoch.
                 let mut st = self.lock_state();
-                if let Some(info) = st.locks.remove(&target) {
-                    if info.granted && !info.nocheck && WinState::native_locks(self, target) {
-                        let _ = self
-                            .engine
-                            .transport
-                            .unlock(self.id, target, info.exclusive);
-                    }
-                }
                 st.abandon_target(self, target, e);
-                if st.locks.is_empty() && st.table.active == 0 {
-                    st.epoch = WindowEpoch::Unset;
-                    st.restoring = false;
-                }
+                let _ = st.release_lock(self, target);
             }
         })
     }
@@ -133,16 +122,7 @@ impl WindowShared {
             if WinState::native_locks(self, target) && settled && st.outbox.is_empty() {
                 self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
                 st.free_target(self, target);
-                st.locks.remove(&target);
-                if info.granted && !info.nocheck {
-                    self.engine
-                        .transport
-                        .unlock(self.id, target, info.exclusive)?;
-                }
-                if st.locks.is_empty() && st.table.active == 0 {
-                    st.epoch = WindowEpoch::Unset;
-                    st.restoring = false;
-                }
+                st.release_lock(self, target)?;
                 return st.deferred.take().map_or(Ok(()), Err);
             }
             info
@@ -172,22 +152,30 @@ impl WindowShared {
         })?;
         let mut st = self.lock_state();
         st.free_target(self, target);
-        let held = st
+        st.release_lock(self, target)?;
+        st.deferred.take().map_or(Ok(()), Err)
+    }
+}
+
+impl WinState {
+    /// Ends this process's lock of `target`, on every way out of `unlock`: the backend's
+    /// lock word released where the lock was taken natively (granted, and not under
+    /// MODE_NOCHECK), and the per-target epoch closed with its last lock and element.
+    pub(super) fn release_lock(&mut self, w: &WindowShared, target: Rank) -> Result<()> {
+        let held = self
             .locks
             .remove(&target)
-            .is_some_and(|l| l.granted && !l.nocheck);
-        if held && WinState::native_locks(self, target) {
-            self.engine
-                .transport
-                .unlock(self.id, target, info.exclusive)?;
+            .filter(|l| l.granted && !l.nocheck);
+        let released = match held {
+            Some(l) if Self::native_locks(w, target) => {
+                w.engine.transport.unlock(w.id, target, l.exclusive)
+            }
+            _ => Ok(()),
+        };
+        if self.locks.is_empty() && self.table.active == 0 {
+            self.epoch = WindowEpoch::Unset;
+            self.restoring = false;
         }
-        if st.locks.is_empty() && st.table.active == 0 {
-            st.epoch = WindowEpoch::Unset;
-            st.restoring = false;
-        }
-        match st.deferred.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        Ok(released?)
     }
 }
