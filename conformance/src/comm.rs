@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use rma::{AccOp, Assert, Comm, Error, Group, LocOp, LockType, PeerError, Rank, Result};
-use rma::{UsageError, World};
+use rma::{ErrorKind, UsageError, World};
 
 use crate::{check, ops};
 
@@ -257,8 +257,10 @@ pub(crate) fn subset_epochs(world: &World) -> Result<()> {
         // Out of range in the subset's numbering, though a World rank.
         check(
             matches!(
-                sub.allocate::<u8>(1)?.put(&[1], p, 0),
-                Err(Error::Usage(UsageError::RankOutOfRange { .. }))
+                sub.allocate::<u8>(1)?
+                    .put(&[1], p, 0)
+                    .map_err(Error::into_kind),
+                Err(ErrorKind::Usage(UsageError::RankOutOfRange { .. }))
             ),
             "a rank past the subset",
         )?;
@@ -334,29 +336,31 @@ pub(crate) fn comm_errors(world: &World) -> Result<()> {
     let mut data = [0u8; 4];
     check(
         matches!(
-            w.broadcast(&mut data, n),
-            Err(Error::Usage(UsageError::RankOutOfRange { .. }))
+            w.broadcast(&mut data, n).map_err(Error::into_kind),
+            Err(ErrorKind::Usage(UsageError::RankOutOfRange { .. }))
         ),
         "a root past the communicator",
     )?;
     check(
         matches!(
-            w.allreduce(&[1.5f64], AccOp::Replace),
-            Err(Error::Usage(UsageError::BadReduction { .. }))
+            w.allreduce(&[1.5f64], AccOp::Replace)
+                .map_err(Error::into_kind),
+            Err(ErrorKind::Usage(UsageError::BadReduction { .. }))
         ),
         "Replace is no reduction",
     )?;
     check(
         matches!(
-            w.allreduce(&[1.5f64], AccOp::Band),
-            Err(Error::Usage(UsageError::BadReduction { .. }))
+            w.allreduce(&[1.5f64], AccOp::Band)
+                .map_err(Error::into_kind),
+            Err(ErrorKind::Usage(UsageError::BadReduction { .. }))
         ),
         "a bitwise reduction of floats",
     )?;
     check(
         matches!(
-            w.create(&[(me + 1) % n]),
-            Err(Error::Usage(UsageError::BadGroup { .. }))
+            w.create(&[(me + 1) % n]).map_err(Error::into_kind),
+            Err(ErrorKind::Usage(UsageError::BadGroup { .. }))
         ),
         "create by a rank outside the new group",
     )?;
@@ -376,7 +380,7 @@ pub(crate) fn comm_errors(world: &World) -> Result<()> {
             "barrier"
         };
         check(
-            matches!(got, Err(Error::Peer(PeerError::Mismatch { theirs: t, .. })) if t == theirs),
+            matches!(got.as_ref().map_err(Error::kind), Err(ErrorKind::Peer(PeerError::Mismatch { theirs: t, .. })) if *t == theirs),
             &format!("mismatched collectives: {got:?}"),
         )?;
     }
@@ -384,8 +388,8 @@ pub(crate) fn comm_errors(world: &World) -> Result<()> {
     let mine = vec![1u8; 1 + (me == 0) as usize];
     check(
         matches!(
-            w.allgather(&mine),
-            Err(Error::Usage(UsageError::BadGroup { .. }))
+            w.allgather(&mine).map_err(Error::into_kind),
+            Err(ErrorKind::Usage(UsageError::BadGroup { .. }))
         ),
         "allgather of different lengths",
     )?;
@@ -416,11 +420,14 @@ pub(crate) fn spawn_parent(world: &World, multiple: bool) -> Result<()> {
     )?;
     merged_window(&inter.merge(false)?, inter.size() + inter.remote_size())?;
     // A program that cannot start: the root's launcher error, CollectiveFailed elsewhere.
-    match world.spawn(&w, "/nonexistent/rma-child", &[], 1, 0) {
-        Err(Error::Transport(rma::TransportError::Failed(m))) if w.rank() == 0 => {
+    match world
+        .spawn(&w, "/nonexistent/rma-child", &[], 1, 0)
+        .map_err(Error::into_kind)
+    {
+        Err(ErrorKind::Transport(rma::TransportError::Failed(m))) if w.rank() == 0 => {
             check(m.contains("cannot start"), &m)?
         }
-        Err(Error::Peer(PeerError::CollectiveFailed {
+        Err(ErrorKind::Peer(PeerError::CollectiveFailed {
             rank: 0,
             call: "spawn",
             ..
@@ -468,11 +475,11 @@ fn merged_window(merged: &Comm, expected: usize) -> Result<()> {
 pub(crate) fn spawn_refused(world: &World) -> Result<()> {
     let w = world.comm();
     let got = world.spawn(&w, "/bin/true", &[], 1, 0);
-    let typed = match &got {
-        Err(Error::Transport(
+    let typed = match got.as_ref().map_err(Error::kind) {
+        Err(ErrorKind::Transport(
             rma::TransportError::Unsupported(_) | rma::TransportError::Failed(_),
         )) => w.rank() == 0,
-        Err(Error::Peer(PeerError::CollectiveFailed { call: "spawn", .. })) => w.rank() != 0,
+        Err(ErrorKind::Peer(PeerError::CollectiveFailed { call: "spawn", .. })) => w.rank() != 0,
         _ => false,
     };
     check(typed, &format!("spawn here: {got:?}"))?;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use rma::{Assert, Error, LockType, PeerError, Rank, Result, UsageError, World};
+use rma::{Assert, Error, ErrorKind, LockType, PeerError, Rank, Result, UsageError, World};
 
 use crate::check;
 
@@ -83,11 +83,11 @@ pub fn creation_fails_on_one_rank(world: &World) -> Result<()> {
             start.elapsed() < Duration::from_secs(10),
             "the failure was agreed within 10 s",
         )?;
-        match (me, r) {
-            (1, Err(Error::Usage(UsageError::Unsupported { .. }))) => {}
+        match (me, r.map_err(Error::into_kind)) {
+            (1, Err(ErrorKind::Usage(UsageError::Unsupported { .. }))) => {}
             (
                 _,
-                Err(Error::Peer(PeerError::CollectiveFailed {
+                Err(ErrorKind::Peer(PeerError::CollectiveFailed {
                     rank: 1,
                     call: c,
                     reason,
@@ -121,8 +121,8 @@ pub fn mismatched_creation(world: &World) -> Result<()> {
         start.elapsed() < Duration::from_secs(10),
         "the mismatch was found within 10 s",
     )?;
-    match r {
-        Err(Error::Peer(PeerError::Mismatch { rank, call, theirs })) => {
+    match r.map_err(Error::into_kind) {
+        Err(ErrorKind::Peer(PeerError::Mismatch { rank, call, theirs })) => {
             let (mine, other) = if me == 0 {
                 ("allocate", "create_dynamic")
             } else {
@@ -160,8 +160,8 @@ pub fn departs_before_collective(world: &World) -> Result<bool> {
         start.elapsed() < Duration::from_secs(10),
         "the departure was noticed within 10 s",
     )?;
-    match r {
-        Err(Error::Peer(PeerError::Departed { rank: 1, .. })) => Ok(false),
+    match r.map_err(Error::into_kind) {
+        Err(ErrorKind::Peer(PeerError::Departed { rank: 1, .. })) => Ok(false),
         other => Err(rma::TransportError::Failed(format!(
             "allocate after rank 1 left gave {:?}",
             other.map(drop)
@@ -193,8 +193,8 @@ pub fn leaves_between_collectives(world: &World, how: &str) -> Result<()> {
             r
         }),
     ] {
-        match r {
-            Err(Error::Peer(PeerError::Departed { rank: 1, call: c })) if c == call => {}
+        match r.map_err(Error::into_kind) {
+            Err(ErrorKind::Peer(PeerError::Departed { rank: 1, call: c })) if c == call => {}
             other => {
                 return Err(rma::TransportError::Failed(format!(
                     "{call} after rank 1 left gave {other:?}"
@@ -227,8 +227,8 @@ pub fn fence_against_free(world: &World) -> Result<()> {
     } else {
         ("free", "fence")
     };
-    match r {
-        Err(Error::Peer(PeerError::Mismatch {
+    match r.map_err(Error::into_kind) {
+        Err(ErrorKind::Peer(PeerError::Mismatch {
             rank,
             call,
             theirs: t,
@@ -252,8 +252,9 @@ pub fn timeout_names_the_rank(world: &World) -> Result<()> {
         std::thread::sleep(Duration::from_secs(3));
         // The others' barrier messages may all be there (it completes), or they left.
         let r = world.barrier();
-        return match r {
-            Ok(()) | Err(Error::Peer(PeerError::Departed { .. } | PeerError::Timeout { .. })) => {
+        return match r.map_err(Error::into_kind) {
+            Ok(())
+            | Err(ErrorKind::Peer(PeerError::Departed { .. } | PeerError::Timeout { .. })) => {
                 Ok(())
             }
             other => Err(rma::TransportError::Failed(format!(
@@ -263,8 +264,8 @@ pub fn timeout_names_the_rank(world: &World) -> Result<()> {
         };
     }
     let r = world.barrier();
-    match r {
-        Err(Error::Peer(PeerError::Timeout {
+    match r.map_err(Error::into_kind) {
+        Err(ErrorKind::Peer(PeerError::Timeout {
             call: "barrier",
             rank: Some(r),
         })) if r == last || (world.size() > 2 && r != me) => {}
@@ -276,8 +277,8 @@ pub fn timeout_names_the_rank(world: &World) -> Result<()> {
         }
     }
     if world.size() == 2 {
-        match win.fence(Assert::NONE) {
-            Err(Error::Peer(PeerError::Timeout {
+        match win.fence(Assert::NONE).map_err(Error::into_kind) {
+            Err(ErrorKind::Peer(PeerError::Timeout {
                 call: "fence",
                 rank: Some(1),
             })) => {}

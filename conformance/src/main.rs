@@ -11,8 +11,8 @@ mod progress;
 use std::time::{Duration, Instant};
 
 use rma::{
-    AccOp, Assert, Comm, Error, LockType, PeerError, Rank, Request, Result, UsageError, Window,
-    World,
+    AccOp, Assert, Comm, Error, ErrorKind, LockType, PeerError, Rank, Request, Result, UsageError,
+    Window, World,
 };
 
 const N: usize = 16;
@@ -30,7 +30,7 @@ fn main() {
         Ok(w) => w,
         Err(e) => {
             eprintln!("init failed: {e}");
-            let dead = matches!(e, Error::Peer(PeerError::Dead { .. }));
+            let dead = matches!(e.peer(), Some(PeerError::Dead { .. }));
             std::process::exit(if dead && case == "kill_trial" { 3 } else { 1 });
         }
     };
@@ -80,7 +80,10 @@ fn main() {
     drop(world);
     match out {
         Ok(()) => std::process::exit(0),
-        Err(Error::Peer(PeerError::Dead { .. })) if case == "dead_peer" || case == "kill_trial" => {
+        Err(e)
+            if matches!(e.peer(), Some(PeerError::Dead { .. }))
+                && (case == "dead_peer" || case == "kill_trial") =>
+        {
             eprintln!("rank {rank}: a peer is dead, as expected");
             std::process::exit(3);
         }
@@ -528,8 +531,8 @@ fn litmus(world: &World, mode: &str) -> Result<()> {
 // ----- bad input, dead peers, passive target ---------------------------------------------
 
 fn usage<T: std::fmt::Debug>(r: Result<T>) -> Result<UsageError> {
-    match r {
-        Err(Error::Usage(u)) => Ok(u),
+    match r.map_err(Error::into_kind) {
+        Err(ErrorKind::Usage(u)) => Ok(u),
         other => Err(
             rma::TransportError::Failed(format!("expected a usage error, got {other:?}")).into(),
         ),
@@ -683,7 +686,7 @@ fn no_segments_left(world: &World) -> Result<()> {
     // refuses them, alike on every rank).
     let s = match world.allocate_shared::<u8>(4096) {
         Ok(s) => Some(s),
-        Err(Error::Transport(rma::TransportError::Unsupported(_))) => None,
+        Err(e) if matches!(e.transport(), Some(rma::TransportError::Unsupported(_))) => None,
         Err(e) => return Err(e),
     };
     world.barrier()?;

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::engine::{EngineShared, ENGINE_WINDOW};
-use crate::error::{Error, PeerError, Result, TransportError};
+use crate::error::{PeerError, Result, TransportError};
 use crate::wire::{self, Kind};
 use crate::Rank;
 
@@ -189,13 +189,13 @@ impl EngineShared {
             }
             Ok(next == s.sends.len() && awaited.is_none())
         })
-        .map_err(|err| match err {
-            Error::Peer(PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
+        .map_err(|err| match err.peer() {
+            Some(&PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
                 call,
                 rank: awaited,
             }
             .into(),
-            err => err,
+            _ => err,
         })?;
         Ok(got.into_iter().map(Option::unwrap_or_default).collect())
     }

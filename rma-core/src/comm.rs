@@ -42,7 +42,7 @@ use std::sync::Arc;
 use crate::collective::Step;
 use crate::datatype::{accumulate, AccOp, Element};
 use crate::engine::Engine;
-use crate::error::{Error, PeerError, Result, TransportError, UsageError};
+use crate::error::{Error, ErrorKind, PeerError, Result, TransportError, UsageError};
 use crate::group::Group;
 use crate::window::Window;
 use crate::Rank;
@@ -87,6 +87,13 @@ pub enum LocOp {
 }
 
 impl Comm {
+    /// Runs the body of the public call `call`, saying on its error which call and rank
+    /// raised it.
+    #[inline]
+    fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+        body().map_err(|e| e.raised_in(call, self.inner.engine.rank(), None))
+    }
+
     pub(crate) fn world(engine: Engine, calls: Arc<AtomicU32>) -> Comm {
         let group = Group::world(engine.size());
         Comm {
@@ -150,12 +157,14 @@ impl Comm {
 
     /// Blocks until every member called it (dissemination: ceil(log2 p) rounds).
     pub fn barrier(&self) -> Result<()> {
-        self.members().barrier("barrier", self.tag())
+        self.raised("barrier", || self.members().barrier("barrier", self.tag()))
     }
 
     /// Every member's bytes, in rank order (Bruck's allgather).
     pub fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.members().allgather("allgather", self.tag(), mine)
+        self.raised("allgather_bytes", || {
+            self.members().allgather("allgather", self.tag(), mine)
+        })
     }
 
     pub(crate) fn allgather_as(&self, call: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -165,86 +174,98 @@ impl Comm {
     /// Every member's `mine` one after the other, in rank order; every member gives the
     /// same number of elements.
     pub fn allgather<T: Element>(&self, mine: &[T]) -> Result<Vec<T>> {
-        let all = self.allgather_bytes(bytemuck::cast_slice(mine))?;
-        same_lengths(&all)?;
-        Ok(all.iter().flat_map(|b| from_bytes::<T>(b)).collect())
+        self.raised("allgather", || {
+            let all = self.allgather_bytes(bytemuck::cast_slice(mine))?;
+            same_lengths(&all)?;
+            Ok(all.iter().flat_map(|b| from_bytes::<T>(b)).collect())
+        })
     }
 
     /// `data` of `root` on every member (binomial tree); every member gives a buffer of
     /// the same length, which the root's values overwrite.
     pub fn broadcast<T: Element>(&self, data: &mut [T], root: Rank) -> Result<()> {
-        let root = self.check_root(root)?;
-        let mine = bytemuck::cast_slice(data).to_vec();
-        let got = self.members().broadcast(self.tag(), root, mine)?;
-        if got.len() != std::mem::size_of_val(data) {
-            return Err(UsageError::BadGroup {
-                why: "broadcast buffers of different lengths",
+        self.raised("broadcast", || {
+            let root = self.check_root(root)?;
+            let mine = bytemuck::cast_slice(data).to_vec();
+            let got = self.members().broadcast(self.tag(), root, mine)?;
+            if got.len() != std::mem::size_of_val(data) {
+                return Err(UsageError::BadGroup {
+                    why: "broadcast buffers of different lengths",
+                }
+                .into());
             }
-            .into());
-        }
-        bytemuck::cast_slice_mut(data).copy_from_slice(&got);
-        Ok(())
+            bytemuck::cast_slice_mut(data).copy_from_slice(&got);
+            Ok(())
+        })
     }
 
     /// Every member's `mine`, in rank order, at `root` (`None` elsewhere); binomial tree.
     pub fn gather<T: Element>(&self, mine: &[T], root: Rank) -> Result<Option<Vec<T>>> {
-        let root = self.check_root(root)?;
-        let all = self
-            .members()
-            .gather(self.tag(), root, bytemuck::cast_slice(mine).to_vec())?;
-        let Some(all) = all else { return Ok(None) };
-        same_lengths(&all)?;
-        Ok(Some(all.iter().flat_map(|b| from_bytes::<T>(b)).collect()))
+        self.raised("gather", || {
+            let root = self.check_root(root)?;
+            let all =
+                self.members()
+                    .gather(self.tag(), root, bytemuck::cast_slice(mine).to_vec())?;
+            let Some(all) = all else { return Ok(None) };
+            same_lengths(&all)?;
+            Ok(Some(all.iter().flat_map(|b| from_bytes::<T>(b)).collect()))
+        })
     }
 
     /// Part `rank` of the root's `data` (cut into `size()` equal parts) on each member;
     /// binomial tree. Only the root's `data` is read (others may give `None`).
     pub fn scatter<T: Element>(&self, data: Option<&[T]>, root: Rank) -> Result<Vec<T>> {
-        let root_index = self.check_root(root)?;
-        let parts = if self.inner.rank as usize == root_index {
-            let data = data.ok_or(UsageError::BadGroup {
-                why: "the root of scatter gives no data",
-            })?;
-            if !data.len().is_multiple_of(self.size()) {
-                return Err(UsageError::BadGroup {
-                    why: "scatter data is not a multiple of the communicator's size",
+        self.raised("scatter", || {
+            let root_index = self.check_root(root)?;
+            let parts = if self.inner.rank as usize == root_index {
+                let data = data.ok_or(UsageError::BadGroup {
+                    why: "the root of scatter gives no data",
+                })?;
+                if !data.len().is_multiple_of(self.size()) {
+                    return Err(UsageError::BadGroup {
+                        why: "scatter data is not a multiple of the communicator's size",
+                    }
+                    .into());
                 }
-                .into());
-            }
-            let n = data.len() / self.size();
-            Some(
-                data.chunks(n.max(1))
-                    .map(|c| bytemuck::cast_slice(c).to_vec())
-                    .chain(std::iter::repeat_with(Vec::new))
-                    .take(self.size())
-                    .collect(),
-            )
-        } else {
-            None
-        };
-        let mine = self.members().scatter(self.tag(), root_index, parts)?;
-        Ok(from_bytes(&mine))
+                let n = data.len() / self.size();
+                Some(
+                    data.chunks(n.max(1))
+                        .map(|c| bytemuck::cast_slice(c).to_vec())
+                        .chain(std::iter::repeat_with(Vec::new))
+                        .take(self.size())
+                        .collect(),
+                )
+            } else {
+                None
+            };
+            let mine = self.members().scatter(self.tag(), root_index, parts)?;
+            Ok(from_bytes(&mine))
+        })
     }
 
     /// `op` over every member's `mine`, element by element, on every member. Every member
     /// computes the same result bit for bit (reduced in rank order, floats included).
     pub fn allreduce<T: Element>(&self, mine: &[T], op: AccOp) -> Result<Vec<T>> {
-        check_reduction::<T>(op)?;
-        let all = self.allgather_as("allreduce", bytemuck::cast_slice(mine))?;
-        reduce_in_order::<T>(&all, op)
+        self.raised("allreduce", || {
+            check_reduction::<T>(op)?;
+            let all = self.allgather_as("allreduce", bytemuck::cast_slice(mine))?;
+            reduce_in_order::<T>(&all, op)
+        })
     }
 
     /// As [`allreduce`](Self::allreduce), with the result at `root` only.
     pub fn reduce<T: Element>(&self, mine: &[T], op: AccOp, root: Rank) -> Result<Option<Vec<T>>> {
-        check_reduction::<T>(op)?;
-        let root = self.check_root(root)?;
-        let all = self.members().gather_as(
-            "reduce",
-            self.tag(),
-            root,
-            bytemuck::cast_slice(mine).to_vec(),
-        )?;
-        all.map(|all| reduce_in_order::<T>(&all, op)).transpose()
+        self.raised("reduce", || {
+            check_reduction::<T>(op)?;
+            let root = self.check_root(root)?;
+            let all = self.members().gather_as(
+                "reduce",
+                self.tag(),
+                root,
+                bytemuck::cast_slice(mine).to_vec(),
+            )?;
+            all.map(|all| reduce_in_order::<T>(&all, op)).transpose()
+        })
     }
 
     /// MINLOC or MAXLOC over (value, index) pairs, element by element, on every member:
@@ -254,37 +275,39 @@ impl Comm {
         mine: &[(T, u64)],
         op: LocOp,
     ) -> Result<Vec<(T, u64)>> {
-        let mut bytes = Vec::with_capacity(mine.len() * (std::mem::size_of::<T>() + 8));
-        for (v, i) in mine {
-            bytes.extend_from_slice(bytemuck::bytes_of(v));
-            bytes.extend_from_slice(&i.to_le_bytes());
-        }
-        let all = self.allgather_as("allreduce", &bytes)?;
-        same_lengths(&all)?;
-        let pairs = |b: &[u8]| -> Vec<(T, u64)> {
-            b.chunks_exact(std::mem::size_of::<T>() + 8)
-                .map(|c| {
-                    let (v, i) = c.split_at(std::mem::size_of::<T>());
-                    (
-                        bytemuck::pod_read_unaligned(v),
-                        u64::from_le_bytes(i.try_into().expect("8 bytes")),
-                    )
-                })
-                .collect()
-        };
-        let mut out = pairs(&all[0]);
-        for b in &all[1..] {
-            for (o, (v, i)) in out.iter_mut().zip(pairs(b)) {
-                let better = match op {
-                    LocOp::MinLoc => v < o.0,
-                    LocOp::MaxLoc => v > o.0,
-                };
-                if better || (v == o.0 && i < o.1) {
-                    *o = (v, i);
+        self.raised("allreduce_loc", || {
+            let mut bytes = Vec::with_capacity(mine.len() * (std::mem::size_of::<T>() + 8));
+            for (v, i) in mine {
+                bytes.extend_from_slice(bytemuck::bytes_of(v));
+                bytes.extend_from_slice(&i.to_le_bytes());
+            }
+            let all = self.allgather_as("allreduce", &bytes)?;
+            same_lengths(&all)?;
+            let pairs = |b: &[u8]| -> Vec<(T, u64)> {
+                b.chunks_exact(std::mem::size_of::<T>() + 8)
+                    .map(|c| {
+                        let (v, i) = c.split_at(std::mem::size_of::<T>());
+                        (
+                            bytemuck::pod_read_unaligned(v),
+                            u64::from_le_bytes(i.try_into().expect("8 bytes")),
+                        )
+                    })
+                    .collect()
+            };
+            let mut out = pairs(&all[0]);
+            for b in &all[1..] {
+                for (o, (v, i)) in out.iter_mut().zip(pairs(b)) {
+                    let better = match op {
+                        LocOp::MinLoc => v < o.0,
+                        LocOp::MaxLoc => v > o.0,
+                    };
+                    if better || (v == o.0 && i < o.1) {
+                        *o = (v, i);
+                    }
                 }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     // ---- new communicators ----
@@ -293,60 +316,64 @@ impl Comm {
     /// by `key` then by rank here; `None` (MPI_UNDEFINED) joins none and gets `None`.
     /// Collective over this communicator: one allgather (ceil(log2 p) rounds).
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Comm>> {
-        let e = self.inner.engine.clone();
-        let _creating = e.creation_lock();
-        let mut mine = Vec::with_capacity(16);
-        mine.extend_from_slice(&color.map_or(0, |c| u64::from(c) + 1).to_le_bytes());
-        mine.extend_from_slice(&key.to_le_bytes());
-        mine.extend_from_slice(&e.proposed_context().to_le_bytes());
-        let all = self.allgather_as("split", &mine)?;
-        let Some(color) = color else { return Ok(None) };
-        let mut chosen = Vec::new();
-        for (rank, b) in all.iter().enumerate() {
-            let bad = || PeerError::Malformed {
-                from: self.inner.group.members()[rank],
-                reason: "short split message",
-            };
-            let (c, rest) = b.split_at_checked(8).ok_or_else(bad)?;
-            let (k, p) = rest.split_at_checked(8).ok_or_else(bad)?;
-            let c = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            let k = i64::from_le_bytes(k.try_into().expect("8 bytes"));
-            let p = u32::from_le_bytes(p.try_into().map_err(|_| bad())?);
-            if c == u64::from(color) + 1 {
-                chosen.push((k, rank, p));
+        self.raised("split", || {
+            let e = self.inner.engine.clone();
+            let _creating = e.creation_lock();
+            let mut mine = Vec::with_capacity(16);
+            mine.extend_from_slice(&color.map_or(0, |c| u64::from(c) + 1).to_le_bytes());
+            mine.extend_from_slice(&key.to_le_bytes());
+            mine.extend_from_slice(&e.proposed_context().to_le_bytes());
+            let all = self.allgather_as("split", &mine)?;
+            let Some(color) = color else { return Ok(None) };
+            let mut chosen = Vec::new();
+            for (rank, b) in all.iter().enumerate() {
+                let bad = || PeerError::Malformed {
+                    from: self.inner.group.members()[rank],
+                    reason: "short split message",
+                };
+                let (c, rest) = b.split_at_checked(8).ok_or_else(bad)?;
+                let (k, p) = rest.split_at_checked(8).ok_or_else(bad)?;
+                let c = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                let k = i64::from_le_bytes(k.try_into().expect("8 bytes"));
+                let p = u32::from_le_bytes(p.try_into().map_err(|_| bad())?);
+                if c == u64::from(color) + 1 {
+                    chosen.push((k, rank, p));
+                }
             }
-        }
-        chosen.sort_by_key(|&(k, rank, _)| (k, rank));
-        let context = chosen
-            .iter()
-            .map(|c| c.2)
-            .max()
-            .expect("this rank chose it");
-        let world: Vec<Rank> = chosen
-            .iter()
-            .map(|&(_, rank, _)| self.inner.group.members()[rank])
-            .collect();
-        Ok(Some(self.derived(&world, context)?))
+            chosen.sort_by_key(|&(k, rank, _)| (k, rank));
+            let context = chosen
+                .iter()
+                .map(|c| c.2)
+                .max()
+                .expect("this rank chose it");
+            let world: Vec<Rank> = chosen
+                .iter()
+                .map(|&(_, rank, _)| self.inner.group.members()[rank])
+                .collect();
+            Ok(Some(self.derived(&world, context)?))
+        })
     }
 
     /// MPI_Comm_split_type(SHARED): one communicator per set of members that share
     /// memory (a node's ranks on a backend with shared memory), in this one's order.
     pub fn split_shared(&self) -> Result<Comm> {
-        let e = &self.inner.engine;
-        let me = e.rank();
-        // The lowest World rank this process shares memory with names the node.
-        let node = self
-            .inner
-            .group
-            .members()
-            .iter()
-            .copied()
-            .filter(|&r| r == me || e.shares_memory_with(r))
-            .min()
-            .unwrap_or(me);
-        Ok(self
-            .split(Some(node), 0)?
-            .expect("every member gives a color"))
+        self.raised("split_shared", || {
+            let e = &self.inner.engine;
+            let me = e.rank();
+            // The lowest World rank this process shares memory with names the node.
+            let node = self
+                .inner
+                .group
+                .members()
+                .iter()
+                .copied()
+                .filter(|&r| r == me || e.shares_memory_with(r))
+                .min()
+                .unwrap_or(me);
+            Ok(self
+                .split(Some(node), 0)?
+                .expect("every member gives a color"))
+        })
     }
 
     /// A communicator over these ranks of this one, in this order (MPI_Comm_create_group):
@@ -354,83 +381,89 @@ impl Comm {
     /// others do not call it and never block. A caller that is not in the list gets a
     /// usage error.
     pub fn create(&self, ranks: &[Rank]) -> Result<Comm> {
-        let world = self.inner.group.world_ranks(ranks)?;
-        let new = Group::new(&world, self.inner.engine.size())?;
-        let Some(me) = new.rank_of(self.inner.engine.rank()) else {
-            return Err(UsageError::BadGroup {
-                why: "create is called by the members of the new communicator only",
-            }
-            .into());
-        };
-        let e = self.inner.engine.clone();
-        let mut creating = e.creation_lock();
-        // No context of the new group to tag the agreement with yet: a tag of the parent
-        // and the member list, numbered per list (members make the same calls in order).
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (self.inner.context, &world).hash(&mut h);
-        let list = h.finish();
-        let n = creating.next(self.inner.context, list);
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (list, n).hash(&mut h);
-        let tag = (1 << 63) | (h.finish() >> 1);
-        let members = Members {
-            engine: &e,
-            world: &world,
-            me: me as usize,
-        };
-        let all = members.allgather("create", tag, &e.proposed_context().to_le_bytes())?;
-        let context = all
-            .iter()
-            .zip(&world)
-            .map(|(b, &from)| {
-                b.as_slice()
-                    .try_into()
-                    .map(u32::from_le_bytes)
-                    .map_err(|_| PeerError::Malformed {
-                        from,
-                        reason: "bad context proposal",
-                    })
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?
-            .into_iter()
-            .max()
-            .expect("one member at least");
-        self.derived(&world, context)
+        self.raised("create", || {
+            let world = self.inner.group.world_ranks(ranks)?;
+            let new = Group::new(&world, self.inner.engine.size())?;
+            let Some(me) = new.rank_of(self.inner.engine.rank()) else {
+                return Err(UsageError::BadGroup {
+                    why: "create is called by the members of the new communicator only",
+                }
+                .into());
+            };
+            let e = self.inner.engine.clone();
+            let mut creating = e.creation_lock();
+            // No context of the new group to tag the agreement with yet: a tag of the parent
+            // and the member list, numbered per list (members make the same calls in order).
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (self.inner.context, &world).hash(&mut h);
+            let list = h.finish();
+            let n = creating.next(self.inner.context, list);
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (list, n).hash(&mut h);
+            let tag = (1 << 63) | (h.finish() >> 1);
+            let members = Members {
+                engine: &e,
+                world: &world,
+                me: me as usize,
+            };
+            let all = members.allgather("create", tag, &e.proposed_context().to_le_bytes())?;
+            let context = all
+                .iter()
+                .zip(&world)
+                .map(|(b, &from)| {
+                    b.as_slice()
+                        .try_into()
+                        .map(u32::from_le_bytes)
+                        .map_err(|_| PeerError::Malformed {
+                            from,
+                            reason: "bad context proposal",
+                        })
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?
+                .into_iter()
+                .max()
+                .expect("one member at least");
+            self.derived(&world, context)
+        })
     }
 
     /// Alias of [`create`](Self::create) (MPI_Group_incl then MPI_Comm_create_group).
     pub fn include(&self, ranks: &[Rank]) -> Result<Comm> {
-        self.create(ranks)
+        self.raised("include", || self.create(ranks))
     }
 
     /// A communicator over the ranks of this one not in `ranks`, in order: collective
     /// over those ranks only (see [`create`](Self::create)).
     pub fn exclude(&self, ranks: &[Rank]) -> Result<Comm> {
-        self.inner.group.world_ranks(ranks)?;
-        let kept: Vec<Rank> = (0..self.size() as Rank)
-            .filter(|r| !ranks.contains(r))
-            .collect();
-        self.create(&kept)
+        self.raised("exclude", || {
+            self.inner.group.world_ranks(ranks)?;
+            let kept: Vec<Rank> = (0..self.size() as Rank)
+                .filter(|r| !ranks.contains(r))
+                .collect();
+            self.create(&kept)
+        })
     }
 
     /// The same group with a context of its own (MPI_Comm_dup).
     pub fn dup(&self) -> Result<Comm> {
-        let e = self.inner.engine.clone();
-        let _creating = e.creation_lock();
-        let all = self.allgather_as("dup", &e.proposed_context().to_le_bytes())?;
-        let mut context = 0;
-        for (b, &from) in all.iter().zip(self.inner.group.members()) {
-            let p = b
-                .as_slice()
-                .try_into()
-                .map(u32::from_le_bytes)
-                .map_err(|_| PeerError::Malformed {
-                    from,
-                    reason: "bad context proposal",
-                })?;
-            context = context.max(p);
-        }
-        self.derived(self.inner.group.members(), context)
+        self.raised("dup", || {
+            let e = self.inner.engine.clone();
+            let _creating = e.creation_lock();
+            let all = self.allgather_as("dup", &e.proposed_context().to_le_bytes())?;
+            let mut context = 0;
+            for (b, &from) in all.iter().zip(self.inner.group.members()) {
+                let p = b
+                    .as_slice()
+                    .try_into()
+                    .map(u32::from_le_bytes)
+                    .map_err(|_| PeerError::Malformed {
+                        from,
+                        reason: "bad context proposal",
+                    })?;
+                context = context.max(p);
+            }
+            self.derived(self.inner.group.members(), context)
+        })
     }
 
     fn derived(&self, world: &[Rank], context: u32) -> Result<Comm> {
@@ -454,16 +487,20 @@ impl Comm {
     /// MPI_Win_allocate over this communicator: `len` elements on each member; targets
     /// are ranks of this communicator.
     pub fn allocate<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        self.inner.engine.allocate_in(self, len)
+        self.raised("allocate", || self.inner.engine.allocate_in(self, len))
     }
     /// MPI_Win_allocate_shared over this communicator (its members must share memory:
     /// see [`split_shared`](Self::split_shared)).
     pub fn allocate_shared<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        self.inner.engine.allocate_shared_in(self, len)
+        self.raised("allocate_shared", || {
+            self.inner.engine.allocate_shared_in(self, len)
+        })
     }
     /// MPI_Win_create over this communicator, on memory the user hands over.
     pub fn create_window<T: Element>(&self, memory: Vec<T>) -> Result<Window<T>> {
-        self.inner.engine.create_in(self, memory)
+        self.raised("create_window", || {
+            self.inner.engine.create_in(self, memory)
+        })
     }
     /// MPI_Win_create over this communicator on memory that stays where it is: peers
     /// reach it in place (over shared memory by cross-memory attach, each op a system
@@ -476,11 +513,15 @@ impl Comm {
         &self,
         memory: Box<dyn crate::transport::UserMemory>,
     ) -> Result<Window<T>> {
-        self.inner.engine.create_in_place(self, memory)
+        self.raised("create_window_in_place", || {
+            self.inner.engine.create_in_place(self, memory)
+        })
     }
     /// MPI_Win_create_dynamic over this communicator.
     pub fn create_dynamic<T: Element>(&self) -> Result<Window<T>> {
-        self.inner.engine.create_dynamic_in(self)
+        self.raised("create_dynamic", || {
+            self.inner.engine.create_dynamic_in(self)
+        })
     }
 }
 
@@ -755,10 +796,10 @@ fn reduce_in_order<T: Element>(all: &[Vec<u8>], op: AccOp) -> Result<Vec<T>> {
 /// What a comm's gather for a transport's shared allocation maps errors to (the
 /// transport's error type has no place for a peer's collective failure).
 pub(crate) fn as_transport_error(e: Error) -> TransportError {
-    match e {
-        Error::Peer(PeerError::Dead { rank }) => TransportError::PeerUnreachable(rank),
-        Error::Peer(PeerError::Departed { rank, .. }) => TransportError::PeerDeparted(rank),
-        Error::Transport(t) => t,
+    match e.into_kind() {
+        ErrorKind::Peer(PeerError::Dead { rank }) => TransportError::PeerUnreachable(rank),
+        ErrorKind::Peer(PeerError::Departed { rank, .. }) => TransportError::PeerDeparted(rank),
+        ErrorKind::Transport(t) => t,
         e => TransportError::Failed(e.to_string()),
     }
 }

@@ -114,13 +114,13 @@ impl Config {
     /// environment); see [`from_env`](Self::from_env).
     ///
     /// ```
-    /// use rma_core::{Config, Error, UsageError};
+    /// use rma_core::{Config, UsageError};
     /// let c = Config::default().with_env(|k| (k == "RMA_SLOTS").then(|| "8".into()));
     /// assert_eq!(c.unwrap().slots, 8);
     /// let bad = Config::default().with_env(|k| (k == "RMA_PIGGYBACK").then(|| "maybe".into()));
     /// assert!(matches!(
-    ///     bad,
-    ///     Err(Error::Usage(UsageError::BadEnvironment { variable: "RMA_PIGGYBACK", .. }))
+    ///     bad.unwrap_err().usage(),
+    ///     Some(UsageError::BadEnvironment { variable: "RMA_PIGGYBACK", .. })
     /// ));
     /// ```
     pub fn with_env(mut self, get: impl Fn(&str) -> Option<String>) -> crate::Result<Self> {
@@ -306,9 +306,11 @@ mod tests {
             ("RMA_ASYNC_PROGRESS_US", "0"),
             ("RMA_ASYNC_PROGRESS", "sometimes"),
         ] {
-            match with(k, v) {
-                Err(Error::Usage(UsageError::BadEnvironment {
-                    variable, value, ..
+            match with(k, v).map_err(Error::into_kind) {
+                Err(crate::ErrorKind::Usage(UsageError::BadEnvironment {
+                    variable,
+                    value,
+                    ..
                 })) => {
                     assert_eq!(variable, k);
                     assert_eq!(value, v);

@@ -12,7 +12,7 @@ use crate::collective;
 use crate::comm::{as_transport_error, Comm, GroupCreations};
 use crate::config::{AsyncProgress, Config};
 use crate::datatype::Element;
-use crate::error::{Error, PeerError, Result, TransportError, UsageError};
+use crate::error::{Error, ErrorKind, PeerError, Result, TransportError, UsageError};
 use crate::group::Group;
 use crate::op_table::{OpElem, TargetElem};
 use crate::pool::GlobalPool;
@@ -123,6 +123,13 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// Runs the body of the public call `call`, saying on its error which call and rank
+    /// raised it.
+    #[inline]
+    fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+        body().map_err(|e| e.raised_in(call, self.shared.rank, None))
+    }
+
     /// An engine over `transport`. Starts the progress thread if the config asks.
     pub fn new(transport: Arc<dyn Transport>, config: Config) -> Engine {
         let shared = Arc::new(EngineShared {
@@ -209,60 +216,62 @@ impl Engine {
     }
     /// A barrier over all ranks that keeps making RMA progress while it waits.
     pub fn barrier(&self) -> Result<()> {
-        let e = &self.shared;
-        let mut bar = {
-            let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
-            b.seq += 1;
-            Dissemination::new(b.seq, e.size)
-        };
-        let mut enc = wire::Encoder::default();
-        e.wait_until("barrier", || {
-            let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
-            let done = bar.advance::<crate::Error>(
-                e.rank,
-                e.size,
-                &mut b.arrivals,
-                |peer, seq, round| {
-                    enc.start(Kind::Barrier, 0, ENGINE_WINDOW, 0)
-                        .u32(seq)
-                        .u8(round);
-                    match e.transport.send(peer, enc.finish()) {
-                        Ok(()) => {
-                            e.stats.message(Kind::Barrier, enc.finish().len());
-                            Ok(true)
+        self.raised("barrier", || {
+            let e = &self.shared;
+            let mut bar = {
+                let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
+                b.seq += 1;
+                Dissemination::new(b.seq, e.size)
+            };
+            let mut enc = wire::Encoder::default();
+            e.wait_until("barrier", || {
+                let mut b = e.barrier.lock().unwrap_or_else(|x| x.into_inner());
+                let done = bar.advance::<crate::Error>(
+                    e.rank,
+                    e.size,
+                    &mut b.arrivals,
+                    |peer, seq, round| {
+                        enc.start(Kind::Barrier, 0, ENGINE_WINDOW, 0)
+                            .u32(seq)
+                            .u8(round);
+                        match e.transport.send(peer, enc.finish()) {
+                            Ok(()) => {
+                                e.stats.message(Kind::Barrier, enc.finish().len());
+                                Ok(true)
+                            }
+                            Err(TransportError::Busy) => Ok(false),
+                            Err(x) => Err(x.into()),
                         }
-                        Err(TransportError::Busy) => Ok(false),
-                        Err(x) => Err(x.into()),
+                    },
+                )?;
+                drop(b);
+                if !done {
+                    if let Some(rank) = e.failed_rank() {
+                        return Err(PeerError::Dead { rank }.into());
                     }
-                },
-            )?;
-            drop(b);
-            if !done {
-                if let Some(rank) = e.failed_rank() {
-                    return Err(PeerError::Dead { rank }.into());
-                }
-                // A peer that left before starting this barrier never will.
-                let departed = e.departed.lock().unwrap_or_else(|x| x.into_inner());
-                let behind = (departed.iter().enumerate())
-                    .filter_map(|(r, s)| s.filter(|s| s.0 < bar.seq).map(|s| (s.0, r)))
-                    .min();
-                if let Some((_, rank)) = behind {
-                    return Err(PeerError::Departed {
-                        rank: rank as Rank,
-                        call: "barrier",
+                    // A peer that left before starting this barrier never will.
+                    let departed = e.departed.lock().unwrap_or_else(|x| x.into_inner());
+                    let behind = (departed.iter().enumerate())
+                        .filter_map(|(r, s)| s.filter(|s| s.0 < bar.seq).map(|s| (s.0, r)))
+                        .min();
+                    if let Some((_, rank)) = behind {
+                        return Err(PeerError::Departed {
+                            rank: rank as Rank,
+                            call: "barrier",
+                        }
+                        .into());
                     }
-                    .into());
                 }
-            }
-            Ok(done)
-        })
-        .map_err(|err| match err {
-            Error::Peer(PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
-                call,
-                rank: bar.awaited(e.rank, e.size),
-            }
-            .into(),
-            err => err,
+                Ok(done)
+            })
+            .map_err(|err| match err.peer() {
+                Some(&PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
+                    call,
+                    rank: bar.awaited(e.rank, e.size),
+                }
+                .into(),
+                _ => err,
+            })
         })
     }
 
@@ -389,7 +398,7 @@ impl Engine {
     /// impossible size, no memory, a registration refused), the others return
     /// [`PeerError::CollectiveFailed`] naming it, and nobody keeps a window.
     pub fn allocate<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        self.allocate_over(None, len)
+        self.raised("allocate", || self.allocate_over(None, len))
     }
 
     pub(crate) fn allocate_in<T: Element>(&self, comm: &Comm, len: usize) -> Result<Window<T>> {
@@ -412,7 +421,7 @@ impl Engine {
     /// [`TransportError::Unsupported`], where some ranks of the window share no memory
     /// (a network backend, a job over several nodes).
     pub fn allocate_shared<T: Element>(&self, len: usize) -> Result<Window<T>> {
-        self.allocate_shared_over(None, len)
+        self.raised("allocate_shared", || self.allocate_shared_over(None, len))
     }
 
     pub(crate) fn allocate_shared_in<T: Element>(
@@ -480,7 +489,7 @@ impl Engine {
     /// Creates a window over memory the user hands over (collective, MPI_Win_create);
     /// [`Window::free`] gives it back.
     pub fn create<T: Element>(&self, memory: Vec<T>) -> Result<Window<T>> {
-        self.create_over(None, memory)
+        self.raised("create", || self.create_over(None, memory))
     }
 
     pub(crate) fn create_in<T: Element>(&self, comm: &Comm, memory: Vec<T>) -> Result<Window<T>> {
@@ -530,12 +539,14 @@ impl Engine {
     /// Creates a dynamic window with no memory yet (collective, MPI_Win_create_dynamic);
     /// use [`Window::attach`].
     pub fn create_dynamic<T: Element>(&self) -> Result<Window<T>> {
-        self.make_window(
-            None,
-            WindowKind::Dynamic,
-            Ok(Memory::Dynamic(Vec::new())),
-            1,
-        )
+        self.raised("create_dynamic", || {
+            self.make_window(
+                None,
+                WindowKind::Dynamic,
+                Ok(Memory::Dynamic(Vec::new())),
+                1,
+            )
+        })
     }
 
     pub(crate) fn create_dynamic_in<T: Element>(&self, comm: &Comm) -> Result<Window<T>> {
@@ -681,13 +692,14 @@ impl Engine {
         let call = creation_call(kind as u8);
         // Status 0: ok, with the bytes; 1: failed, with the reason; 2 and 3: failed because
         // a peer is dead or left, with its rank (every rank then names that peer).
-        let (status, body) = match &mine {
+        let (status, body) = match mine.as_ref().map_err(Error::kind) {
             Ok(bytes) => (0u8, bytes.clone()),
-            Err(Error::Peer(PeerError::Dead { rank })) => (2u8, rank.to_le_bytes().to_vec()),
-            Err(Error::Peer(PeerError::Departed { rank, .. })) => {
+            Err(ErrorKind::Peer(PeerError::Dead { rank })) => (2u8, rank.to_le_bytes().to_vec()),
+            Err(ErrorKind::Peer(PeerError::Departed { rank, .. })) => {
                 (3u8, rank.to_le_bytes().to_vec())
             }
-            Err(err) => (1u8, err.to_string().into_bytes()),
+            // The others name this rank and the call themselves (CollectiveFailed).
+            Err(kind) => (1u8, kind.to_string().into_bytes()),
         };
         let mut msg = Vec::with_capacity(6 + body.len());
         msg.push(status);
@@ -697,17 +709,15 @@ impl Engine {
         let all = match comm {
             // The World's creations go through the bootstrap, which also watches the
             // launcher for ranks that never started.
-            None => {
-                self.shared
-                    .transport
-                    .allgather(&msg)
-                    .map_err(|err| match Error::from(err) {
-                        Error::Peer(PeerError::Departed { rank, .. }) => {
-                            PeerError::Departed { rank, call }.into()
-                        }
-                        other => other,
-                    })?
-            }
+            None => self.shared.transport.allgather(&msg).map_err(|err| {
+                let err = Error::from(err);
+                match err.peer() {
+                    Some(&PeerError::Departed { rank, .. }) => {
+                        PeerError::Departed { rank, call }.into()
+                    }
+                    _ => err,
+                }
+            })?,
             Some(c) => c.allgather_as(call, &msg)?,
         };
         let world_rank = |i: usize| comm.map_or(i as Rank, |c| c.group().members()[i]);
@@ -954,15 +964,15 @@ impl EngineShared {
     /// collective): when this process then leaves, its departure names that peer, so
     /// that others blame the cause and not the messenger.
     pub(crate) fn blame(&self, e: &Error) {
-        let (rank, dead) = match e {
-            Error::Peer(PeerError::Dead { rank }) => (*rank, BLAME_DEAD),
-            Error::Peer(PeerError::Mismatch { rank, theirs, .. }) => (
+        let (rank, dead) = match e.peer() {
+            Some(PeerError::Dead { rank }) => (*rank, BLAME_DEAD),
+            Some(PeerError::Mismatch { rank, theirs, .. }) => (
                 *rank,
                 BLAME_MISMATCH | (wire::Departure::call_code(theirs) & 0x3f) << 24,
             ),
-            Error::Peer(
-                PeerError::Departed { rank, .. } | PeerError::CollectiveFailed { rank, .. },
-            ) => (*rank, 0),
+            Some(PeerError::Departed { rank, .. } | PeerError::CollectiveFailed { rank, .. }) => {
+                (*rank, 0)
+            }
             _ => return,
         };
         let _ = self.blamed.compare_exchange(

@@ -1,23 +1,175 @@
 //! Errors, split by who is at fault: the caller ([`UsageError`]), a peer ([`PeerError`]),
-//! or the transport underneath ([`TransportError`]).
+//! or the transport underneath ([`TransportError`]); an [`Error`] carries one of them
+//! ([`ErrorKind`]) and where it was raised: the call, this process's rank, the window.
+//!
+//! ```
+//! use rma_core::{sim, ErrorKind, UsageError};
+//! sim::run(2, sim::Profile::ActiveMessages, 1, |engine| {
+//!     let win = engine.allocate::<u64>(4)?;
+//!     // A put with no epoch open: refused, nothing sent.
+//!     let err = win.put(&[1], 1 - engine.rank(), 0).unwrap_err();
+//!     assert!(matches!(err.kind(), ErrorKind::Usage(UsageError::NoEpoch { .. })));
+//!     assert_eq!(err.call(), Some("put"));
+//!     assert_eq!(err.rank(), Some(engine.rank()));
+//!     // Displayed, it says all of that and what to do.
+//!     let text = err.to_string();
+//!     assert!(text.starts_with(&format!("`put` on rank {}, window ", engine.rank())), "{text}");
+//!     assert!(text.contains("open one with fence, start, lock or lock_all first"), "{text}");
+//!     win.free()?;
+//!     Ok(())
+//! }).unwrap();
+//! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::Rank;
 
 /// Result of every fallible call of the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Any error the engine returns.
+/// Any error the engine returns: what went wrong ([`kind`](Error::kind)), and where:
+/// the call that raised it, the rank of the process that raised it and the window, where
+/// those are known. Boxed, so that a `Result` of the hot path stays one word wider than
+/// its value.
+///
+/// Two errors are equal when their kinds are (where they were raised aside), so tests and
+/// callers can compare against an expected [`ErrorKind`] made into an `Error`.
+#[derive(Clone)]
+pub struct Error(Box<ErrorInner>);
+
+#[derive(Clone)]
+struct ErrorInner {
+    kind: ErrorKind,
+    call: Option<&'static str>,
+    rank: Option<Rank>,
+    window: Option<u32>,
+}
+
+/// What went wrong, by who is at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorKind {
     /// The caller used the API in a way MPI-4.1 forbids; nothing was sent.
     Usage(UsageError),
     /// A peer sent something malformed, or died.
     Peer(PeerError),
     /// The transport failed.
     Transport(TransportError),
+}
+
+impl Error {
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0.kind
+    }
+    /// What went wrong, by value.
+    pub fn into_kind(self) -> ErrorKind {
+        self.0.kind
+    }
+    /// The API call that raised it (`"put"`, `"fence"`, `"allreduce"`...), where known.
+    pub fn call(&self) -> Option<&'static str> {
+        self.0.call
+    }
+    /// The rank (in the World) of the process that raised it, where known.
+    pub fn rank(&self) -> Option<Rank> {
+        self.0.rank
+    }
+    /// The id of the window the call was on, for window calls.
+    pub fn window(&self) -> Option<u32> {
+        self.0.window
+    }
+    /// The misuse, if the caller is at fault.
+    pub fn usage(&self) -> Option<&UsageError> {
+        match self.kind() {
+            ErrorKind::Usage(u) => Some(u),
+            _ => None,
+        }
+    }
+    /// The peer's fault, if a peer is at fault.
+    pub fn peer(&self) -> Option<&PeerError> {
+        match self.kind() {
+            ErrorKind::Peer(p) => Some(p),
+            _ => None,
+        }
+    }
+    /// The transport's failure, if the transport is at fault.
+    pub fn transport(&self) -> Option<&TransportError> {
+        match self.kind() {
+            ErrorKind::Transport(t) => Some(t),
+            _ => None,
+        }
+    }
+    /// Whether the caller is at fault (nothing was sent or changed).
+    pub fn is_usage(&self) -> bool {
+        self.usage().is_some()
+    }
+
+    /// Says where the error was raised, unless an inner call said it first (the innermost
+    /// call is the most precise).
+    pub(crate) fn raised_in(mut self, call: &'static str, rank: Rank, window: Option<u32>) -> Self {
+        let inner = &mut *self.0;
+        if inner.call.is_none() {
+            inner.call = Some(call);
+            inner.rank = Some(rank);
+            inner.window = window;
+        }
+        self
+    }
+}
+
+impl From<ErrorKind> for Error {
+    #[cold] // errors are made off the hot path, out of line
+    #[inline(never)]
+    fn from(kind: ErrorKind) -> Self {
+        Error(Box::new(ErrorInner {
+            kind,
+            call: None,
+            rank: None,
+            window: None,
+        }))
+    }
+}
+
+impl PartialEq for Error {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind() == other.kind()
+    }
+}
+impl Eq for Error {}
+
+impl PartialEq<ErrorKind> for Error {
+    fn eq(&self, other: &ErrorKind) -> bool {
+        self.kind() == other
+    }
+}
+
+// `{:?}` is what `fn main() -> Result<(), Error>` prints on failure: the message a user
+// can act on, and the chain of causes under it; `{:#?}` is the structure.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            let mut d = f.debug_struct("Error");
+            d.field("kind", self.kind());
+            if let Some(call) = self.call() {
+                d.field("call", &call);
+            }
+            if let Some(rank) = self.rank() {
+                d.field("rank", &rank);
+            }
+            if let Some(window) = self.window() {
+                d.field("window", &window);
+            }
+            return d.finish();
+        }
+        fmt::Display::fmt(self, f)?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            write!(f, ": caused by: {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
 }
 
 /// Misuse by the caller. Nothing was sent or changed when this is returned.
@@ -215,14 +367,94 @@ pub enum TransportError {
     PeerDeparted(Rank),
     /// Any other failure, with the backend's message.
     Failed(String),
+    /// A failure of the system or library under the backend (an `io::Error`, a
+    /// libfabric or verbs return code), kept whole as the [`source`](std::error::Error::source)
+    /// of this error, with what the backend was doing.
+    Backend(BackendError),
+}
+
+/// A failure of the system or library under a backend, with what the backend was doing
+/// and the failure itself as the error's [`source`](std::error::Error::source).
+#[derive(Clone)]
+pub struct BackendError {
+    doing: String,
+    source: Arc<dyn std::error::Error + Send + Sync>,
+}
+
+impl BackendError {
+    /// `doing`: what failed, said as an action ("mapping the window segment");
+    /// `source`: the failure underneath.
+    pub fn new(
+        doing: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BackendError {
+            doing: doing.into(),
+            source: Arc::new(source),
+        }
+    }
+    /// What the backend was doing.
+    pub fn doing(&self) -> &str {
+        &self.doing
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendError")
+            .field("doing", &self.doing)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+// Equal when they say the same: the sources are compared by their messages (a system
+// error has no other identity that survives a clone).
+impl PartialEq for BackendError {
+    fn eq(&self, other: &Self) -> bool {
+        self.doing == other.doing && self.source.to_string() == other.source.to_string()
+    }
+}
+impl Eq for BackendError {}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed", self.doing)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+impl From<BackendError> for TransportError {
+    fn from(e: BackendError) -> Self {
+        TransportError::Backend(e)
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.call(), self.rank(), self.window()) {
+            (Some(call), Some(rank), Some(win)) => {
+                write!(f, "`{call}` on rank {rank}, window {win}: ")?
+            }
+            (Some(call), Some(rank), None) => write!(f, "`{call}` on rank {rank}: ")?,
+            (Some(call), None, _) => write!(f, "`{call}`: ")?,
+            _ => {}
+        }
+        fmt::Display::fmt(self.kind(), f)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Usage(e) => write!(f, "usage error: {e}"),
-            Error::Peer(e) => write!(f, "peer error: {e}"),
-            Error::Transport(e) => write!(f, "transport error: {e}"),
+            ErrorKind::Usage(e) => write!(f, "usage error: {e}"),
+            ErrorKind::Peer(e) => write!(f, "peer error: {e}"),
+            ErrorKind::Transport(e) => write!(f, "transport error: {e}"),
         }
     }
 }
@@ -380,35 +612,72 @@ impl fmt::Display for TransportError {
                 write!(f, "rank {r} left the job before joining the collective")
             }
             TransportError::Failed(msg) => f.write_str(msg),
+            // The source's own message follows in the chain (`source`), not here.
+            TransportError::Backend(e) => write!(f, "{e}"),
         }
     }
 }
 
-// The wrapper's Display already says the inner error: no `source`, or reporters print it twice.
-impl std::error::Error for Error {}
+// The wrappers' Display already says the inner error, so their `source` skips it (or
+// reporters print it twice) and goes on to what the inner error has under it: a backend
+// failure's system error.
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.kind().source()
+    }
+}
+impl std::error::Error for ErrorKind {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ErrorKind::Transport(t) => t.source(),
+            _ => None,
+        }
+    }
+}
 impl std::error::Error for UsageError {}
 impl std::error::Error for PeerError {}
-impl std::error::Error for TransportError {}
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TransportError::Backend(e) => e.source(),
+            _ => None,
+        }
+    }
+}
 
 impl From<UsageError> for Error {
+    #[cold] // errors are made off the hot path, out of line
+    #[inline(never)]
     fn from(e: UsageError) -> Self {
-        Error::Usage(e)
+        ErrorKind::Usage(e).into()
     }
 }
 impl From<PeerError> for Error {
+    #[cold] // errors are made off the hot path, out of line
+    #[inline(never)]
     fn from(e: PeerError) -> Self {
-        Error::Peer(e)
+        ErrorKind::Peer(e).into()
     }
 }
 impl From<TransportError> for Error {
+    #[cold] // errors are made off the hot path, out of line
+    #[inline(never)]
     fn from(e: TransportError) -> Self {
         match e {
-            TransportError::PeerUnreachable(rank) => Error::Peer(PeerError::Dead { rank }),
-            TransportError::PeerDeparted(rank) => Error::Peer(PeerError::Departed {
+            TransportError::PeerUnreachable(rank) => PeerError::Dead { rank }.into(),
+            TransportError::PeerDeparted(rank) => PeerError::Departed {
                 rank,
                 call: "a bootstrap collective",
-            }),
-            e => Error::Transport(e),
+            }
+            .into(),
+            e => ErrorKind::Transport(e).into(),
         }
+    }
+}
+impl From<BackendError> for Error {
+    #[cold] // errors are made off the hot path, out of line
+    #[inline(never)]
+    fn from(e: BackendError) -> Self {
+        TransportError::Backend(e).into()
     }
 }

@@ -718,5 +718,5 @@ where
 
 /// Converts a run's error text back for `?` in tests.
 pub fn failed(msg: impl Into<String>) -> Error {
-    Error::Transport(TransportError::Failed(msg.into()))
+    TransportError::Failed(msg.into()).into()
 }

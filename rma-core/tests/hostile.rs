@@ -16,7 +16,9 @@ use rma_core::transport::{
     Capabilities, Event, Issued, NativeAtomic, RemoteSegment, Segment, Transport, UserMemory,
 };
 use rma_core::wire::{self, Kind};
-use rma_core::{AccOp, Assert, Config, Error, LockType, PeerError, Rank, TransportError};
+use rma_core::{
+    AccOp, Assert, Config, Error, ErrorKind, LockType, PeerError, Rank, TransportError,
+};
 
 /// A transport that corrupts what it sends once `armed`, as a seeded generator says.
 struct Corrupting {
@@ -159,9 +161,9 @@ impl Transport for Corrupting {
 /// What a call against the hostile rank may come to.
 fn acceptable<T: std::fmt::Debug>(r: &rma_core::Result<T>) -> bool {
     matches!(
-        r,
+        r.as_ref().map_err(Error::kind),
         Ok(_)
-            | Err(Error::Peer(
+            | Err(ErrorKind::Peer(
                 PeerError::Malformed { .. }
                     | PeerError::Refused { .. }
                     | PeerError::OutOfBounds { .. }

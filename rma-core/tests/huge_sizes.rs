@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use rma_core::sim::{self, Profile};
 use rma_core::wire::{self, Encoder, Extent, Kind};
-use rma_core::{AccOp, Assert, Error, Layout, UsageError};
+use rma_core::{AccOp, Assert, Error, ErrorKind, Layout, UsageError};
 
 /// Values around the edges of 32 and 64 bits and of `isize`, plus random ones.
 fn huge() -> impl Strategy<Value = u64> {
@@ -29,9 +29,9 @@ fn huge() -> impl Strategy<Value = u64> {
 /// Whether `r` is Ok or one of the typed errors a huge size may give.
 fn typed<T>(r: &rma_core::Result<T>) -> bool {
     matches!(
-        r,
+        r.as_ref().map_err(Error::kind),
         Ok(_)
-            | Err(Error::Usage(
+            | Err(ErrorKind::Usage(
                 UsageError::TooLarge { .. }
                     | UsageError::OutOfBounds { .. }
                     | UsageError::BadLayout
@@ -39,7 +39,7 @@ fn typed<T>(r: &rma_core::Result<T>) -> bool {
             ))
             // More than one active message carries (dynamic windows reach their
             // targets by active messages only).
-            | Err(Error::Transport(rma_core::TransportError::Unsupported(_)))
+            | Err(ErrorKind::Transport(rma_core::TransportError::Unsupported(_)))
     )
 }
 
@@ -49,7 +49,10 @@ fn the_cases_the_issue_names_are_typed_errors() {
         // allocate::<u64>(2^61 + 16): its bytes overflow, not a 128-byte window.
         let r = engine.allocate::<u64>((1usize << 61) + 16);
         assert!(
-            matches!(r, Err(Error::Usage(UsageError::Unsupported { .. }))),
+            matches!(
+                r.as_ref().map_err(Error::kind),
+                Err(ErrorKind::Usage(UsageError::Unsupported { .. }))
+            ),
             "{r:?}"
         );
         let win = engine.allocate::<u64>(16)?;
@@ -58,7 +61,10 @@ fn the_cases_the_issue_names_are_typed_errors() {
         // get(t, 0, 1 << 61): bytes overflow (no "capacity overflow" panic).
         let r = win.get(peer, 0, 1 << 61);
         assert!(
-            matches!(r, Err(Error::Usage(UsageError::TooLarge { .. }))),
+            matches!(
+                r.as_ref().map_err(Error::kind),
+                Err(ErrorKind::Usage(UsageError::TooLarge { .. }))
+            ),
             "{r:?}"
         );
         // A target layout of (1 << 62) + 1 blocks is not 4 contiguous elements.
@@ -67,7 +73,10 @@ fn the_cases_the_issue_names_are_typed_errors() {
         // A stride of 2^32 + 1 elements does not land at offset 1.
         let r = win.get_strided(peer, 0, Layout::strided(2, 1, (1 << 32) + 1));
         assert!(
-            matches!(r, Err(Error::Usage(UsageError::OutOfBounds { .. }))),
+            matches!(
+                r.as_ref().map_err(Error::kind),
+                Err(ErrorKind::Usage(UsageError::OutOfBounds { .. }))
+            ),
             "{r:?}"
         );
         // read_local/write_local far past the window: no wrap to element 0, no panic.
@@ -75,12 +84,18 @@ fn the_cases_the_issue_names_are_typed_errors() {
         for disp in [1usize << 61, (1 << 61) - 1, usize::MAX] {
             let r = win.read_local(disp, &mut one);
             assert!(
-                matches!(r, Err(Error::Usage(UsageError::OutOfBounds { .. }))),
+                matches!(
+                    r.as_ref().map_err(Error::kind),
+                    Err(ErrorKind::Usage(UsageError::OutOfBounds { .. }))
+                ),
                 "{r:?}"
             );
             let r = win.write_local(disp, &one);
             assert!(
-                matches!(r, Err(Error::Usage(UsageError::OutOfBounds { .. }))),
+                matches!(
+                    r.as_ref().map_err(Error::kind),
+                    Err(ErrorKind::Usage(UsageError::OutOfBounds { .. }))
+                ),
                 "{r:?}"
             );
         }
@@ -89,7 +104,10 @@ fn the_cases_the_issue_names_are_typed_errors() {
         wf.lock_all(Assert::NONE)?;
         let r = wf.compare_and_swap(0.0, 1.0, peer, 0);
         assert!(
-            matches!(r, Err(Error::Usage(UsageError::Unsupported { .. }))),
+            matches!(
+                r.as_ref().map_err(Error::kind),
+                Err(ErrorKind::Usage(UsageError::Unsupported { .. }))
+            ),
             "{r:?}"
         );
         wf.unlock_all()?;
@@ -136,10 +154,9 @@ proptest! {
             let r = engine.allocate::<u64>(count).map(drop);
             assert!(
                 typed(&r)
-                    || matches!(
-                        r,
-                        Err(Error::Transport(rma_core::TransportError::Failed(_))
-                            | Error::Peer(rma_core::PeerError::CollectiveFailed { .. }))
+                    || matches!(r.as_ref().map_err(Error::kind),
+                        Err(ErrorKind::Transport(rma_core::TransportError::Failed(_))
+                            | ErrorKind::Peer(rma_core::PeerError::CollectiveFailed { .. }))
                     ),
                 "{r:?}"
             );
@@ -151,7 +168,7 @@ proptest! {
             // refused there, and the epoch's end says so.
             let r = dynamic.unlock_all();
             assert!(
-                matches!(r, Ok(()) | Err(Error::Peer(rma_core::PeerError::Refused { .. }))),
+                matches!(r.as_ref().map_err(Error::kind), Ok(()) | Err(ErrorKind::Peer(rma_core::PeerError::Refused { .. }))),
                 "{r:?}"
             );
             win.unlock_all()?;

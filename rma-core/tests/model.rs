@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rma_core::sim::{self, Profile};
-use rma_core::{AccOp, Assert, Config, Error, LockType, PeerError, Rank, Request, Result};
+use rma_core::{
+    AccOp, Assert, Config, Error, ErrorKind, LockType, PeerError, Rank, Request, Result,
+};
 
 /// Window layout per rank (u64): slot `o` (o < 4) is written only by origin `o`; slots
 /// 4..8 take sum accumulates and fetch-and-adds from anyone.
@@ -422,11 +424,11 @@ proptest! {
                     Call::Flush(t) => win.flush(t),
                     Call::FlushLocalAll => win.flush_local_all(),
                 };
-                match r {
-                    Ok(()) | Err(Error::Usage(_)) => {}
+                match r.map_err(Error::into_kind) {
+                    Ok(()) | Err(ErrorKind::Usage(_)) => {}
                     // A sequence may wait for something it never arranged (complete with no
                     // post): a bounded, typed timeout, never a hang.
-                    Err(Error::Peer(PeerError::Timeout { .. })) => {}
+                    Err(ErrorKind::Peer(PeerError::Timeout { .. })) => {}
                     Err(other) => panic!("{c:?} gave {other:?}"),
                 }
             }

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use rma_core::sim::{self, Profile};
 use rma_core::wire::Kind;
-use rma_core::{AccOp, Assert, Config, Engine, Error, LockType, PeerError, Result, UsageError};
+use rma_core::{
+    AccOp, Assert, Config, Engine, Error, ErrorKind, LockType, PeerError, Result, UsageError,
+};
 
 fn config() -> Config {
     Config {
@@ -540,8 +542,8 @@ fn threads_may_put_and_flush_concurrently() {
 // ----- misuse and failures -------------------------------------------------------------
 
 fn usage<T: std::fmt::Debug>(r: Result<T>) -> UsageError {
-    match r {
-        Err(Error::Usage(u)) => u,
+    match r.map_err(Error::into_kind) {
+        Err(ErrorKind::Usage(u)) => u,
         other => panic!("expected a usage error, got {other:?}"),
     }
 }
@@ -627,7 +629,7 @@ fn free_with_an_open_epoch_is_refused() {
         w2.lock(LockType::Exclusive, 0, Assert::NONE)?;
         // The window comes back: its epoch can be closed and the free tried again.
         let refused = w2.free().unwrap_err();
-        assert_eq!(refused.error, rma_core::Error::Usage(UsageError::EpochOpen));
+        assert_eq!(refused.error.usage(), Some(&UsageError::EpochOpen));
         let w2 = refused.window;
         w2.unlock(0)?;
         w2.free()?;
@@ -651,8 +653,8 @@ fn a_dead_peer_fails_blocking_calls_instead_of_hanging() {
         }
         win.lock(LockType::Exclusive, 1, Assert::NONE)?;
         win.put(&[1, 2], 1, 0)?;
-        match win.unlock(1) {
-            Err(Error::Peer(PeerError::Dead { rank: 1 })) => Ok(()),
+        match win.unlock(1).map_err(Error::into_kind) {
+            Err(ErrorKind::Peer(PeerError::Dead { rank: 1 })) => Ok(()),
             other => panic!("expected a dead peer, got {other:?}"),
         }
     });
@@ -709,7 +711,10 @@ fn overlapping_sync_calls_from_two_threads_are_refused() {
                 // Thread B: a second fence while A's is in progress (not allowed by seed 004).
                 let b = win.fence(Assert::NONE);
                 assert!(
-                    matches!(b, Err(Error::Usage(UsageError::ConcurrentSync { .. }))),
+                    matches!(
+                        b.as_ref().map_err(Error::kind),
+                        Err(ErrorKind::Usage(UsageError::ConcurrentSync { .. }))
+                    ),
                     "{b:?}"
                 );
                 a.join().expect("thread A")
@@ -747,8 +752,8 @@ fn shared_windows_give_peer_addresses_where_memory_is_shared() {
     });
     run(2, Profile::ActiveMessages, 27, config(), |e| {
         assert!(matches!(
-            e.allocate_shared::<u32>(4),
-            Err(Error::Transport(_))
+            e.allocate_shared::<u32>(4).map_err(Error::into_kind),
+            Err(ErrorKind::Transport(_))
         ));
         Ok(())
     });
@@ -843,8 +848,8 @@ fn mismatched_collectives_on_a_communicator_are_errors_on_its_members() {
             } else {
                 pair.allgather(&[1u8]).map(drop)
             };
-            match got {
-                Err(Error::Peer(PeerError::Mismatch { call, theirs, .. })) => {
+            match got.map_err(Error::into_kind) {
+                Err(ErrorKind::Peer(PeerError::Mismatch { call, theirs, .. })) => {
                     assert_ne!(call, theirs);
                 }
                 other => panic!("expected a mismatch, got {other:?}"),

@@ -280,8 +280,10 @@ fn window_kinds_create_dynamic_shared() {
         let flushed = dynw.flush(right);
         assert!(
             matches!(
-                flushed,
-                Err(rma_core::Error::Peer(rma_core::PeerError::Refused { .. }))
+                flushed.as_ref().map_err(rma_core::Error::kind),
+                Err(rma_core::ErrorKind::Peer(
+                    rma_core::PeerError::Refused { .. }
+                ))
             ),
             "{flushed:?}"
         );

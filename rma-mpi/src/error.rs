@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::os::raw::c_int;
 use std::sync::{Mutex, OnceLock};
 
-use rma::{Error, PeerError, TransportError, UsageError};
+use rma::{Error, ErrorKind, PeerError, TransportError, UsageError};
 
 use crate::sys::{self, int, HandleBits, MPI_Comm, MPI_Errhandler, MPI_Win};
 
@@ -40,8 +40,8 @@ impl MpiError {
 
 impl From<Error> for MpiError {
     fn from(e: Error) -> MpiError {
-        let class = match &e {
-            Error::Usage(u) => match u {
+        let class = match e.kind() {
+            ErrorKind::Usage(u) => match u {
                 UsageError::NoEpoch { .. }
                 | UsageError::EpochConflict { .. }
                 | UsageError::NotInGroup { .. }
@@ -64,17 +64,19 @@ impl From<Error> for MpiError {
                 UsageError::Unsupported { .. } => int!(MPI_ERR_UNSUPPORTED_OPERATION),
                 _ => int!(MPI_ERR_OTHER),
             },
-            Error::Peer(PeerError::OutOfBounds { .. } | PeerError::Refused { .. }) => {
+            ErrorKind::Peer(PeerError::OutOfBounds { .. } | PeerError::Refused { .. }) => {
                 int!(MPI_ERR_RMA_RANGE)
             }
-            Error::Peer(_) => int!(MPI_ERR_OTHER),
-            Error::Transport(TransportError::Unsupported(_)) => {
+            ErrorKind::Peer(_) => int!(MPI_ERR_OTHER),
+            ErrorKind::Transport(TransportError::Unsupported(_)) => {
                 int!(MPI_ERR_UNSUPPORTED_OPERATION)
             }
-            Error::Transport(_) => int!(MPI_ERR_OTHER),
+            ErrorKind::Transport(_) => int!(MPI_ERR_OTHER),
             _ => int!(MPI_ERR_OTHER),
         };
-        MpiError::new(class, e.to_string())
+        // The MPI call and the rank are said by the handler; rma's own call name would
+        // only repeat them in Rust's words.
+        MpiError::new(class, e.kind().to_string())
     }
 }
 

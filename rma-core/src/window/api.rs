@@ -111,6 +111,13 @@ impl<E: Element> std::fmt::Debug for Elements<E> {
 impl<T: Element> Window<T> {
     const SIZE: usize = std::mem::size_of::<T>();
 
+    /// Runs the body of the public call `call`, saying on its error which call, rank and
+    /// window raised it.
+    #[inline(always)]
+    fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+        body().map_err(|e| self.shared.raised(call, e))
+    }
+
     fn check_op(op: AccOp) -> Result<()> {
         if op.valid_for(T::DATATYPE) {
             Ok(())
@@ -310,16 +317,18 @@ impl<T: Element> Window<T> {
 
     /// Puts `data` at element displacement `disp` of `target`'s window.
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
-        let target = self.shared.world(target)?;
-        // Contiguous on both sides: nothing to gather.
-        let layout = Layout::contiguous(data.len());
-        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
-            return self
-                .post_pieces(OpKind::Put, None, target, p, data, false)
-                .map(drop);
-        }
-        self.post_put(data, target, extent)
+        self.raised("put", || {
+            let target = self.shared.world(target)?;
+            // Contiguous on both sides: nothing to gather.
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
+                return self
+                    .post_pieces(OpKind::Put, None, target, p, data, false)
+                    .map(drop);
+            }
+            self.post_put(data, target, extent)
+        })
     }
 
     /// Posts a put of the packed `data` to `extent` at `target`.
@@ -347,71 +356,79 @@ impl<T: Element> Window<T> {
         disp: u64,
         target_layout: Layout,
     ) -> Result<()> {
-        let target = self.shared.world(target)?;
-        let packed = gather(data, origin, target_layout)?;
-        let extent = self
-            .shared
-            .extent(target, disp, target_layout, Self::SIZE)?;
-        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, target_layout, extent)? {
-            return self
-                .post_pieces(OpKind::Put, None, target, p, &packed, false)
-                .map(drop);
-        }
-        self.post_put(&packed, target, extent)
+        self.raised("put_strided", || {
+            let target = self.shared.world(target)?;
+            let packed = gather(data, origin, target_layout)?;
+            let extent = self
+                .shared
+                .extent(target, disp, target_layout, Self::SIZE)?;
+            if let Some(p) = self.pieces(OpKind::Put, None, target, disp, target_layout, extent)? {
+                return self
+                    .post_pieces(OpKind::Put, None, target, p, &packed, false)
+                    .map(drop);
+            }
+            self.post_put(&packed, target, extent)
+        })
     }
 
     /// A put whose local completion can be waited on (MPI_Rput).
     pub fn rput(&self, data: &[T], target: Rank, disp: u64) -> Result<Request<()>> {
-        let target = self.shared.world(target)?;
-        let extent =
-            self.shared
-                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        let posted = self.shared.post(Self::desc(
-            OpKind::Put,
-            target,
-            extent,
-            None,
-            bytemuck::cast_slice(data),
-            true,
-        ))?;
-        Ok(self.request(posted, target, |_| ()))
+        self.raised("rput", || {
+            let target = self.shared.world(target)?;
+            let extent =
+                self.shared
+                    .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+            let posted = self.shared.post(Self::desc(
+                OpKind::Put,
+                target,
+                extent,
+                None,
+                bytemuck::cast_slice(data),
+                true,
+            ))?;
+            Ok(self.request(posted, target, |_| ()))
+        })
     }
 
     /// Gets `count` elements at `disp` of `target`'s window. The data is the request's
     /// value; the request completes no later than the epoch's next flush or end.
     pub fn get(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
-        self.get_strided(target, disp, Layout::contiguous(count))
+        self.raised("get", || {
+            self.get_strided(target, disp, Layout::contiguous(count))
+        })
     }
 
     /// Request-based get (MPI_Rget); the same as [`get`](Self::get).
     pub fn rget(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
-        self.get(target, disp, count)
+        self.raised("rget", || self.get(target, disp, count))
     }
 
     /// Gets the elements `layout` selects at `disp`, packed.
     pub fn get_strided(&self, target: Rank, disp: u64, layout: Layout) -> Result<Request<Vec<T>>> {
-        let target = self.shared.world(target)?;
-        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
-            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
-            return Ok(Request::joined(parts, to_vec::<T>));
-        }
-        // Contiguous gets land straight in the result where the backend completes them in
-        // the call: one buffer, one copy.
-        let mut out = if extent.count <= 1 {
-            zeroed_vec::<T>(layout.elements())?
-        } else {
-            Vec::new()
-        };
-        let into = (extent.count <= 1)
-            .then(|| std::cell::RefCell::new(bytemuck::cast_slice_mut(out.as_mut_slice())));
-        let posted = self.shared.post(OpDesc {
-            into,
-            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
-        })?;
-        Ok(match posted {
-            Posted::Done(None) => Request::value(out),
-            other => self.request(other, target, to_vec::<T>),
+        self.raised("get_strided", || {
+            let target = self.shared.world(target)?;
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+                let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+                return Ok(Request::joined(parts, to_vec::<T>));
+            }
+            // Contiguous gets land straight in the result where the backend completes them in
+            // the call: one buffer, one copy.
+            let mut out = if extent.count <= 1 {
+                zeroed_vec::<T>(layout.elements())?
+            } else {
+                Vec::new()
+            };
+            let into = (extent.count <= 1)
+                .then(|| std::cell::RefCell::new(bytemuck::cast_slice_mut(out.as_mut_slice())));
+            let posted = self.shared.post(OpDesc {
+                into,
+                ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+            })?;
+            Ok(match posted {
+                Posted::Done(None) => Request::value(out),
+                other => self.request(other, target, to_vec::<T>),
+            })
         })
     }
 
@@ -425,36 +442,40 @@ impl<T: Element> Window<T> {
         disp: u64,
         buf: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
-        let target = self.shared.world(target)?;
-        let layout = Layout::contiguous(buf.len());
-        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
-            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
-            let pending = Some(Request::joined(parts, |bytes| bytes));
-            return Ok(GetInto { buf, pending });
-        }
-        let posted = self.shared.post(OpDesc {
-            into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
-            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
-        })?;
-        let pending = match posted {
-            Posted::Done(None) => None,
-            other => Some(self.request(other, target, |bytes| bytes)),
-        };
-        Ok(GetInto { buf, pending })
+        self.raised("get_into", || {
+            let target = self.shared.world(target)?;
+            let layout = Layout::contiguous(buf.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+                let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+                let pending = Some(Request::joined(parts, |bytes| bytes));
+                return Ok(GetInto { buf, pending });
+            }
+            let posted = self.shared.post(OpDesc {
+                into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
+                ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+            })?;
+            let pending = match posted {
+                Posted::Done(None) => None,
+                other => Some(self.request(other, target, |bytes| bytes)),
+            };
+            Ok(GetInto { buf, pending })
+        })
     }
 
     /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically
     /// with respect to other accumulates.
     pub fn accumulate(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
-        self.accumulate_strided(
-            data,
-            Layout::contiguous(data.len()),
-            op,
-            target,
-            disp,
-            Layout::contiguous(data.len()),
-        )
+        self.raised("accumulate", || {
+            self.accumulate_strided(
+                data,
+                Layout::contiguous(data.len()),
+                op,
+                target,
+                disp,
+                Layout::contiguous(data.len()),
+            )
+        })
     }
 
     /// Strided accumulate.
@@ -467,28 +488,30 @@ impl<T: Element> Window<T> {
         disp: u64,
         target_layout: Layout,
     ) -> Result<()> {
-        let target = self.shared.world(target)?;
-        Self::check_op(op)?;
-        let packed = gather(data, origin, target_layout)?;
-        let extent = self
-            .shared
-            .extent(target, disp, target_layout, Self::SIZE)?;
-        let kind = OpKind::Accumulate;
-        if let Some(p) = self.pieces(kind, Some(op), target, disp, target_layout, extent)? {
-            return self
-                .post_pieces(kind, Some(op), target, p, &packed, false)
-                .map(drop);
-        }
-        self.shared
-            .post(Self::desc(
-                OpKind::Accumulate,
-                target,
-                extent,
-                Some(op),
-                bytemuck::cast_slice(&packed),
-                false,
-            ))
-            .map(drop)
+        self.raised("accumulate_strided", || {
+            let target = self.shared.world(target)?;
+            Self::check_op(op)?;
+            let packed = gather(data, origin, target_layout)?;
+            let extent = self
+                .shared
+                .extent(target, disp, target_layout, Self::SIZE)?;
+            let kind = OpKind::Accumulate;
+            if let Some(p) = self.pieces(kind, Some(op), target, disp, target_layout, extent)? {
+                return self
+                    .post_pieces(kind, Some(op), target, p, &packed, false)
+                    .map(drop);
+            }
+            self.shared
+                .post(Self::desc(
+                    OpKind::Accumulate,
+                    target,
+                    extent,
+                    Some(op),
+                    bytemuck::cast_slice(&packed),
+                    false,
+                ))
+                .map(drop)
+        })
     }
 
     /// Request-based accumulate (MPI_Raccumulate): completes locally.
@@ -499,20 +522,22 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<()>> {
-        let target = self.shared.world(target)?;
-        Self::check_op(op)?;
-        let extent =
-            self.shared
-                .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
-        let posted = self.shared.post(Self::desc(
-            OpKind::Accumulate,
-            target,
-            extent,
-            Some(op),
-            bytemuck::cast_slice(data),
-            true,
-        ))?;
-        Ok(self.request(posted, target, |_| ()))
+        self.raised("raccumulate", || {
+            let target = self.shared.world(target)?;
+            Self::check_op(op)?;
+            let extent =
+                self.shared
+                    .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+            let posted = self.shared.post(Self::desc(
+                OpKind::Accumulate,
+                target,
+                extent,
+                Some(op),
+                bytemuck::cast_slice(data),
+                true,
+            ))?;
+            Ok(self.request(posted, target, |_| ()))
+        })
     }
 
     /// Atomically fetches the target elements and accumulates `data` into them; with
@@ -524,24 +549,26 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<Vec<T>>> {
-        let target = self.shared.world(target)?;
-        Self::check_op(op)?;
-        let layout = Layout::contiguous(data.len());
-        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-        let kind = OpKind::GetAccumulate;
-        if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
-            let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
-            return Ok(Request::joined(parts, to_vec::<T>));
-        }
-        let posted = self.shared.post(Self::desc(
-            OpKind::GetAccumulate,
-            target,
-            extent,
-            Some(op),
-            bytemuck::cast_slice(data),
-            true,
-        ))?;
-        Ok(self.request(posted, target, to_vec::<T>))
+        self.raised("get_accumulate", || {
+            let target = self.shared.world(target)?;
+            Self::check_op(op)?;
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let kind = OpKind::GetAccumulate;
+            if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+                let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
+                return Ok(Request::joined(parts, to_vec::<T>));
+            }
+            let posted = self.shared.post(Self::desc(
+                OpKind::GetAccumulate,
+                target,
+                extent,
+                Some(op),
+                bytemuck::cast_slice(data),
+                true,
+            ))?;
+            Ok(self.request(posted, target, to_vec::<T>))
+        })
     }
 
     /// Request-based get_accumulate (MPI_Rget_accumulate); the same as
@@ -553,25 +580,29 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<Vec<T>>> {
-        self.get_accumulate(data, op, target, disp)
+        self.raised("rget_accumulate", || {
+            self.get_accumulate(data, op, target, disp)
+        })
     }
 
     /// Atomic fetch-and-op on one element; the request's value is the old value.
     pub fn fetch_and_op(&self, value: T, op: AccOp, target: Rank, disp: u64) -> Result<Request<T>> {
-        let target = self.shared.world(target)?;
-        Self::check_op(op)?;
-        let extent = self
-            .shared
-            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-        let posted = self.shared.post(Self::desc(
-            OpKind::GetAccumulate,
-            target,
-            extent,
-            Some(op),
-            bytemuck::bytes_of(&value),
-            true,
-        ))?;
-        Ok(self.request(posted, target, to_one::<T>))
+        self.raised("fetch_and_op", || {
+            let target = self.shared.world(target)?;
+            Self::check_op(op)?;
+            let extent = self
+                .shared
+                .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+            let posted = self.shared.post(Self::desc(
+                OpKind::GetAccumulate,
+                target,
+                extent,
+                Some(op),
+                bytemuck::bytes_of(&value),
+                true,
+            ))?;
+            Ok(self.request(posted, target, to_one::<T>))
+        })
     }
 
     /// Atomic compare-and-swap of one element: `swap` replaces it if it equals `compare`
@@ -583,127 +614,145 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<T>> {
-        let target = self.shared.world(target)?;
-        if !T::DATATYPE.is_integer() {
-            // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
-            // not bitwise: -0.0 == 0.0, NaN != NaN).
-            return Err(UsageError::Unsupported {
-                what: "compare_and_swap on floating-point elements (MPI allows integer \
+        self.raised("compare_and_swap", || {
+            let target = self.shared.world(target)?;
+            if !T::DATATYPE.is_integer() {
+                // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
+                // not bitwise: -0.0 == 0.0, NaN != NaN).
+                return Err(UsageError::Unsupported {
+                    what: "compare_and_swap on floating-point elements (MPI allows integer \
                        types only)",
+                }
+                .into());
             }
-            .into());
-        }
-        let extent = self
-            .shared
-            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-        let mut data = bytemuck::bytes_of(&compare).to_vec();
-        data.extend_from_slice(bytemuck::bytes_of(&swap));
-        let posted = self.shared.post(Self::desc(
-            OpKind::CompareAndSwap,
-            target,
-            extent,
-            None,
-            &data,
-            true,
-        ))?;
-        Ok(self.request(posted, target, to_one::<T>))
+            let extent = self
+                .shared
+                .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+            let mut data = bytemuck::bytes_of(&compare).to_vec();
+            data.extend_from_slice(bytemuck::bytes_of(&swap));
+            let posted = self.shared.post(Self::desc(
+                OpKind::CompareAndSwap,
+                target,
+                extent,
+                None,
+                &data,
+                true,
+            ))?;
+            Ok(self.request(posted, target, to_one::<T>))
+        })
     }
 
     /// Fence (MPI_Win_fence). Ends the previous fence epoch, completing each of its
     /// operations at its target (seed 001), and starts the next unless
     /// [`Assert::NOSUCCEED`]. With [`Assert::NOPRECEDE`] it does not block.
     pub fn fence(&self, assert: Assert) -> Result<()> {
-        self.shared.fence(assert)
+        self.raised("fence", || self.shared.fence(assert))
     }
 
     /// Starts an access epoch to `group` (MPI_Win_start).
     pub fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
-        self.shared.start(&self.shared.world_group(group)?, assert)
+        self.raised("start", || {
+            self.shared.start(&self.shared.world_group(group)?, assert)
+        })
     }
 
     /// Ends the access epoch of [`start`](Self::start) (MPI_Win_complete).
     pub fn complete(&self) -> Result<()> {
-        self.shared.complete()
+        self.raised("complete", || self.shared.complete())
     }
 
     /// Starts an exposure epoch to `group` (MPI_Win_post).
     pub fn post(&self, group: &[Rank], assert: Assert) -> Result<()> {
-        self.shared
-            .post_exposure(&self.shared.world_group(group)?, assert)
+        self.raised("post", || {
+            self.shared
+                .post_exposure(&self.shared.world_group(group)?, assert)
+        })
     }
 
     /// Waits for every origin of the exposure epoch to complete (MPI_Win_wait).
     pub fn wait(&self) -> Result<()> {
-        self.shared.wait_exposure()
+        self.raised("wait", || self.shared.wait_exposure())
     }
 
     /// Whether the exposure epoch is over, ending it if so (MPI_Win_test).
     pub fn test(&self) -> Result<bool> {
-        self.shared.test_exposure()
+        self.raised("test", || self.shared.test_exposure())
     }
 
     /// Locks `target`'s window (MPI_Win_lock).
     pub fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
-        self.shared
-            .lock(lock_type, self.shared.world(target)?, assert)
+        self.raised("lock", || {
+            self.shared
+                .lock(lock_type, self.shared.world(target)?, assert)
+        })
     }
 
     /// Completes every op to `target` at the target and releases the lock (MPI_Win_unlock).
     pub fn unlock(&self, target: Rank) -> Result<()> {
-        self.shared.unlock(self.shared.world(target)?)
+        self.raised("unlock", || self.shared.unlock(self.shared.world(target)?))
     }
 
     /// Shared lock on every rank's window (MPI_Win_lock_all).
     pub fn lock_all(&self, assert: Assert) -> Result<()> {
-        self.shared.lock_all(assert)
+        self.raised("lock_all", || self.shared.lock_all(assert))
     }
 
     /// Ends a [`lock_all`](Self::lock_all) epoch (MPI_Win_unlock_all).
     pub fn unlock_all(&self) -> Result<()> {
-        self.shared.unlock_all()
+        self.raised("unlock_all", || self.shared.unlock_all())
     }
 
     /// Completes every op to `target` at the target (MPI_Win_flush).
     pub fn flush(&self, target: Rank) -> Result<()> {
-        self.shared.flush(Some(self.shared.world(target)?), true)
+        self.raised("flush", || {
+            self.shared.flush(Some(self.shared.world(target)?), true)
+        })
     }
 
     /// Completes every op at its target (MPI_Win_flush_all).
     pub fn flush_all(&self) -> Result<()> {
-        self.shared.flush(None, true)
+        self.raised("flush_all", || self.shared.flush(None, true))
     }
 
     /// Completes every op to `target` locally: origin buffers reusable, fetched data
     /// available (MPI_Win_flush_local).
     pub fn flush_local(&self, target: Rank) -> Result<()> {
-        self.shared.flush(Some(self.shared.world(target)?), false)
+        self.raised("flush_local", || {
+            self.shared.flush(Some(self.shared.world(target)?), false)
+        })
     }
 
     /// Local completion of every op (MPI_Win_flush_local_all).
     pub fn flush_local_all(&self) -> Result<()> {
-        self.shared.flush(None, false)
+        self.raised("flush_local_all", || self.shared.flush(None, false))
     }
 
     /// Synchronizes the public and private copies of this window (MPI_Win_sync): a
     /// full memory barrier.
     pub fn sync(&self) -> Result<()> {
-        self.shared.engine.transport.memory_sync();
-        Ok(())
+        self.raised("sync", || {
+            self.shared.engine.transport.memory_sync();
+            Ok(())
+        })
     }
 
     /// Reads this process's own window memory (outside epochs, or under a self lock).
     pub fn read_local(&self, disp: usize, out: &mut [T]) -> Result<()> {
-        let len = std::mem::size_of_val(out);
-        self.local_bytes(disp, len, "read_local on a dynamic window", |seg, off| {
-            seg.read(off, bytemuck::cast_slice_mut(out))
+        self.raised("read_local", || {
+            let len = std::mem::size_of_val(out);
+            self.local_bytes(disp, len, "read_local on a dynamic window", |seg, off| {
+                seg.read(off, bytemuck::cast_slice_mut(out))
+            })
         })
     }
 
     /// Writes this process's own window memory.
     pub fn write_local(&self, disp: usize, data: &[T]) -> Result<()> {
-        let len = std::mem::size_of_val(data);
-        self.local_bytes(disp, len, "write_local on a dynamic window", |seg, off| {
-            seg.write(off, bytemuck::cast_slice(data))
+        self.raised("write_local", || {
+            let len = std::mem::size_of_val(data);
+            self.local_bytes(disp, len, "write_local on a dynamic window", |seg, off| {
+                seg.write(off, bytemuck::cast_slice(data))
+            })
         })
     }
 
@@ -749,111 +798,123 @@ impl<T: Element> Window<T> {
 
     /// Elements in `rank`'s window.
     pub fn len_of(&self, rank: Rank) -> Result<usize> {
-        let rank = self.shared.world(rank)?;
-        let r = &self.shared.remote[rank as usize];
-        Ok(r.len as usize / Self::SIZE)
+        self.raised("len_of", || {
+            let rank = self.shared.world(rank)?;
+            let r = &self.shared.remote[rank as usize];
+            Ok(r.len as usize / Self::SIZE)
+        })
     }
 
     /// For windows from `allocate_shared`: the address and byte length of `rank`'s
     /// segment in this process, for direct load/store between synchronizations.
     pub fn shared_query(&self, rank: Rank) -> Result<(usize, usize)> {
-        let rank = self.shared.world(rank)?;
-        if self.shared.kind != WindowKind::Shared {
-            return Err(UsageError::Unsupported {
-                what: "shared_query on a window not from allocate_shared",
-            }
-            .into());
-        }
-        self.shared
-            .engine
-            .transport
-            .shared_base(self.shared.id, rank)
-            .map(|base| (base, self.shared.remote[rank as usize].len as usize))
-            .ok_or_else(|| {
-                UsageError::Unsupported {
-                    what: "peer memory not shared with this process",
+        self.raised("shared_query", || {
+            let rank = self.shared.world(rank)?;
+            if self.shared.kind != WindowKind::Shared {
+                return Err(UsageError::Unsupported {
+                    what: "shared_query on a window not from allocate_shared",
                 }
-                .into()
-            })
+                .into());
+            }
+            self.shared
+                .engine
+                .transport
+                .shared_base(self.shared.id, rank)
+                .map(|base| (base, self.shared.remote[rank as usize].len as usize))
+                .ok_or_else(|| {
+                    UsageError::Unsupported {
+                        what: "peer memory not shared with this process",
+                    }
+                    .into()
+                })
+        })
     }
 
     /// Attaches `memory` to a dynamic window; returns the address peers use as
     /// displacement (MPI_Win_attach + MPI_Get_address: the address of the memory in
     /// this process).
     pub fn attach(&self, memory: Vec<T>) -> Result<u64> {
-        self.attach_memory(Box::new(memory))
+        self.raised("attach", || self.attach_memory(Box::new(memory)))
     }
 
     /// Attaches any [`UserMemory`] to a dynamic window, in place (peers reach its bytes
     /// where they are); returns its address, the displacement peers name it by.
     pub fn attach_memory(&self, mut memory: Box<dyn UserMemory>) -> Result<u64> {
-        if self.shared.kind != WindowKind::Dynamic {
-            return Err(UsageError::Unsupported {
-                what: "attach on a window not from create_dynamic",
+        self.raised("attach_memory", || {
+            if self.shared.kind != WindowKind::Dynamic {
+                return Err(UsageError::Unsupported {
+                    what: "attach on a window not from create_dynamic",
+                }
+                .into());
             }
-            .into());
-        }
-        let address = memory.bytes_mut().as_ptr() as u64;
-        let len = memory.bytes_mut().len() as u64;
-        let overlaps = |mem: &Memory| match mem {
-            // Attached regions must not overlap (MPI-4.1 12.2.4): an address names one.
-            Memory::Dynamic(regions) => regions.iter().any(|(base, s)| {
-                len > 0 && address < base.saturating_add(s.len() as u64) && *base < address + len
-            }),
-            Memory::Static(_) => false,
-        };
-        let refused = || -> Error {
-            UsageError::Unsupported {
-                what: "attaching memory that overlaps a region already attached",
+            let address = memory.bytes_mut().as_ptr() as u64;
+            let len = memory.bytes_mut().len() as u64;
+            let overlaps = |mem: &Memory| match mem {
+                // Attached regions must not overlap (MPI-4.1 12.2.4): an address names one.
+                Memory::Dynamic(regions) => regions.iter().any(|(base, s)| {
+                    len > 0
+                        && address < base.saturating_add(s.len() as u64)
+                        && *base < address + len
+                }),
+                Memory::Static(_) => false,
+            };
+            let refused = || -> Error {
+                UsageError::Unsupported {
+                    what: "attaching memory that overlaps a region already attached",
+                }
+                .into()
+            };
+            if overlaps(&self.shared.memory.read().unwrap_or_else(|e| e.into_inner())) {
+                return Err(refused());
             }
-            .into()
-        };
-        if overlaps(&self.shared.memory.read().unwrap_or_else(|e| e.into_inner())) {
-            return Err(refused());
-        }
-        // Registered outside the memory lock: the target side reads it meanwhile.
-        let seg = self.shared.engine.transport.expose(memory)?;
-        let mut mem = self
-            .shared
-            .memory
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        if overlaps(&mem) {
-            return Err(refused());
-        }
-        if let Memory::Dynamic(regions) = &mut *mem {
-            regions.push((address, seg));
-        }
-        Ok(address)
+            // Registered outside the memory lock: the target side reads it meanwhile.
+            let seg = self.shared.engine.transport.expose(memory)?;
+            let mut mem = self
+                .shared
+                .memory
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            if overlaps(&mem) {
+                return Err(refused());
+            }
+            if let Memory::Dynamic(regions) = &mut *mem {
+                regions.push((address, seg));
+            }
+            Ok(address)
+        })
     }
 
     /// Detaches the region at `address` and gives its memory back.
     pub fn detach(&self, address: u64) -> Result<Vec<T>> {
-        self.detach_memory(address)?
-            .into_any()
-            .downcast::<Vec<T>>()
-            .map(|b| *b)
-            .map_err(|_| UsageError::NotAttached.into())
+        self.raised("detach", || {
+            self.detach_memory(address)?
+                .into_any()
+                .downcast::<Vec<T>>()
+                .map(|b| *b)
+                .map_err(|_| UsageError::NotAttached.into())
+        })
     }
 
     /// Detaches the region attached at `address` (by [`attach`](Self::attach) or
     /// [`attach_memory`](Self::attach_memory)) and gives its memory back.
     pub fn detach_memory(&self, address: u64) -> Result<Box<dyn UserMemory>> {
-        let mut mem = self
-            .shared
-            .memory
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let Memory::Dynamic(regions) = &mut *mem else {
-            return Err(UsageError::NotAttached.into());
-        };
-        let i = regions
-            .iter()
-            .position(|(base, _)| *base == address)
-            .ok_or(UsageError::NotAttached)?;
-        let (_, seg) = regions.swap_remove(i);
-        seg.into_user_memory()
-            .ok_or_else(|| UsageError::NotAttached.into())
+        self.raised("detach_memory", || {
+            let mut mem = self
+                .shared
+                .memory
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            let Memory::Dynamic(regions) = &mut *mem else {
+                return Err(UsageError::NotAttached.into());
+            };
+            let i = regions
+                .iter()
+                .position(|(base, _)| *base == address)
+                .ok_or(UsageError::NotAttached)?;
+            let (_, seg) = regions.swap_remove(i);
+            seg.into_user_memory()
+                .ok_or_else(|| UsageError::NotAttached.into())
+        })
     }
 
     /// The address of this process's part of the window, for loads and stores in place
@@ -884,7 +945,7 @@ impl<T: Element> Window<T> {
         match self.free_inner() {
             Ok(memory) => Ok(memory),
             Err(error) => Err(FreeError {
-                error,
+                error: self.shared.raised("free", error),
                 window: self,
             }),
         }
@@ -967,12 +1028,13 @@ impl<T: Element> Window<T> {
 /// A [`Window::free`] that failed, with the window given back.
 ///
 /// ```
-/// use rma_core::{sim, Assert, Error, UsageError};
+/// use rma_core::{sim, Assert, UsageError};
 /// sim::run(1, sim::Profile::SharedMemory, 1, |engine| {
 ///     let win = engine.allocate::<u64>(4)?;
 ///     win.lock_all(Assert::NONE)?;
 ///     let refused = win.free().unwrap_err();
-///     assert_eq!(refused.error, Error::Usage(UsageError::EpochOpen));
+///     assert_eq!(refused.error.usage(), Some(&UsageError::EpochOpen));
+///     assert_eq!(refused.error.call(), Some("free"));
 ///     let win = refused.window; // close the epoch, then free again
 ///     win.unlock_all()?;
 ///     win.free()?;

@@ -93,7 +93,7 @@ impl WindowShared {
 
     pub(super) fn unlock(&self, target: Rank) -> Result<()> {
         self.unlock_inner(target).inspect_err(|e| {
-            if !matches!(e, Error::Usage(_)) {
+            if !e.is_usage() {
                 // The lock of `target` is over either way: release what this rank holds
                 // of it and fail its ops, so that the window is not stuck in the epoch.
                 let mut st = self.lock_state();

@@ -145,13 +145,13 @@ impl WindowShared {
                 }
                 st.departure_error(self, call).map(|()| false)
             })
-            .map_err(|e| match e {
-                Error::Peer(PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
+            .map_err(|e| match e.peer() {
+                Some(&PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
                     call,
                     rank: self.lock_state().awaited_rank(self),
                 }
                 .into(),
-                e => e,
+                _ => e,
             })
     }
 
@@ -313,6 +313,14 @@ impl WindowShared {
     }
 
     /// Runs a sync call with the thread rules enforced and the call traced.
+    /// Says on an error which call raised it, on which rank and window (the error path
+    /// only: kept out of line, off the hot path).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn raised(&self, call: &'static str, e: Error) -> Error {
+        e.raised_in(call, self.engine.rank, Some(self.id))
+    }
+
     pub(super) fn sync_call<R>(
         &self,
         call: &'static str,
@@ -329,7 +337,7 @@ impl WindowShared {
         if let Err(e) = &r {
             // Misuse changes nothing; any other failure (a peer dead or gone, a
             // transport error, a timeout) must not leave the epoch half closed.
-            if !matches!(e, Error::Usage(_)) {
+            if !e.is_usage() {
                 self.close_after_failure(call, e);
             }
         }
