@@ -8,8 +8,11 @@
 //! so the first two stay OSU-parseable. With `--json` each size is one JSON object on its
 //! own line instead, and no preamble is printed.
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use rma_core::sim::Profile;
 use rma_core::LockType;
@@ -635,114 +638,84 @@ fn apply_message_size(o: &mut Options, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parses the arguments after the program name for `bench`'s binary.
+/// Parses the arguments after the program name for `bench`'s binary: `-x VALUE`,
+/// `-xVALUE`, `--name VALUE` and `--name=VALUE` alike. An error is a usage error.
 pub fn parse_args<I, S>(bench: &Benchmark, args: I) -> Result<Command, String>
 where
     I: IntoIterator<Item = S>,
-    S: Into<String>,
+    S: Into<OsString>,
 {
+    parse_lexopt(bench, lexopt::Parser::from_args(args)).map_err(|e| e.to_string())
+}
+
+fn parse_lexopt(bench: &Benchmark, mut p: lexopt::Parser) -> Result<Command, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut o = Options::defaults(bench);
-    let mut args = args.into_iter().map(Into::into);
-    while let Some(arg) = args.next() {
-        // `--name=value`, `-xVALUE` and `-x VALUE` are all accepted.
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ if !arg.starts_with("--") && arg.starts_with('-') && arg.len() > 2 => {
-                (arg[..2].to_string(), Some(arg[2..].to_string()))
-            }
-            _ => (arg.clone(), None),
-        };
-        let takes_value = matches!(
-            flag.as_str(),
-            "-m" | "--message-size"
-                | "-i"
-                | "--iterations"
-                | "-x"
-                | "--warmup"
-                | "-s"
-                | "--sync-option"
-                | "-w"
-                | "--win-option"
-                | "-b"
-                | "--backend"
-                | "-o"
-                | "--output"
-        ) || (bench.is_bandwidth()
-            && matches!(flag.as_str(), "-W" | "--window-size"));
-        let value = if takes_value {
-            match inline {
-                Some(v) => v,
-                None => args
-                    .next()
-                    .ok_or_else(|| format!("option {flag} needs a value"))?,
-            }
-        } else {
-            if inline.is_some() {
-                return Err(format!("unknown option {arg:?}"));
-            }
-            String::new()
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--json" => o.json = true,
-            "--reference" => o.reference = true,
-            "--no-launch" => o.self_launch = false,
-            "--pin" => o.pin = true,
-            "-m" | "--message-size" => apply_message_size(&mut o, &value)?,
-            "-i" | "--iterations" => {
-                o.iterations = parse_count(&flag, &value, 1)?;
+    while let Some(arg) = p.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Long("json") => o.json = true,
+            Long("reference") => o.reference = true,
+            Long("no-launch") => o.self_launch = false,
+            Long("pin") => o.pin = true,
+            Short('m') | Long("message-size") => apply_message_size(&mut o, &p.value()?.string()?)?,
+            Short('i') | Long("iterations") => {
+                o.iterations = parse_count("-i", &p.value()?.string()?, 1)?;
                 o.iterations_large = o.iterations;
             }
-            "-x" | "--warmup" => {
-                o.skip = parse_count(&flag, &value, 0)?;
+            Short('x') | Long("warmup") => {
+                o.skip = parse_count("-x", &p.value()?.string()?, 0)?;
                 o.skip_large = o.skip;
             }
-            "-W" | "--window-size" if bench.is_bandwidth() => {
-                o.window_size = parse_count(&flag, &value, 1)?
+            Short('W') | Long("window-size") if bench.is_bandwidth() => {
+                o.window_size = parse_count("-W", &p.value()?.string()?, 1)?
             }
-            "-s" | "--sync-option" => {
+            Short('s') | Long("sync-option") => {
+                let value = p.value()?.string()?;
                 let sync = SyncMode::parse(&value)
                     .ok_or_else(|| format!("unknown synchronization {value:?}"))?;
                 if !bench.syncs.contains(&sync) {
                     let offered: Vec<&str> = bench.syncs.iter().map(|m| m.name()).collect();
-                    return Err(format!(
-                        "{} offers -s {} only",
-                        bench.name,
-                        offered.join(", ")
-                    ));
+                    return Err(
+                        format!("{} offers -s {} only", bench.name, offered.join(", ")).into(),
+                    );
                 }
                 o.sync = sync;
             }
-            "-w" | "--win-option" => {
+            Short('w') | Long("win-option") => {
+                let value = p.value()?.string()?;
                 o.window = WindowCreation::parse(&value)
                     .ok_or_else(|| format!("unknown window creation {value:?}"))?;
             }
-            "-b" | "--backend" => {
+            Short('b') | Long("backend") => {
+                let value = p.value()?.string()?;
                 let (name, provider) = match value.split_once(':') {
-                    Some((n, p)) => (n.to_string(), Some(p.to_string())),
-                    None => (value.clone(), None),
+                    Some((n, p)) => (n, Some(p.to_string())),
+                    None => (value.as_str(), None),
                 };
                 o.backend =
-                    Backend::parse(&name).ok_or_else(|| format!("unknown backend {value:?}"))?;
+                    Backend::parse(name).ok_or_else(|| format!("unknown backend {value:?}"))?;
                 if provider.is_some() && o.backend != Backend::Ofi {
-                    return Err(format!("only -b ofi takes a provider: {value:?}"));
+                    return Err(format!("only -b ofi takes a provider: {value:?}").into());
                 }
                 o.provider = provider;
             }
-            "-o" | "--output" => {
+            Short('o') | Long("output") => {
+                let value = p.value()?;
                 if value.is_empty() {
                     return Err("option -o needs a file name".into());
                 }
                 o.output = Some(PathBuf::from(value));
             }
-            _ => return Err(format!("unknown option {arg:?}")),
+            _ => return Err(arg.unexpected()),
         }
     }
     if o.min_size > o.max_size && !bench.operation.is_atomic() {
         return Err(format!(
             "no message sizes: the smallest ({}) is above the largest ({})",
             o.min_size, o.max_size
-        ));
+        )
+        .into());
     }
     Ok(Command::Run(o))
 }
@@ -794,33 +767,6 @@ pub fn row(size: usize, value: f64, reference: Option<f64>) -> String {
     s
 }
 
-/// A JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A JSON number, or `null` for what JSON cannot represent.
-pub fn json_f64(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".into()
-    }
-}
-
 /// One size's result.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record {
@@ -836,43 +782,83 @@ pub struct Record {
     pub reference: Option<f64>,
 }
 
-/// One size's result as a JSON object on one line: `latency_us` or `bandwidth_mb_s`, and
-/// with a reference `reference_us` or `reference_mb_s` and `ratio` (value/reference).
-pub fn json(bench: &Benchmark, o: &Options, r: &Record) -> String {
-    let mut s = format!(
-        "{{\"benchmark\":{},\"osu_version\":{},\"backend\":{},\"window\":{},\"sync\":{},\
-         \"size\":{},\"iterations\":{},\"warmup\":{}",
-        json_str(bench.name),
-        json_str(OSU_VERSION),
-        json_str(o.backend.name()),
-        json_str(o.window.name()),
-        json_str(o.sync.name()),
-        r.size,
-        r.iterations,
-        r.warmup,
-    );
-    let unit = if bench.is_bandwidth() {
-        let _ = write!(s, ",\"window_size\":{}", o.window_size);
-        "mb_s"
-    } else {
-        "us"
-    };
-    let metric = if bench.is_bandwidth() {
-        "bandwidth"
-    } else {
-        "latency"
-    };
-    let _ = write!(s, ",\"{metric}_{unit}\":{}", json_f64(r.value));
-    if let Some(reference) = r.reference {
-        let _ = write!(
-            s,
-            ",\"reference_{unit}\":{},\"ratio\":{}",
-            json_f64(reference),
-            json_f64(r.value / reference)
-        );
+/// One line of `--json` output: one size's result, as the binaries write it and
+/// `rma-plot` reads it. The value is `latency_us` or `bandwidth_mb_s`; with
+/// `--reference`, `reference_us` or `reference_mb_s` and `ratio` (value/reference)
+/// follow; bandwidth tests also give `window_size`. Numbers JSON cannot represent (NaN,
+/// infinities) are `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JsonLine {
+    /// The binary (`osu_put_latency`).
+    #[serde(default)]
+    pub benchmark: String,
+    /// [`OSU_VERSION`].
+    #[serde(default)]
+    pub osu_version: String,
+    /// `-b`'s name.
+    #[serde(default)]
+    pub backend: String,
+    /// `-w`'s name.
+    #[serde(default)]
+    pub window: String,
+    /// `-s`'s name.
+    #[serde(default)]
+    pub sync: String,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Timed iterations.
+    #[serde(default)]
+    pub iterations: usize,
+    /// Warm-up iterations.
+    #[serde(default)]
+    pub warmup: usize,
+    /// Messages per iteration (bandwidth tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_size: Option<usize>,
+    /// Microseconds per op (latency tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+    /// The reference's microseconds per op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_us: Option<f64>,
+    /// MB/s (bandwidth tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_mb_s: Option<f64>,
+    /// The reference's MB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_mb_s: Option<f64>,
+    /// Value / reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+}
+
+impl JsonLine {
+    /// `r`, a result of `bench` run with `o`.
+    pub fn new(bench: &Benchmark, o: &Options, r: &Record) -> JsonLine {
+        let bw = bench.is_bandwidth();
+        let (value, reference) = (Some(r.value), r.reference);
+        JsonLine {
+            benchmark: bench.name.into(),
+            osu_version: OSU_VERSION.into(),
+            backend: o.backend.name().into(),
+            window: o.window.name().into(),
+            sync: o.sync.name().into(),
+            size: r.size,
+            iterations: r.iterations,
+            warmup: r.warmup,
+            window_size: bw.then_some(o.window_size),
+            latency_us: value.filter(|_| !bw),
+            reference_us: reference.filter(|_| !bw),
+            bandwidth_mb_s: value.filter(|_| bw),
+            reference_mb_s: reference.filter(|_| bw),
+            ratio: reference.map(|reference| r.value / reference),
+        }
     }
-    s.push('}');
-    s
+}
+
+/// One size's result as a JSON object on one line ([`JsonLine`]).
+pub fn json(bench: &Benchmark, o: &Options, r: &Record) -> String {
+    serde_json::to_string(&JsonLine::new(bench, o, r)).expect("a JsonLine serializes")
 }
 
 #[cfg(test)]
@@ -962,6 +948,37 @@ mod tests {
         assert_eq!(run(p, &["-m", "3:13"]).sizes(p), vec![3, 6, 12]);
         assert_eq!(run(p, &["-s", "FLUSH_LOCAL"]).sync, SyncMode::FlushLocal);
         assert_eq!(parse_args(p, ["--help"]), Ok(Command::Help));
+        assert_eq!(parse_args(p, ["-m", "4", "-h"]), Ok(Command::Help));
+        // Long names, with a space or an `=`.
+        let long = run(
+            &PUT_BW,
+            &[
+                "--message-size=4:64",
+                "--iterations",
+                "200",
+                "--sync-option=fence",
+                "--win-option",
+                "create",
+                "--window-size=8",
+                "--backend=sim-rdma",
+                "--output=x",
+            ],
+        );
+        assert_eq!(
+            (long.min_size, long.max_size, long.iterations),
+            (4, 64, 200)
+        );
+        assert_eq!(
+            (long.sync, long.window),
+            (SyncMode::Fence, WindowCreation::Create)
+        );
+        assert_eq!((long.window_size, long.backend), (8, Backend::SimRdma));
+        assert_eq!(long.output, Some(PathBuf::from("x")));
+        let ofi = run(p, &["-bofi:tcp"]);
+        assert_eq!(
+            (ofi.backend, ofi.provider.as_deref()),
+            (Backend::Ofi, Some("tcp"))
+        );
     }
 
     #[test]
@@ -980,6 +997,11 @@ mod tests {
             &["-W", "8"],
             &["--json=1"],
             &["-o"],
+            &["-o", ""],
+            &["-b", "shm:tcp"],
+            &["--message-size"],
+            &["--pin=yes"],
+            &["--", "-i", "5"],
             &["extra"],
         ] {
             assert!(
@@ -1045,10 +1067,18 @@ mod tests {
             json(&PUT_BW, &Options::defaults(&PUT_BW), &r),
             "{\"benchmark\":\"osu_put_bw\",\"osu_version\":\"7.4\",\"backend\":\"shm\",\
              \"window\":\"allocate\",\"sync\":\"flush\",\"size\":8,\"iterations\":100,\
-             \"warmup\":10,\"window_size\":64,\"bandwidth_mb_s\":1.5,\"reference_mb_s\":3,\
+             \"warmup\":10,\"window_size\":64,\"bandwidth_mb_s\":1.5,\"reference_mb_s\":3.0,\
              \"ratio\":0.5}"
         );
-        assert_eq!(json_str("a\"\\\n"), "\"a\\\"\\\\\\u000a\"");
-        assert_eq!(json_f64(f64::NAN), "null");
+        // What JSON cannot represent is null, and reads back as nothing.
+        let r = Record {
+            value: f64::NAN,
+            reference: Some(0.0),
+            ..r
+        };
+        let line = json(&PUT_LATENCY, &Options::defaults(&PUT_LATENCY), &r);
+        assert!(line.ends_with("\"latency_us\":null,\"reference_us\":0.0,\"ratio\":null}"));
+        let back: JsonLine = serde_json::from_str(&line).unwrap();
+        assert_eq!((back.latency_us, back.reference_us), (None, Some(0.0)));
     }
 }

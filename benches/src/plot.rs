@@ -11,142 +11,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-/// A JSON value of the flat objects the benchmarks print.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// A string.
-    Str(String),
-    /// A number.
-    Num(f64),
-    /// `true` or `false`.
-    Bool(bool),
-    /// `null`.
-    Null,
-}
-
-struct Cursor<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Cursor<'_> {
-    fn ws(&mut self) {
-        while self.s.get(self.i).is_some_and(u8::is_ascii_whitespace) {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, c: u8) -> Result<(), String> {
-        self.ws();
-        if self.s.get(self.i) == Some(&c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(format!("expected '{}' at byte {}", c as char, self.i))
-        }
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        self.eat(b'"')?;
-        let mut out = Vec::new();
-        loop {
-            let c = *self.s.get(self.i).ok_or("unterminated string")?;
-            self.i += 1;
-            match c {
-                b'"' => break,
-                b'\\' => {
-                    let e = *self.s.get(self.i).ok_or("unterminated escape")?;
-                    self.i += 1;
-                    match e {
-                        b'"' | b'\\' | b'/' => out.push(e),
-                        b'n' => out.push(b'\n'),
-                        b't' => out.push(b'\t'),
-                        b'r' => out.push(b'\r'),
-                        b'b' => out.push(8),
-                        b'f' => out.push(12),
-                        b'u' => {
-                            let hex = self.s.get(self.i..self.i + 4).ok_or("short \\u escape")?;
-                            let code = std::str::from_utf8(hex)
-                                .ok()
-                                .and_then(|h| u32::from_str_radix(h, 16).ok())
-                                .ok_or("bad \\u escape")?;
-                            self.i += 4;
-                            let ch = char::from_u32(code).unwrap_or('\u{fffd}');
-                            let mut b = [0; 4];
-                            out.extend_from_slice(ch.encode_utf8(&mut b).as_bytes());
-                        }
-                        _ => return Err(format!("bad escape at byte {}", self.i)),
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-        String::from_utf8(out).map_err(|_| "string is not UTF-8".into())
-    }
-
-    fn value(&mut self) -> Result<Value, String> {
-        self.ws();
-        let rest = &self.s[self.i..];
-        for (word, v) in [
-            (&b"true"[..], Value::Bool(true)),
-            (b"false", Value::Bool(false)),
-            (b"null", Value::Null),
-        ] {
-            if rest.starts_with(word) {
-                self.i += word.len();
-                return Ok(v);
-            }
-        }
-        if rest.first() == Some(&b'"') {
-            return self.string().map(Value::Str);
-        }
-        let len = rest
-            .iter()
-            .take_while(|c| c.is_ascii_digit() || matches!(c, b'-' | b'+' | b'.' | b'e' | b'E'))
-            .count();
-        let n = std::str::from_utf8(&rest[..len])
-            .ok()
-            .and_then(|t| t.parse::<f64>().ok())
-            .ok_or_else(|| format!("expected a value at byte {}", self.i))?;
-        self.i += len;
-        Ok(Value::Num(n))
-    }
-}
-
-/// Parses one flat JSON object (string keys; string, number, boolean or null values).
-pub fn parse_object(line: &str) -> Result<HashMap<String, Value>, String> {
-    let mut c = Cursor {
-        s: line.as_bytes(),
-        i: 0,
-    };
-    let mut out = HashMap::new();
-    c.eat(b'{')?;
-    c.ws();
-    if c.s.get(c.i) == Some(&b'}') {
-        c.i += 1;
-    } else {
-        loop {
-            let k = c.string()?;
-            c.eat(b':')?;
-            let v = c.value()?;
-            out.insert(k, v);
-            c.ws();
-            match c.s.get(c.i) {
-                Some(b',') => c.i += 1,
-                Some(b'}') => {
-                    c.i += 1;
-                    break;
-                }
-                _ => return Err(format!("expected ',' or '}}' at byte {}", c.i)),
-            }
-        }
-    }
-    c.ws();
-    if c.i != c.s.len() {
-        return Err(format!("trailing characters at byte {}", c.i));
-    }
-    Ok(out)
-}
+use crate::osu::JsonLine;
 
 /// What a run measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,17 +45,12 @@ pub struct Run {
     pub reference: Vec<(f64, f64)>,
 }
 
-fn text<'a>(o: &'a HashMap<String, Value>, k: &str) -> &'a str {
-    match o.get(k) {
-        Some(Value::Str(s)) => s,
-        _ => "?",
-    }
-}
-
-fn number(o: &HashMap<String, Value>, k: &str) -> Option<f64> {
-    match o.get(k) {
-        Some(Value::Num(n)) if n.is_finite() => Some(*n),
-        _ => None,
+/// A text field of a line, `?` where it is missing.
+fn text(s: &str) -> &str {
+    if s.is_empty() {
+        "?"
+    } else {
+        s
     }
 }
 
@@ -205,12 +65,13 @@ pub fn read_runs(files: &[(String, String)]) -> Result<Vec<Run>, String> {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let o = parse_object(line).map_err(|e| format!("{name}:{}: {e}", n + 1))?;
-            let size = number(&o, "size").ok_or_else(|| format!("{name}:{}: no size", n + 1))?;
-            let (metric, value, reference) = if let Some(v) = number(&o, "latency_us") {
-                (Metric::Latency, v, number(&o, "reference_us"))
-            } else if let Some(v) = number(&o, "bandwidth_mb_s") {
-                (Metric::Bandwidth, v, number(&o, "reference_mb_s"))
+            let o: JsonLine =
+                serde_json::from_str(line).map_err(|e| format!("{name}:{}: {e}", n + 1))?;
+            let size = o.size as f64;
+            let (metric, value, reference) = if let Some(v) = o.latency_us {
+                (Metric::Latency, v, o.reference_us)
+            } else if let Some(v) = o.bandwidth_mb_s {
+                (Metric::Bandwidth, v, o.reference_mb_s)
             } else {
                 return Err(format!(
                     "{name}:{}: neither latency_us nor bandwidth_mb_s",
@@ -219,10 +80,10 @@ pub fn read_runs(files: &[(String, String)]) -> Result<Vec<Run>, String> {
             };
             let key = format!(
                 "{} {}/{}/{}",
-                text(&o, "benchmark"),
-                text(&o, "backend"),
-                text(&o, "window"),
-                text(&o, "sync")
+                text(&o.benchmark),
+                text(&o.backend),
+                text(&o.window),
+                text(&o.sync)
             );
             let i = match runs.iter().position(|(rf, k, _)| *rf == f && *k == key) {
                 Some(i) => i,
@@ -428,15 +289,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_flat_objects() {
-        let o = parse_object(r#" {"a":"x\"y\u0041","n":-1.5e3,"t":true,"z":null} "#).unwrap();
-        assert_eq!(o["a"], Value::Str("x\"yA".into()));
-        assert_eq!(o["n"], Value::Num(-1500.0));
-        assert_eq!(o["t"], Value::Bool(true));
-        assert_eq!(o["z"], Value::Null);
-        assert!(parse_object("{}").unwrap().is_empty());
-        for bad in ["", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{\"a\":1} x"] {
-            assert!(parse_object(bad).is_err(), "{bad}");
+    fn reads_what_the_binaries_write_and_explains_the_rest() {
+        let line = r#" {"benchmark":"osu_put_bw","size":8,"bandwidth_mb_s":1.5e3,"reference_mb_s":null,"extra":true} "#;
+        let runs = read_runs(&[("a".into(), line.into())]).unwrap();
+        assert_eq!(runs[0].label, "osu_put_bw ?/?/?");
+        assert_eq!(runs[0].metric, Metric::Bandwidth);
+        assert_eq!(runs[0].points, vec![(8.0, 1500.0)]);
+        assert!(runs[0].reference.is_empty());
+        for bad in [
+            "{",
+            "{\"size\":1,}",
+            "{\"latency_us\":1}",
+            "{\"size\":1} x",
+            "{\"size\":1}",
+        ] {
+            let e = read_runs(&[("f.json".into(), bad.into())]).unwrap_err();
+            assert!(e.starts_with("f.json:1: "), "{bad}: {e}");
         }
     }
 

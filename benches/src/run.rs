@@ -48,8 +48,10 @@ const LAUNCHED: [&str; 6] = [
     "PMIX_NAMESPACE",
 ];
 
-/// Runs `bench`'s binary; what its `main` returns.
+/// Runs `bench`'s binary; what its `main` returns: 0, 1 when the run failed, 2 for a
+/// bad command line (or `RMA_LOG`).
 pub fn main(bench: &'static Benchmark) -> ExitCode {
+    rma::logging::init_or_exit(bench.name);
     match run(bench) {
         Ok(code) => code,
         Err(msg) => {
@@ -65,19 +67,30 @@ fn run(bench: &'static Benchmark) -> Result<ExitCode, String> {
         .next()
         .and_then(|p| p.into_string().ok())
         .unwrap_or_else(|| bench.name.into());
+    // Kept as text: a self-launch passes them on to its two processes.
     let args = argv
         .map(|a| a.into_string())
-        .collect::<Result<Vec<String>, _>>()
-        .map_err(|a| format!("argument {a:?} is not UTF-8"))?;
-    let opts = match osu::parse_args(bench, args.iter().cloned())
-        .map_err(|e| format!("{e} (--help for usage)"))?
-    {
-        Command::Help => {
+        .collect::<Result<Vec<String>, _>>();
+    let parsed = match &args {
+        Ok(args) => osu::parse_args(bench, args),
+        Err(a) => Err(format!("argument {a:?} is not UTF-8")),
+    };
+    let opts = match parsed {
+        Ok(Command::Help) => {
             println!("{}", osu::usage(bench, &program));
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Run(o) => o,
+        Ok(Command::Run(o)) => o,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "{}: {e}\nUsage: {program} [options] (--help lists them)",
+                bench.name
+            );
+            return Ok(ExitCode::from(2));
+        }
     };
+    let args = args.unwrap_or_default();
     match opts.backend {
         Backend::Shm | Backend::Ofi | Backend::Verbs => run_shm(bench, opts, args),
         Backend::SimAm | Backend::SimRdma => run_sim(bench, opts),

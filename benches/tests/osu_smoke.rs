@@ -126,6 +126,25 @@ fn run_with_deadline(mut cmd: Command) -> Output {
     child.wait_with_output().expect("output")
 }
 
+/// Runs `cmd` to its end, reading its output as it comes (however much it writes), or
+/// kills it at the deadline.
+fn drained_with_deadline(mut cmd: Command) -> Output {
+    let child = cmd.spawn().expect("spawn");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            // SAFETY: kill(2) on the pid of our child, which has not been waited for.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{cmd:?} still running after {DEADLINE:?}");
+        }
+    }
+}
+
 /// A table as OSU prints it.
 #[derive(Debug)]
 struct Table {
@@ -362,11 +381,109 @@ fn started_by_hand_it_launches_itself_or_explains() {
         "{err}"
     );
 
-    let o = by_hand(b.exe, &["-s", "sometimes"]);
-    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    // A bad command line is a usage error: exit 2, as getopt's tools do.
+    for bad in [
+        &["-s", "sometimes"][..],
+        &["--bogus"],
+        &["-m"],
+        &["extra"],
+        &["--json=1"],
+    ] {
+        let o = by_hand(b.exe, bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.starts_with("osu_get_latency: ") && err.contains("Usage: "),
+            "{bad:?}: {err}"
+        );
+        assert!(o.stdout.is_empty() && !err.contains("panicked"), "{o:?}");
+    }
     let o = by_hand(b.exe, &["--help"]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("--reference"));
+}
+
+/// `RMA_LOG`: rma's spans on stderr, each line naming its rank, while stdout stays OSU's
+/// table; unset, stderr stays empty; a bad filter is a clear error; a closed stderr loses
+/// the lines but not the run.
+#[test]
+fn rma_log_writes_spans_to_stderr_only() {
+    let _g = serial();
+    let b = bin("osu_put_latency");
+    let args = ["-s", "fence", "-m", "1:4", "-i", "5", "-x", "1"];
+    let with_log = |value: Option<&str>, stderr: Stdio| {
+        let mut cmd = Command::new(b.exe);
+        cmd.args(args)
+            .env_remove("RMA_RUN_SOCKET")
+            .env_remove("RMA_BOOTSTRAP")
+            .env_remove("PMI_FD")
+            .env_remove("PMI_RANK")
+            .env_remove("RMA_LOG")
+            .env("RMA_TIMEOUT_MS", "30000")
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        if let Some(v) = value {
+            cmd.env("RMA_LOG", v);
+        }
+        cmd
+    };
+    let o = drained_with_deadline(with_log(Some("rma_core=trace"), Stdio::piped()));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{o:?}");
+    let t = parse_osu(&out);
+    assert_eq!(t.rows.len(), 3, "{out}");
+    assert!(!out.contains("rma_sync") && !out.contains("DEBUG"), "{out}");
+    for rank in ["0", "1"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("[rank {rank} pid "))
+                    && l.contains("rma_sync")
+                    && l.contains("fence")),
+            "no fence span of rank {rank} on stderr:\n{err}"
+        );
+    }
+
+    let o = run_with_deadline(with_log(None, Stdio::piped()));
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(parse_osu(&String::from_utf8_lossy(&o.stdout)).rows.len(), 3);
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    for bad in ["rma_core=loud", "rma_core=debug,=info"] {
+        let o = run_with_deadline(with_log(Some(bad), Stdio::piped()));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.starts_with("osu_put_latency: RMA_LOG=") && err.contains("is not a filter"),
+            "{bad}: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && o.stdout.is_empty(),
+            "{bad}: {o:?}"
+        );
+    }
+
+    // Logs into a pipe nobody reads (`2>&1 | head`): the run goes on.
+    let mut cmd = with_log(Some("rma_core=trace"), Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    drop(child.stderr.take());
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "still running after {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let o = child.wait_with_output().expect("output");
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(parse_osu(&String::from_utf8_lossy(&o.stdout)).rows.len(), 3);
 }
 
 #[test]

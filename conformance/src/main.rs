@@ -2,7 +2,8 @@
 //! a job (`rma-run -n N rma-conformance CASE`). Exits 0 when the case holds, 3 when a
 //! case expecting a dead peer saw one, non-zero otherwise. Backend and launcher come
 //! from the environment (`RMA_BACKEND`, the launcher's variables), so the same suite
-//! runs unchanged on every backend.
+//! runs unchanged on every backend. `RMA_LOG` logs rma's spans and events on stderr
+//! (`rma::logging`).
 
 mod comm;
 mod failure;
@@ -18,6 +19,7 @@ use rma::{
 const N: usize = 16;
 
 fn main() {
+    rma::logging::init_or_exit("rma-conformance");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let case = args.first().map(String::as_str).unwrap_or("");
     let kind = args.get(1).map(String::as_str).unwrap_or("allocate");

@@ -334,6 +334,35 @@ fn bad_environments_are_typed_errors_not_hangs() {
     }
 }
 
+/// `RMA_LOG` (rma::logging): a filter puts rma's spans on stderr, the case unchanged; a
+/// value that is not a filter stops the case before init, exit 2 and what is wrong.
+#[test]
+fn rma_log_logs_spans_or_is_refused() {
+    let case = |log: &str| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rma-conformance"));
+        cmd.args(["ops", "allocate"])
+            .env_remove("PMI_FD")
+            .env_remove("RMA_RUN_SOCKET")
+            .env("RMA_LOG", log);
+        run_with_deadline(cmd, Duration::from_secs(60))
+    };
+    let out = case("rma_core=debug");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with('[') && l.contains("rma_sync") && l.contains("fence")),
+        "{err}"
+    );
+    let out = case("rma_core=chatty");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("rma-conformance: RMA_LOG=\"rma_core=chatty\" is not a filter"),
+        "{err}"
+    );
+}
+
 /// A launcher this build cannot talk to, or srun without a PMI, is an error at init
 /// that says what to do, not a World of one per process.
 #[test]

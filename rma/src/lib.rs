@@ -33,6 +33,8 @@ pub mod bootstrap;
 #[cfg(any(feature = "ofi", feature = "verbs"))]
 pub mod hybrid;
 pub mod launcher;
+#[cfg(feature = "cli")]
+pub mod logging;
 mod spawn;
 
 pub use rma_core::bootstrap::SpawnCommand;

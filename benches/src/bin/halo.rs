@@ -8,8 +8,13 @@ use std::time::{Duration, Instant};
 
 use rma::{Assert, Rank, World};
 
+const USAGE: &str = "usage: rma-run -n P halo [ITERS]   (default 10000)\n\
+    A 1-D halo exchange on a ring of ranks, timed with PSCW and with fence; rank 0\n\
+    prints `ranks pscw_us fence_us pscw/fence`.";
+
 fn main() -> std::process::ExitCode {
-    match run() {
+    let iters = rma_benches::start("halo", USAGE, true).unwrap_or(10_000);
+    match run(iters) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("halo: {e}");
@@ -18,11 +23,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
-    let iters: u32 = match std::env::args().nth(1) {
-        Some(a) => a.parse().map_err(|_| format!("{a:?} is not a number"))?,
-        None => 10_000,
-    };
+fn run(iters: u32) -> Result<(), String> {
     let e = |e: rma::Error| e.to_string();
     let world = World::init().map_err(e)?;
     let (me, size) = (world.rank(), world.size() as Rank);

@@ -18,8 +18,14 @@ use std::time::{Duration, Instant};
 
 use rma::{Assert, LockType, World};
 
+const USAGE: &str = "usage: rma-run -n 2 progress_agent [ITERS]   (default 2000)\n\
+    What the progress agent buys and costs: lock + put + unlock toward a polling and a\n\
+    computing target, the same by hand over TCP, and the CPU an idle rank uses\n\
+    (RMA_IDLE_SECS, default 10).";
+
 fn main() -> std::process::ExitCode {
-    match run() {
+    let iters = rma_benches::start("progress_agent", USAGE, true).unwrap_or(2000);
+    match run(iters) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("progress_agent: {e}");
@@ -28,13 +34,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
-    let iters: u32 = match std::env::args().nth(1) {
-        Some(a) => a
-            .parse()
-            .map_err(|_| format!("{a:?} is not a number of iterations"))?,
-        None => 2000,
-    };
+fn run(iters: u32) -> Result<(), String> {
     let idle_secs: u64 = match std::env::var("RMA_IDLE_SECS") {
         Ok(v) => v.parse().map_err(|_| format!("RMA_IDLE_SECS={v:?}"))?,
         Err(_) => 10,

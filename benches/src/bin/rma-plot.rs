@@ -14,7 +14,18 @@ const USAGE: &str = "usage: rma-plot [-o OUT] [--title TITLE] RUN.json... (- for
     into OUT.svg and OUT.png (default OUT: rma-plot).";
 
 fn main() -> ExitCode {
-    match run() {
+    let args = match parse_args(lexopt::Parser::from_env()) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("rma-plot: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
             eprintln!("rma-plot: {msg}");
@@ -23,28 +34,37 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
-    let mut out = PathBuf::from("rma-plot");
-    let mut title: Option<String> = None;
-    let mut inputs = Vec::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            "-o" | "--output" => out = args.next().ok_or("-o needs a file name")?.into(),
-            "--title" => title = Some(args.next().ok_or("--title needs a text")?),
-            _ if a.starts_with('-') && a != "-" => {
-                return Err(format!("unknown option {a:?}\n{USAGE}"))
-            }
-            _ => inputs.push(a),
+/// What the command line asks for.
+struct Args {
+    out: PathBuf,
+    title: Option<String>,
+    inputs: Vec<String>,
+}
+
+/// The arguments; `None` for `--help`.
+fn parse_args(mut p: lexopt::Parser) -> Result<Option<Args>, lexopt::Error> {
+    use lexopt::prelude::*;
+    let mut args = Args {
+        out: PathBuf::from("rma-plot"),
+        title: None,
+        inputs: Vec::new(),
+    };
+    while let Some(arg) = p.next()? {
+        match arg {
+            Short('h') | Long("help") => return Ok(None),
+            Short('o') | Long("output") => args.out = p.value()?.into(),
+            Long("title") => args.title = Some(p.value()?.string()?),
+            Value(input) => args.inputs.push(input.string()?),
+            _ => return Err(arg.unexpected()),
         }
     }
-    if inputs.is_empty() {
-        return Err(format!("no input\n{USAGE}"));
+    if args.inputs.is_empty() {
+        return Err("no input".into());
     }
+    Ok(Some(args))
+}
+
+fn run(Args { out, title, inputs }: Args) -> Result<(), String> {
     let mut files = Vec::with_capacity(inputs.len());
     for name in inputs {
         let contents = if name == "-" {

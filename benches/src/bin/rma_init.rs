@@ -7,7 +7,11 @@ use std::time::Instant;
 
 use rma::{Assert, World};
 
+const USAGE: &str = "usage: rma-run -n P rma_init   (or under any launcher)\n\
+    The time of World::init() on every rank; rank 0 prints the minimum, maximum and mean.";
+
 fn main() {
+    rma_benches::start("rma_init", USAGE, false);
     let start = Instant::now();
     let world = match World::init() {
         Ok(w) => w,

@@ -10,6 +10,7 @@ use mpi::traits::{Communicator, CommunicatorCollectives};
 use rma::{AccOp, Assert, Result, World};
 
 fn main() -> std::process::ExitCode {
+    rma::logging::init_or_exit("with_mpi");
     let order = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "rma-first".into());
