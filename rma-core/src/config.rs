@@ -26,6 +26,24 @@ pub enum AsyncProgress {
     Off,
 }
 
+/// Code the progress agent's thread runs before anything else (the facade pins the agent
+/// to a core of its own with it: rma-core makes no system calls). Equal only to itself
+/// (a clone of the same hook).
+#[derive(Clone)]
+pub struct AgentStart(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for AgentStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AgentStart(..)")
+    }
+}
+
+impl PartialEq for AgentStart {
+    fn eq(&self, other: &AgentStart) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// Tuning of the engine. [`Config::default`] gives the defaults; [`Config::from_env`] reads
 /// `RMA_*` environment variables over them.
 ///
@@ -70,6 +88,9 @@ pub struct Config {
     /// How often the agent polls a transport that has no wait object to sleep on
     /// (`RMA_ASYNC_PROGRESS_US`; with a wait object it sleeps until traffic arrives).
     pub async_progress_interval: Duration,
+    /// Run first on the progress agent's thread, if set (no variable: the facade sets it
+    /// from rma-run's `RMA_AGENT_CPUS`).
+    pub agent_start: Option<AgentStart>,
     /// A blocking call that sees no completion for this long returns
     /// [`PeerError::Timeout`](crate::PeerError::Timeout) (`RMA_TIMEOUT_MS`, or `none` for
     /// no deadline at all; `None` here).
@@ -95,6 +116,7 @@ impl Default for Config {
             queue_max_bytes: 4096,
             async_progress: AsyncProgress::Auto,
             async_progress_interval: Duration::from_micros(1000),
+            agent_start: None,
             timeout: Some(Duration::from_secs(60)),
             native_ops: true,
         }

@@ -54,9 +54,15 @@ impl Activity {
 pub(crate) fn spawn(engine: &Arc<EngineShared>) -> std::io::Result<()> {
     let weak = Arc::downgrade(engine);
     let poll_every = engine.config.async_progress_interval;
+    let start = engine.config.agent_start.clone();
     std::thread::Builder::new()
         .name("rma-progress".into())
-        .spawn(move || run(weak, poll_every))
+        .spawn(move || {
+            if let Some(start) = start {
+                (start.0)();
+            }
+            run(weak, poll_every)
+        })
         .map(drop)
 }
 
@@ -118,5 +124,33 @@ fn run(weak: Weak<EngineShared>, poll_every: Duration) {
                 std::thread::sleep(poll_every);
             }
         }
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use crate::config::{AgentStart, AsyncProgress};
+    use crate::sim::{Network, Profile};
+    use crate::{Config, Engine};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+
+    #[test]
+    fn the_agent_runs_its_start_hook_on_its_own_thread_first() {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let hook = move || {
+            let name = std::thread::current().name().map(str::to_string);
+            let _ = tx.lock().map(|t| t.send(name));
+        };
+        let config = Config {
+            async_progress: AsyncProgress::On,
+            agent_start: Some(AgentStart(Arc::new(hook))),
+            ..Config::default()
+        };
+        let net = Network::new(1, Profile::SharedMemory, 1);
+        let _engine = Engine::new(Arc::new(net.endpoint(0)), config);
+        let ran_on = rx.recv_timeout(Duration::from_secs(10));
+        assert_eq!(ran_on, Ok(Some("rma-progress".to_string())));
     }
 }
