@@ -6,6 +6,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::{env, RunServer};
+use crate::topology::{self, BindTo, Machine, Placement, RawCpuSet};
 
 /// What to launch.
 #[derive(Debug, Clone)]
@@ -30,6 +31,9 @@ pub struct Launch {
     /// that only a veth link joins to the others. A name `uts:NAME` is a host name only
     /// (a UTS namespace on this machine's network stack). Empty: every rank here, as is.
     pub hosts: Vec<String>,
+    /// How ranks are bound to CPUs (`rma-run --bind-to`; see [`crate::topology`]): one
+    /// core each by default, kept as they are when this process is already bound.
+    pub bind: BindTo,
 }
 
 impl Launch {
@@ -43,6 +47,7 @@ impl Launch {
             grace: Duration::from_secs(15),
             timeout: None,
             hosts: Vec::new(),
+            bind: BindTo::default(),
         }
     }
 }
@@ -122,12 +127,58 @@ fn kill(child: &mut Child) {
     let _ = child.kill();
 }
 
+/// Where each of `ranks` local ranks goes under `bind`; nobody is bound when the
+/// machine cannot be read (no hwloc in this build, or hwloc failed).
+fn placements(bind: BindTo, ranks: usize) -> Vec<Placement> {
+    let unbound = vec![Placement::default(); ranks];
+    if bind == BindTo::None {
+        return unbound;
+    }
+    match (Machine::detect(), topology::current_affinity()) {
+        (Ok(machine), Ok(inherited)) => machine.plan(bind, ranks, &inherited),
+        (Err(e), _) => {
+            tracing::debug!(error = %e, "rma-run: ranks not bound");
+            unbound
+        }
+        (_, Err(e)) => {
+            tracing::debug!(error = %e, "rma-run: ranks not bound (sched_getaffinity)");
+            unbound
+        }
+    }
+}
+
+/// Makes `cmd` start on its placement: bound to its CPUs from before exec (every
+/// thread it starts inherits them), told its agent's core (`RMA_AGENT_CPUS`, read by
+/// [`World::init`](crate::World::init)) and its nearest RDMA device (`RMA_VERBS_DEVICE`,
+/// unless the user chose one).
+fn place(cmd: &mut Command, placement: &Placement, env: &[(String, String)]) {
+    use std::os::unix::process::CommandExt;
+    if let Some(cpus) = &placement.cpus {
+        let raw = RawCpuSet::new(cpus);
+        // SAFETY: the closure runs in the child between fork and exec: it only makes
+        // one system call on a set built beforehand (no allocation, no lock).
+        unsafe { cmd.pre_exec(move || topology::set_affinity(&raw)) };
+    }
+    if let Some(agent) = &placement.agent {
+        cmd.env(topology::AGENT_CPUS, agent.to_string());
+    }
+    let chosen = |k: &str| std::env::var_os(k).is_some() || env.iter().any(|(e, _)| e == k);
+    if let Some(device) = placement
+        .device
+        .as_ref()
+        .filter(|_| !chosen("RMA_VERBS_DEVICE"))
+    {
+        cmd.env("RMA_VERBS_DEVICE", device);
+    }
+}
+
 /// Runs the job to its end.
 pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
     let job = job_id();
     let dir = std::env::temp_dir().join(format!("rma-run-{job}"));
     private_dir(&dir)?;
     let server = RunServer::start(&dir, l.ranks)?;
+    let placements = placements(l.bind, l.ranks);
     let mut children = Vec::with_capacity(l.ranks);
     for rank in 0..l.ranks {
         let mut cmd = if l.hosts.is_empty() {
@@ -171,6 +222,7 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
             .env(env::SIZE, l.ranks.to_string())
             .env(env::JOB, &job)
             .envs(l.env.iter().map(|(k, v)| (k, v)));
+        place(&mut cmd, &placements[rank], &l.env);
         match cmd.spawn() {
             Ok(c) => children.push(c),
             Err(e) => {

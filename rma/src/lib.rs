@@ -36,6 +36,7 @@ pub mod launcher;
 #[cfg(feature = "cli")]
 pub mod logging;
 mod spawn;
+pub mod topology;
 
 pub use rma_core::bootstrap::SpawnCommand;
 pub use spawn::InterComm;
@@ -214,6 +215,8 @@ impl World {
                 .into())
             }
         };
+        // rma-run's choice of a free core for the progress agent, if it made one.
+        let config = topology::with_agent_binding(config)?;
         let engine = Engine::new(transport, config);
         // PMI's blocking waits now notice peers that die or leave (rma-run's server tells
         // its ranks itself).

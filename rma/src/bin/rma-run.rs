@@ -1,6 +1,8 @@
-//! `rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] [--] program [args...]`: starts N
-//! local processes of an rma program and serves their bootstrap (the embedded default
-//! launcher). `--hosts` spreads the ranks over simulated hosts: network namespaces made
+//! `rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] [--bind-to core|numa|none] [--]
+//! program [args...]`: starts N local processes of an rma program and serves their
+//! bootstrap (the embedded default launcher). `--bind-to` (default `core`: one core per
+//! rank, when there are enough; see `rma::topology`) binds the ranks, unless rma-run is
+//! itself bound already (by srun, mpirun or a parent rma-run): then they keep that. `--hosts` spreads the ranks over simulated hosts: network namespaces made
 //! beforehand (`ci/netns/up.sh`), each rank with its own host name; `uts:NAME` gives a
 //! host name only, on this machine's network. `RMA_LOG` logs rma's tracing events on
 //! standard error (`rma::logging`).
@@ -11,14 +13,15 @@ use std::time::Duration;
 
 use lexopt::prelude::*;
 
-const USAGE: &str =
-    "usage: rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] [--] program [args...]";
+const USAGE: &str = "usage: rma-run -n N [--timeout SECS] [--hosts NS1,NS2,...] \
+     [--bind-to core|numa|none] [--] program [args...]";
 
 /// What the command line asks for.
 struct Args {
     ranks: u64,
     timeout: Option<Duration>,
     hosts: Vec<String>,
+    bind: rma::topology::BindTo,
     program: OsString,
     args: Vec<String>,
 }
@@ -28,6 +31,7 @@ fn parse_args(mut p: lexopt::Parser) -> Result<Option<Args>, lexopt::Error> {
     let mut ranks = None;
     let mut timeout = None;
     let mut hosts = Vec::new();
+    let mut bind = rma::topology::BindTo::default();
     while let Some(arg) = p.next()? {
         match arg {
             Short('n') => {
@@ -50,6 +54,12 @@ fn parse_args(mut p: lexopt::Parser) -> Result<Option<Args>, lexopt::Error> {
                     .map(str::to_string)
                     .collect();
             }
+            Long("bind-to") => {
+                let v = p.value()?.string()?;
+                bind = v
+                    .parse()
+                    .map_err(|_| format!("--bind-to takes core, numa or none, not {v:?}"))?;
+            }
             Short('h') | Long("help") => return Ok(None),
             Value(program) => {
                 let args = p
@@ -64,6 +74,7 @@ fn parse_args(mut p: lexopt::Parser) -> Result<Option<Args>, lexopt::Error> {
                     ranks,
                     timeout,
                     hosts,
+                    bind,
                     program,
                     args,
                 }));
@@ -99,6 +110,7 @@ fn main() -> ExitCode {
     let mut launch = rma::launcher::Launch::new(args.ranks as usize, args.program, args.args);
     launch.timeout = args.timeout;
     launch.hosts = args.hosts;
+    launch.bind = args.bind;
     match rma::launcher::launch(&launch) {
         Ok(out) => {
             if out.timed_out {
