@@ -135,16 +135,16 @@ pub enum DeviceKind {
     Other,
 }
 
-/// A device and the CPUs it is close to (those of its first non-I/O ancestor: the NUMA
-/// node or package its PCI bus hangs from, or the whole machine).
+/// A device and the CPUs it is close to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
     /// The operating system's name for it.
     pub name: String,
     /// Its kind.
     pub kind: DeviceKind,
-    /// The CPUs it is local to.
-    pub near: CpuSet,
+    /// The CPUs of its non-I/O ancestors, nearest first: the NUMA node (or group) its
+    /// PCI bus hangs from, then the package, ..., the whole machine.
+    pub near: Vec<CpuSet>,
 }
 
 /// The machine as placement sees it.
@@ -281,25 +281,18 @@ impl Machine {
     }
 
     /// The device of `kind` nearest to `cpus`, when there are at least two to choose
-    /// from (with one, the backend's default is that one): the device local to the most
-    /// of `cpus`, then the most local one (the smallest set of CPUs it is near: a NUMA
-    /// node's before the whole machine's), then the first in hwloc's order.
+    /// from (with one, the backend's default is that one): the device whose nearest
+    /// ancestor reaching `cpus` is the closest (its NUMA node before its package before
+    /// the machine), the first in hwloc's order on a tie.
     pub fn nearest_device(&self, kind: DeviceKind, cpus: &CpuSet) -> Option<&Device> {
         let of_kind: Vec<&Device> = self.devices.iter().filter(|d| d.kind == kind).collect();
         if of_kind.len() < 2 {
             return None;
         }
+        let hops = |d: &Device| d.near.iter().position(|n| n.intersects(cpus));
         of_kind
             .into_iter()
-            .enumerate()
-            .max_by_key(|(i, d)| {
-                (
-                    d.near.intersection(cpus).len(),
-                    std::cmp::Reverse(d.near.len()),
-                    std::cmp::Reverse(*i),
-                )
-            })
-            .map(|(_, d)| d)
+            .min_by_key(|d| hops(d).unwrap_or(usize::MAX))
     }
 
     /// Every local rank's placement: [`rank_cpus`](Self::rank_cpus), then for each
@@ -367,9 +360,9 @@ mod from_hwloc {
                 _ => DeviceKind::Other,
             };
             let near = dev
-                .first_non_io_ancestor()
-                .and_then(|a| a.cpuset().map(|c| cpus(&c)))
-                .unwrap_or_default();
+                .ancestors()
+                .filter_map(|a| a.cpuset().map(|c| cpus(&c)))
+                .collect();
             let name = dev
                 .name()
                 .map(|n| n.to_string_lossy().into_owned())
