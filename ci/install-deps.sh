@@ -4,7 +4,7 @@
 # and Open MPI (the PMIx bootstrap, mpirun; both MPIs' headers for the `mpi` feature), libfabric (the ofi backend), rdma-core's
 # libibverbs and librdmacm (the verbs backend), and clang,
 # libclang + pkg-config (bindgen builds the PMIx and libfabric bindings; the workspace is
-# tested with --all-features), iproute2 (simulated hosts). Idempotent: does nothing when everything is there.
+# tested with --all-features), hwloc (topology and binding), iproute2 (simulated hosts). Idempotent: does nothing when everything is there.
 set -euo pipefail
 need=()
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
@@ -24,6 +24,10 @@ command -v mpicc.openmpi >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/openmpi/in
 # librdmacm). ci/verbs.sh installs what its VM needs itself.
 pkg-config --exists libibverbs 2>/dev/null || need+=(libibverbs-dev)
 pkg-config --exists librdmacm 2>/dev/null || need+=(librdmacm-dev)
+# hwloc (rma's default feature `hwloc`: topology, rma-run --bind-to); hwlocality's build
+# script links hwloc's static pkg-config line, which names libudev.
+pkg-config --exists hwloc 2>/dev/null || need+=(libhwloc-dev pkg-config)
+[ -e /usr/lib/x86_64-linux-gnu/libudev.so ] || need+=(libudev-dev)
 command -v clang >/dev/null || need+=(clang)
 # ip (netns, veth, bridge) and unshare for the simulated hosts of the hybrid tests.
 [ -x /usr/sbin/ip ] || [ -x /bin/ip ] || need+=(iproute2)

@@ -25,6 +25,8 @@
 //!   whose descriptor the owner closes once every rank has mapped them. They have no name,
 //!   so nothing stays in /dev/shm whatever ends the job (an exit, a crash, SIGKILL of every
 //!   rank at once), and a process's descriptors stay flat however many windows it makes.
+//!   A rank's part of a window prefers the NUMA node the rank runs on when it creates it
+//!   (`mbind`, the segment's shared policy), whoever touches a page first.
 //! - **Memory barriers** are the engine's `Transport::memory_sync` calls, placed per the
 //!   "RMA + shared memory" rows of seed 004 (see rma-core's `window` module); the rings
 //!   publish with Release/Acquire.
@@ -610,6 +612,11 @@ impl Transport for ShmTransport {
             let at = m.path().unwrap_or_default();
             (0, len as u64, m, at)
         };
+        // This rank's part on this rank's NUMA node (where it runs now: its core under
+        // rma-run's binding), even where a peer touches a page first.
+        if let Err(e) = mapping.prefer_this_node(offset as usize, len) {
+            tracing::debug!(error = %e, "window segment left to first touch");
+        }
         let mapping = Arc::new(mapping);
         let lock_slot = self.take_slot()?;
         // SAFETY: offset + len <= total by construction; the mapping lives as long as the
