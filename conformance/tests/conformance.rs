@@ -655,7 +655,7 @@ fn mpi_and_rma_in_one_process() {
                 );
                 assert_eq!(
                     so.matches("done").count(),
-                    ranks.parse().unwrap(),
+                    ranks.parse::<usize>().unwrap(),
                     "{what}: {so}"
                 );
             }

@@ -180,7 +180,7 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
     let server = RunServer::start(&dir, l.ranks)?;
     let placements = placements(l.bind, l.ranks);
     let mut children = Vec::with_capacity(l.ranks);
-    for rank in 0..l.ranks {
+    for (rank, placement) in placements.iter().enumerate() {
         let mut cmd = if l.hosts.is_empty() {
             Command::new(&l.program)
         } else {
@@ -222,7 +222,7 @@ pub fn launch(l: &Launch) -> std::io::Result<Outcome> {
             .env(env::SIZE, l.ranks.to_string())
             .env(env::JOB, &job)
             .envs(l.env.iter().map(|(k, v)| (k, v)));
-        place(&mut cmd, &placements[rank], &l.env);
+        place(&mut cmd, placement, &l.env);
         match cmd.spawn() {
             Ok(c) => children.push(c),
             Err(e) => {

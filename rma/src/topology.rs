@@ -206,7 +206,7 @@ impl Machine {
             .max_by_key(|&i| (overlap(&self.numa_nodes[i]), std::cmp::Reverse(i)))
     }
 
-    /// The CPUs of every core, the allowed set's order.
+    /// The CPUs of every allowed core.
     fn all_core_cpus(&self) -> CpuSet {
         self.cores.iter().flat_map(|c| c.cpus.iter()).collect()
     }
@@ -218,9 +218,8 @@ impl Machine {
     /// Nothing is bound (every entry `None`) when `bind` is [`BindTo::None`]; when the
     /// launcher was already bound to fewer CPUs than the machine allows (srun, mpirun or
     /// a parent rma-run placed it: that placement is the job's, we keep it); and when
-    /// there are more ranks than cores (or NUMA nodes): pinning two busy ranks to one
-    /// core while another core idles would be worse than letting the scheduler
-    /// balance them.
+    /// there are more ranks than cores: pinning two busy ranks to one core while
+    /// another core idles would be worse than letting the scheduler balance them.
     pub fn rank_cpus(&self, bind: BindTo, ranks: usize, inherited: &CpuSet) -> Vec<Option<CpuSet>> {
         let unbound = vec![None; ranks];
         let already_bound = !self.all_core_cpus().is_subset(inherited);
