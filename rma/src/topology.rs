@@ -19,13 +19,24 @@
 //! costs 8 s of clean build against hwloc2's 4 s and a dozen small crates (derive_more,
 //! strum, thiserror, arrayvec). Its build script asks pkg-config for hwloc's static link
 //! line, which names libudev: Debian needs `libudev-dev` beside `libhwloc-dev`
-//! (`ci/install-deps.sh`).
+//! (`ci/install-deps.sh`). It needs Rust 1.85, and its `PartialEq<Depth> for usize` makes
+//! `count == text.parse().unwrap()` ambiguous in every crate that links it: name the
+//! type (`parse::<usize>()`). Both costs are why it is a feature (`hwloc`, on by
+//! default): without it nothing is bound.
 //!
 //! # Binding goes through sched_setaffinity
 //! hwloc describes; the kernel binds. rma-run binds a rank in the child between fork and
 //! exec (nothing that allocates may run there, hwloc's binding calls included), so that
 //! every thread the rank starts inherits its CPUs; the progress agent pins its own
 //! thread. Both are one `sched_setaffinity` call on a set computed here beforehand.
+//!
+//! # Ranks that other launchers start
+//! are theirs to bind (`srun --cpu-bind=cores`, `mpiexec.hydra -bind-to core`, `mpirun
+//! --bind-to core`): there is no `RMA_BIND_TO` for a World to bind itself at init. By
+//! then the program may have started threads of its own (which would keep the old
+//! mask), and the launcher knows what else runs on the node; rma would only know its
+//! local rank from launcher-specific variables. Their ranks' agents float with their
+//! rank unless `RMA_AGENT_CPUS` is set (by hand, then the same for every rank).
 
 use std::collections::BTreeSet;
 use std::fmt;
