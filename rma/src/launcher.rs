@@ -149,8 +149,8 @@ fn placements(bind: BindTo, ranks: usize) -> Vec<Placement> {
 
 /// Makes `cmd` start on its placement: bound to its CPUs from before exec (every
 /// thread it starts inherits them), told its agent's core (`RMA_AGENT_CPUS`, read by
-/// [`World::init`](crate::World::init)) and its nearest RDMA device (`RMA_VERBS_DEVICE`,
-/// unless the user chose one).
+/// [`World::init`](crate::World::init)) and its nearest RDMA device (`RMA_VERBS_DEVICE`),
+/// each unless the user set it.
 fn place(cmd: &mut Command, placement: &Placement, env: &[(String, String)]) {
     use std::os::unix::process::CommandExt;
     if let Some(cpus) = &placement.cpus {
@@ -159,10 +159,15 @@ fn place(cmd: &mut Command, placement: &Placement, env: &[(String, String)]) {
         // one system call on a set built beforehand (no allocation, no lock).
         unsafe { cmd.pre_exec(move || topology::set_affinity(&raw)) };
     }
-    if let Some(agent) = &placement.agent {
+    // What the user set stays.
+    let chosen = |k: &str| std::env::var_os(k).is_some() || env.iter().any(|(e, _)| e == k);
+    if let Some(agent) = placement
+        .agent
+        .as_ref()
+        .filter(|_| !chosen(topology::AGENT_CPUS))
+    {
         cmd.env(topology::AGENT_CPUS, agent.to_string());
     }
-    let chosen = |k: &str| std::env::var_os(k).is_some() || env.iter().any(|(e, _)| e == k);
     if let Some(device) = placement
         .device
         .as_ref()

@@ -2,7 +2,8 @@
 //! program [args...]`: starts N local processes of an rma program and serves their
 //! bootstrap (the embedded default launcher). `--bind-to` (default `core`: one core per
 //! rank, when there are enough; see `rma::topology`) binds the ranks, unless rma-run is
-//! itself bound already (by srun, mpirun or a parent rma-run): then they keep that. `--hosts` spreads the ranks over simulated hosts: network namespaces made
+//! itself bound already (by srun, mpirun or a parent rma-run): then they keep that.
+//! `--hosts` spreads the ranks over simulated hosts: network namespaces made
 //! beforehand (`ci/netns/up.sh`), each rank with its own host name; `uts:NAME` gives a
 //! host name only, on this machine's network. `RMA_LOG` logs rma's tracing events on
 //! standard error (`rma::logging`).
