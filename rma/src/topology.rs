@@ -437,11 +437,19 @@ pub const AGENT_CPUS: &str = "RMA_AGENT_CPUS";
 /// `config` with its progress agent pinned to the CPUs `RMA_AGENT_CPUS` names, unless
 /// the configuration has an agent hook already or the variable is unset. A value that
 /// does not parse is a usage error naming it.
-pub fn with_agent_binding(mut config: rma_core::Config) -> rma_core::Result<rma_core::Config> {
-    let Some(value) = std::env::var(AGENT_CPUS).ok().filter(|v| !v.is_empty()) else {
+pub fn with_agent_binding(config: rma_core::Config) -> rma_core::Result<rma_core::Config> {
+    pin_agent(config, std::env::var(AGENT_CPUS).ok().as_deref())
+}
+
+/// [`with_agent_binding`] with the variable's value `agent_cpus`.
+fn pin_agent(
+    mut config: rma_core::Config,
+    agent_cpus: Option<&str>,
+) -> rma_core::Result<rma_core::Config> {
+    let Some(value) = agent_cpus.filter(|v| !v.is_empty()) else {
         return Ok(config);
     };
-    let cpus = CpuSet::parse_list(&value)
+    let cpus = CpuSet::parse_list(value)
         .filter(|c| !c.is_empty())
         .ok_or_else(|| rma_core::UsageError::BadEnvironment {
             variable: AGENT_CPUS,
@@ -508,5 +516,35 @@ mod sys {
             // SAFETY: `c` is below CPU_SETSIZE, a bit of `raw`.
             .filter(|&c| unsafe { libc::CPU_ISSET(c, &raw) })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rma_core::config::AgentStart;
+    use rma_core::{Config, Error, UsageError};
+
+    #[test]
+    fn rma_agent_cpus_sets_the_agent_hook_and_a_bad_list_is_a_usage_error() {
+        let unset = pin_agent(Config::default(), None).unwrap();
+        assert!(unset.agent_start.is_none());
+        let set = pin_agent(Config::default(), Some("1")).unwrap();
+        assert!(set.agent_start.is_some());
+        for bad in ["x", "3-1", ","] {
+            match pin_agent(Config::default(), Some(bad)) {
+                Err(Error::Usage(UsageError::BadEnvironment { variable, .. })) => {
+                    assert_eq!(variable, AGENT_CPUS)
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        // A hook the program set itself stays.
+        let own = AgentStart(std::sync::Arc::new(|| ()));
+        let config = Config {
+            agent_start: Some(own.clone()),
+            ..Config::default()
+        };
+        assert_eq!(pin_agent(config, Some("1")).unwrap().agent_start, Some(own));
     }
 }
