@@ -1,7 +1,9 @@
-//! Placement on synthetic machines that hwloc loads from XML (`tests/topology/`, written
-//! by `lstopo --input "pack:2 numa:2 core:8 pu:1" --of xml`; the second one with an RDMA
-//! device behind NUMA nodes 0 and 3), so that the NUMA paths run on any CI host; and
-//! rma-run's binding of real processes on this machine.
+//! Placement on synthetic machines that hwloc loads from XML (`tests/topology/`:
+//! `2x2x8.xml` written by `lstopo-no-graphics --input "pack:2 numa:2 core:8 pu:1" --of
+//! xml`; `2x2x8-two-hcas.xml` the same with a Bridge > PCIDev > OSDev (`osdev_type="3"`,
+//! OpenFabrics: `mlx5_0`, `mlx5_1`) added by hand in the groups of NUMA nodes 0 and 3),
+//! so that the NUMA paths run on any CI host; and rma-run's binding of real processes
+//! on this machine.
 #![cfg(feature = "hwloc")]
 
 use std::collections::BTreeSet;
