@@ -523,7 +523,7 @@ mod sys {
 mod tests {
     use super::*;
     use rma_core::config::AgentStart;
-    use rma_core::{Config, Error, UsageError};
+    use rma_core::{Config, Error, ErrorKind, UsageError};
 
     #[test]
     fn rma_agent_cpus_sets_the_agent_hook_and_a_bad_list_is_a_usage_error() {
@@ -532,8 +532,8 @@ mod tests {
         let set = pin_agent(Config::default(), Some("1")).unwrap();
         assert!(set.agent_start.is_some());
         for bad in ["x", "3-1", ","] {
-            match pin_agent(Config::default(), Some(bad)) {
-                Err(Error::Usage(UsageError::BadEnvironment { variable, .. })) => {
+            match pin_agent(Config::default(), Some(bad)).map_err(Error::into_kind) {
+                Err(ErrorKind::Usage(UsageError::BadEnvironment { variable, .. })) => {
                     assert_eq!(variable, AGENT_CPUS)
                 }
                 other => panic!("{bad:?}: {other:?}"),
