@@ -62,7 +62,7 @@ const LEN: usize = 5;
 macro_rules! reduce_integers {
     ($c:expr, $($t:ty),*) => {$({
         let c: &Comm = $c;
-        let (p, me) = (c.size(), c.rank() as usize);
+        let (p, me) = (c.size() as usize, c.rank() as usize);
         let value = |r: usize, i: usize| -> $t {
             if (r + i) % 3 == 0 { 0 } else { ((r * 37 + i * 11 + 3) % 120) as $t }
         };
@@ -99,7 +99,7 @@ macro_rules! reduce_integers {
 macro_rules! reduce_floats {
     ($c:expr, $($t:ty),*) => {$({
         let c: &Comm = $c;
-        let (p, me) = (c.size(), c.rank() as usize);
+        let (p, me) = (c.size() as usize, c.rank() as usize);
         let value = |r: usize, i: usize| -> $t { r as $t * 0.5 + i as $t * 0.25 - 1.0 };
         let mine: Vec<$t> = (0..LEN).map(|i| value(me, i)).collect();
         for op in [AccOp::Sum, AccOp::Prod, AccOp::Min, AccOp::Max] {
@@ -188,9 +188,9 @@ pub(crate) fn collectives(world: &World) -> Result<()> {
         collectives_on(&pair)?;
     }
     // A count of rounds: an allreduce of 8 bytes sends ceil(log2 p) messages per rank.
-    let before = world.stats().messages(rma::wire::Kind::Collective);
+    let before = world.stats().messages(rma::MessageKind::Collective);
     w.allreduce(&[1u64], AccOp::Sum)?;
-    let sent = world.stats().messages(rma::wire::Kind::Collective) - before;
+    let sent = world.stats().messages(rma::MessageKind::Collective) - before;
     let rounds = u64::from(usize::BITS - (n as usize - 1).leading_zeros());
     check(
         sent == rounds,
@@ -364,7 +364,7 @@ pub(crate) fn comm_errors(world: &World) -> Result<()> {
         ),
         "create by a rank outside the new group",
     )?;
-    check(Group::new(&[0, 0], n as usize).is_err(), "a rank twice")?;
+    check(Group::new(&[0, 0], n).is_err(), "a rank twice")?;
     // Different collectives on one communicator: a mismatch on every member, naming
     // both calls.
     let pair = w.split(Some(me / 2), 0)?.expect("a color");
@@ -455,7 +455,7 @@ pub(crate) fn spawn_child(world: &World, arg: &str) -> Result<()> {
 
 /// Over the merged communicator (parents first): each puts its rank to the next, and
 /// an allreduce counts everyone.
-fn merged_window(merged: &Comm, expected: usize) -> Result<()> {
+fn merged_window(merged: &Comm, expected: Rank) -> Result<()> {
     check(merged.size() == expected, "merged size")?;
     let (r, p) = (merged.rank(), merged.size() as Rank);
     let win = merged.allocate::<u32>(1)?;

@@ -324,7 +324,10 @@ pub fn window_limit(world: &World) -> Result<()> {
 pub fn launcher_values(world: &World) -> Result<()> {
     let boot = world.bootstrap();
     let all = boot.allgather("conformance-empty", b"")?;
-    check(all == vec![Vec::<u8>::new(); world.size()], "empty values")?;
+    check(
+        all == vec![Vec::<u8>::new(); world.size() as usize],
+        "empty values",
+    )?;
     let mine = [world.rank() as u8; 3];
     let all = boot.allgather("conformance-bytes", &mine)?;
     check(
@@ -441,7 +444,7 @@ pub fn lock_soak(world: &World) -> Result<()> {
     // Slot 0: accumulates; slot 1: exclusive read-modify-writes; slot 2: rank 0's word
     // to stop (put in a fence epoch: every rank decides alike, and keeps progressing).
     let win = world.allocate::<u64>(3)?;
-    let mut sent = vec![[0u64; 2]; size];
+    let mut sent = vec![[0u64; 2]; size as usize];
     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (u64::from(me) << 32);
     let mut next = move || {
         x ^= x << 13;

@@ -744,7 +744,7 @@ fn paths(world: &World) -> Result<()> {
     check(distinct.len() > 1, "the job spans more than one node")?;
     // Per origin o, at target t: [o*4] put, [o*4+1] accumulated, [o*4+2] fetch-and-op
     // counter (every origin adds 1 at slot 2 of each target's row 0), [o*4+3] CAS.
-    let win = world.allocate::<u64>(size * 4)?;
+    let win = world.allocate::<u64>(size as usize * 4)?;
     let before = win.stats();
     win.lock_all(Assert::NONE)?;
     let mut fetched = Vec::new();

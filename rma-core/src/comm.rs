@@ -112,7 +112,7 @@ impl Comm {
         self.inner.rank
     }
     /// Number of members.
-    pub fn size(&self) -> usize {
+    pub fn size(&self) -> Rank {
         self.inner.group.size()
     }
     /// The members, as World ranks in this communicator's order.
@@ -142,7 +142,7 @@ impl Comm {
     }
 
     fn check_root(&self, root: Rank) -> Result<usize> {
-        if (root as usize) < self.size() {
+        if root < self.size() {
             Ok(root as usize)
         } else {
             Err(UsageError::RankOutOfRange {
@@ -221,18 +221,18 @@ impl Comm {
                 let data = data.ok_or(UsageError::BadGroup {
                     why: "the root of scatter gives no data",
                 })?;
-                if !data.len().is_multiple_of(self.size()) {
+                if !data.len().is_multiple_of(self.size() as usize) {
                     return Err(UsageError::BadGroup {
                         why: "scatter data is not a multiple of the communicator's size",
                     }
                     .into());
                 }
-                let n = data.len() / self.size();
+                let n = data.len() / self.size() as usize;
                 Some(
                     data.chunks(n.max(1))
                         .map(|c| bytemuck::cast_slice(c).to_vec())
                         .chain(std::iter::repeat_with(Vec::new))
-                        .take(self.size())
+                        .take(self.size() as usize)
                         .collect(),
                 )
             } else {

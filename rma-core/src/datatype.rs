@@ -55,14 +55,29 @@ impl DataType {
     }
 }
 
-/// A type that can live in a window: a plain primitive number.
-pub trait Element: bytemuck::Pod + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+/// A type that can live in a window: a plain primitive number (`u8` to `u64`, `i8` to
+/// `i64`, `f32`, `f64`).
+///
+/// Sealed: accumulates apply the arithmetic of [`DataType`] at the target, in every
+/// backend's native atomics and on the wire, so an element is one of the types that
+/// arithmetic is defined for. (A user struct as an element would get float maths on its
+/// integer fields.) Structured data goes in a window of its widest primitive, or of
+/// bytes through [`Window::elements`](crate::Window::elements).
+pub trait Element:
+    sealed::Sealed + bytemuck::Pod + PartialEq + std::fmt::Debug + Send + Sync + 'static
+{
     /// Its [`DataType`].
     const DATATYPE: DataType;
 }
 
+mod sealed {
+    /// Only rma-core's primitive numbers are elements.
+    pub trait Sealed {}
+}
+
 macro_rules! element {
     ($($t:ty => $d:ident),*) => {$(
+        impl sealed::Sealed for $t {}
         impl Element for $t { const DATATYPE: DataType = DataType::$d; }
     )*};
 }

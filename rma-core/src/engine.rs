@@ -197,9 +197,9 @@ impl Engine {
     pub fn rank(&self) -> Rank {
         self.shared.rank
     }
-    /// Number of ranks.
-    pub fn size(&self) -> usize {
-        self.shared.size
+    /// Number of ranks (a count of ranks is a [`Rank`], as MPI_Comm_size is an int).
+    pub fn size(&self) -> Rank {
+        self.shared.size as Rank
     }
     /// The configuration in force.
     pub fn config(&self) -> &Config {

@@ -105,15 +105,31 @@ impl Error {
         self.usage().is_some()
     }
 
-    /// Says where the error was raised, unless an inner call said it first (the innermost
-    /// call is the most precise).
+    /// The same error with the ranks a misuse names (`NoEpoch`, `NotInGroup`,
+    /// `NotLocked`, `AlreadyLocked`, `OutOfBounds`) put through `f`: a window over a
+    /// communicator works in World ranks inside and says the communicator's outside.
+    pub(crate) fn map_usage_target(mut self, f: impl Fn(Rank) -> Rank) -> Self {
+        if let ErrorKind::Usage(
+            UsageError::NoEpoch { target }
+            | UsageError::NotInGroup { target }
+            | UsageError::NotLocked { target }
+            | UsageError::AlreadyLocked { target }
+            | UsageError::OutOfBounds { target, .. },
+        ) = &mut self.0.kind
+        {
+            *target = f(*target);
+        }
+        self
+    }
+
+    /// Says where the error was raised: the public call the user made. A public call
+    /// made inside another (`get` through `get_strided`, `Engine::allocate` through
+    /// `Comm::allocate`) is overwritten by the outer one as the error goes up.
     pub(crate) fn raised_in(mut self, call: &'static str, rank: Rank, window: Option<u32>) -> Self {
         let inner = &mut *self.0;
-        if inner.call.is_none() {
-            inner.call = Some(call);
-            inner.rank = Some(rank);
-            inner.window = window;
-        }
+        inner.call = Some(call);
+        inner.rank = Some(rank);
+        inner.window = window;
         self
     }
 }
@@ -209,17 +225,19 @@ pub enum UsageError {
         /// The rank given.
         rank: Rank,
         /// The size of the window's group.
-        size: usize,
+        size: Rank,
     },
-    /// Displacement and length reach past the end of the target's window.
+    /// Displacement and length reach past the end of the target's window. In the units
+    /// the call took: elements of the window's type, the displacement in the target's
+    /// displacement unit (the element, unless the window was made with another).
     OutOfBounds {
-        /// The target.
+        /// The target (its rank in the window's communicator).
         target: Rank,
-        /// First byte touched.
-        offset: u64,
-        /// Bytes touched.
-        len: u64,
-        /// Size of the target's window in bytes.
+        /// The displacement asked for.
+        disp: u64,
+        /// Elements the op spans from there (first to last touched).
+        count: u64,
+        /// Size of the target's window, in elements.
         window_len: u64,
     },
     /// The accumulate operation is not defined for the element type
@@ -494,14 +512,13 @@ impl fmt::Display for UsageError {
             ),
             OutOfBounds {
                 target,
-                offset,
-                len,
+                disp,
+                count,
                 window_len,
             } => write!(
                 f,
-                "bytes {offset}..{} of rank {target}'s window are asked for, but it has \
-                 {window_len} bytes",
-                offset.saturating_add(*len)
+                "{count} elements at displacement {disp} reach past the end of rank \
+                 {target}'s window, which holds {window_len} elements"
             ),
             OpNotForType { op, datatype } => write!(
                 f,

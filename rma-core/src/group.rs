@@ -36,8 +36,8 @@ impl std::fmt::Debug for Group {
 impl Group {
     /// The group of these World ranks, in this order, in a World of `world_size`.
     /// A rank past the World or given twice is an error.
-    pub fn new(world_ranks: &[Rank], world_size: usize) -> Result<Group> {
-        let mut index = vec![0u32; world_size];
+    pub fn new(world_ranks: &[Rank], world_size: Rank) -> Result<Group> {
+        let mut index = vec![0u32; world_size as usize];
         for (i, &r) in world_ranks.iter().enumerate() {
             match index.get_mut(r as usize) {
                 None => {
@@ -63,14 +63,14 @@ impl Group {
     }
 
     /// Every rank of a World of `size`, in order.
-    pub fn world(size: usize) -> Group {
-        let all: Vec<Rank> = (0..size as Rank).collect();
+    pub fn world(size: Rank) -> Group {
+        let all: Vec<Rank> = (0..size).collect();
         Group::new(&all, size).expect("distinct ranks in range")
     }
 
     /// Number of members.
-    pub fn size(&self) -> usize {
-        self.members.len()
+    pub fn size(&self) -> Rank {
+        self.members.len() as Rank
     }
 
     /// The members' World ranks, in group order.

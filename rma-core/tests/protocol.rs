@@ -769,7 +769,7 @@ fn consecutive_noprecede_fences_with_native_and_message_barriers() {
             for _ in 0..5 {
                 win.fence(Assert::NOPRECEDE)?;
             }
-            let n = e.size() as u32;
+            let n = e.size();
             win.put(&[e.rank() as u64 + 1], (e.rank() + 1) % n, e.rank() as u64)?;
             win.fence(Assert::NOSUCCEED)?;
             let left = (e.rank() + n - 1) % n;
@@ -787,8 +787,8 @@ fn consecutive_noprecede_fences_with_native_and_message_barriers() {
 /// over the parent and two over the half; a broadcast, p - 1 messages in all.
 #[test]
 fn communicator_collectives_take_ceil_log2_p_rounds() {
-    fn rounds(p: usize) -> u64 {
-        u64::from(usize::BITS - (p.max(1) - 1).leading_zeros())
+    fn rounds(p: u32) -> u64 {
+        u64::from(u32::BITS - (p.max(1) - 1).leading_zeros())
     }
     for n in 1..=9 {
         for seed in [3, 17] {
@@ -813,9 +813,9 @@ fn communicator_collectives_take_ceil_log2_p_rounds() {
                     "split on {p}, window on {h}"
                 );
                 win.fence(Assert::NONE)?;
-                win.put(&[w.rank()], (half.rank() + 1) % h as u32, 1)?;
+                win.put(&[w.rank()], (half.rank() + 1) % h, 1)?;
                 win.fence(Assert::NONE)?;
-                let left = (half.rank() + h as u32 - 1) % h as u32;
+                let left = (half.rank() + h - 1) % h;
                 assert_eq!(
                     win.local_to_vec()[1],
                     half.group().world_rank(left).unwrap()
@@ -823,8 +823,8 @@ fn communicator_collectives_take_ceil_log2_p_rounds() {
                 win.free()?;
                 let before = sent();
                 let mut v = [w.rank(); 3];
-                w.broadcast(&mut v, (p - 1) as u32)?;
-                assert_eq!(v, [(p - 1) as u32; 3]);
+                w.broadcast(&mut v, p - 1)?;
+                assert_eq!(v, [p - 1; 3]);
                 let mine = sent() - before;
                 let all = w.allreduce(&[mine], AccOp::Sum)?;
                 assert_eq!(all[0], (p - 1) as u64, "broadcast on {p}");

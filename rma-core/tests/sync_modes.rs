@@ -234,7 +234,7 @@ fn request_based_and_strided() {
         let m0 = 10 * me as i32;
         assert_eq!(into.wait()?, &[m0, m0 + 1, m0 + 2, m0 + 3]);
         let strided = win.get_strided(right, 8, rma_core::Layout::strided(4, 1, 3))?;
-        let rg = win.rget_accumulate(&[0, 0], AccOp::NoOp, right, 20)?;
+        let rg = win.get_accumulate(&[0, 0], AccOp::NoOp, right, 20)?;
         win.flush(right)?;
         let m = 10 * me as i32;
         assert_eq!(strided.wait()?, vec![m, m + 2, m + 4, m + 6]);

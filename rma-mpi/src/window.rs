@@ -222,7 +222,7 @@ fn rma_comm(comm: MPI_Comm) -> MpiResult<(rma::Comm, Handle<MPI_Group>, usize, u
         ));
     }
     let world_ranks: Vec<Rank> = world_ranks.iter().map(|&r| r as Rank).collect();
-    let identity = world_ranks.len() == world_comm.size()
+    let identity = world_ranks.len() == world_comm.size() as usize
         && world_ranks.iter().enumerate().all(|(i, &r)| i as Rank == r);
     let c = if identity {
         world_comm

@@ -43,7 +43,22 @@ pub use spawn::InterComm;
 
 use std::sync::Arc;
 
-pub use rma_core::*;
+use rma_core::{Bootstrap, Transport};
+
+// What a program calls: windows and their operations, communicators and collectives,
+// configuration, errors, counters.
+pub use rma_core::wire::Kind as MessageKind;
+pub use rma_core::{
+    AccOp, Assert, AsyncProgress, BackendError, Comm, Config, DataType, Element, Elements, Engine,
+    Error, ErrorKind, FreeError, GetInto, Group, Layout, LocOp, LockType, PeerError, Rank, Request,
+    Result, Stats, TransportError, UsageError, UserMemory, Window, WindowKind,
+};
+
+/// The engine underneath, whole: the [`Transport`](engine::Transport) contract and its
+/// capabilities, the wire format, bootstrap and element pools, the simulated transport
+/// (feature `sim` of rma-core). For backends, tools and tests that drive a transport
+/// themselves; a program needs none of it.
+pub use rma_core as engine;
 
 /// Which backend reaches a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,7 +35,7 @@ impl InterComm {
     /// The children's side: of `union`'s ranks, the first `parents` are the parents.
     pub(crate) fn children(union: World, parents: usize) -> Result<InterComm> {
         let n = union.size();
-        let all: Vec<Rank> = (0..n as Rank).collect();
+        let all: Vec<Rank> = (0..n).collect();
         Ok(InterComm {
             local: Group::new(&all[parents..], n)?,
             remote: Group::new(&all[..parents], n)?,
@@ -50,11 +50,11 @@ impl InterComm {
             .expect("a member of its own group")
     }
     /// Size of this process's group.
-    pub fn size(&self) -> usize {
+    pub fn size(&self) -> Rank {
         self.local.size()
     }
     /// Size of the other group.
-    pub fn remote_size(&self) -> usize {
+    pub fn remote_size(&self) -> Rank {
         self.remote.size()
     }
     /// The World of both groups (ranks: parents first), for what `merge` does not give.
@@ -111,7 +111,7 @@ impl World {
         commands: &[SpawnCommand],
         root: Rank,
     ) -> Result<InterComm> {
-        if root as usize >= comm.size() {
+        if root >= comm.size() {
             return Err(UsageError::RankOutOfRange {
                 rank: root,
                 size: comm.size(),
@@ -119,7 +119,7 @@ impl World {
             .into());
         }
         let children: usize = commands.iter().map(|c| c.processes).sum();
-        let parents = comm.size();
+        let parents = comm.size() as usize;
         // The root asks the launcher; every parent learns the outcome from it.
         let mine = if comm.rank() == root {
             let missing = commands.iter().find(|c| !executable(&c.program));
@@ -164,7 +164,7 @@ impl World {
         let boot = crate::bootstrap::join_rendezvous(&text, comm.rank(), parents + children)?;
         let union = World::init_over(boot, Config::from_env()?)?;
         let n = union.size();
-        let all: Vec<Rank> = (0..n as Rank).collect();
+        let all: Vec<Rank> = (0..n).collect();
         Ok(InterComm {
             local: Group::new(&all[..parents], n)?,
             remote: Group::new(&all[parents..], n)?,

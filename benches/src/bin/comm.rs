@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use rma::wire::Kind;
+use rma::MessageKind as Kind;
 use rma::{AccOp, World};
 
 const USAGE: &str = "usage: rma-run -n P comm [ITERS]   (default 200)\n\

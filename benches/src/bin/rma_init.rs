@@ -29,7 +29,7 @@ fn main() {
 
 fn report(world: &World, took_ns: u64) -> Result<(), rma::Error> {
     let n = world.size();
-    let win = world.allocate::<u64>(n)?;
+    let win = world.allocate::<u64>(n as usize)?;
     win.fence(Assert::NOPRECEDE)?;
     win.put(&[took_ns], 0, world.rank() as u64)?;
     win.fence(Assert::NOSUCCEED)?;

@@ -58,7 +58,7 @@ fn main() -> std::process::ExitCode {
 
 fn work(world: &World, comm: &mpi::topology::SimpleCommunicator) -> Result<()> {
     let fail = |what: String| rma::Error::from(rma::TransportError::Failed(what));
-    let (me, n) = (world.rank(), world.size() as u32);
+    let (me, n) = (world.rank(), world.size());
     if me as i32 != comm.rank() || n as i32 != comm.size() {
         return Err(fail(format!(
             "rma's rank {me} of {n}, MPI's {} of {}",
@@ -91,12 +91,12 @@ fn work(world: &World, comm: &mpi::topology::SimpleCommunicator) -> Result<()> {
     let half = w.split(Some(me % 2), 0)?.expect("a color");
     let hw = half.allocate::<u32>(1)?;
     hw.lock_all(Assert::NONE)?;
-    for t in 0..half.size() as u32 {
+    for t in 0..half.size() {
         hw.accumulate(&[1], AccOp::Sum, t, 0)?;
     }
     hw.unlock_all()?;
     half.barrier()?;
-    if hw.local_to_vec()[0] != half.size() as u32 {
+    if hw.local_to_vec()[0] != half.size() {
         return Err(fail(format!("half window holds {:?}", hw.local_to_vec())));
     }
     hw.free()?;

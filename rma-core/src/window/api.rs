@@ -311,8 +311,8 @@ impl<T: Element> Window<T> {
     }
 
     /// Number of ranks in the window's communicator.
-    pub fn size(&self) -> usize {
-        self.shared.member_count()
+    pub fn size(&self) -> Rank {
+        self.shared.member_count() as Rank
     }
 
     /// Puts `data` at element displacement `disp` of `target`'s window.
@@ -391,16 +391,13 @@ impl<T: Element> Window<T> {
     }
 
     /// Gets `count` elements at `disp` of `target`'s window. The data is the request's
-    /// value; the request completes no later than the epoch's next flush or end.
+    /// value; the request completes no later than the epoch's next flush or end. (MPI_Get
+    /// and MPI_Rget in one: the request is what MPI_Rget returns, and a get with no
+    /// request to wait on would have nowhere to put its data.)
     pub fn get(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
         self.raised("get", || {
             self.get_strided(target, disp, Layout::contiguous(count))
         })
-    }
-
-    /// Request-based get (MPI_Rget); the same as [`get`](Self::get).
-    pub fn rget(&self, target: Rank, disp: u64, count: usize) -> Result<Request<Vec<T>>> {
-        self.raised("rget", || self.get(target, disp, count))
     }
 
     /// Gets the elements `layout` selects at `disp`, packed.
@@ -541,7 +538,8 @@ impl<T: Element> Window<T> {
     }
 
     /// Atomically fetches the target elements and accumulates `data` into them; with
-    /// [`AccOp::NoOp`] it is an atomic read of `data.len()` elements.
+    /// [`AccOp::NoOp`] it is an atomic read of `data.len()` elements. (MPI_Get_accumulate
+    /// and MPI_Rget_accumulate in one, as [`get`](Self::get).)
     pub fn get_accumulate(
         &self,
         data: &[T],
@@ -568,20 +566,6 @@ impl<T: Element> Window<T> {
                 true,
             ))?;
             Ok(self.request(posted, target, to_vec::<T>))
-        })
-    }
-
-    /// Request-based get_accumulate (MPI_Rget_accumulate); the same as
-    /// [`get_accumulate`](Self::get_accumulate).
-    pub fn rget_accumulate(
-        &self,
-        data: &[T],
-        op: AccOp,
-        target: Rank,
-        disp: u64,
-    ) -> Result<Request<Vec<T>>> {
-        self.raised("rget_accumulate", || {
-            self.get_accumulate(data, op, target, disp)
         })
     }
 
@@ -773,9 +757,9 @@ impl<T: Element> Window<T> {
         if off.checked_add(len).is_none_or(|end| end > seg.len()) {
             return Err(UsageError::OutOfBounds {
                 target: self.shared.engine.rank,
-                offset: off as u64,
-                len: len as u64,
-                window_len: seg.len() as u64,
+                disp: disp as u64,
+                count: (len / Self::SIZE) as u64,
+                window_len: (seg.len() / Self::SIZE) as u64,
             }
             .into());
         }

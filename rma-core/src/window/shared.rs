@@ -83,7 +83,9 @@ impl WindowShared {
 
     /// Number of members.
     pub(crate) fn member_count(&self) -> usize {
-        self.group.as_ref().map_or(self.engine.size, Group::size)
+        self.group
+            .as_ref()
+            .map_or(self.engine.size, |g| g.size() as usize)
     }
 
     /// This process's index among the members (its rank in the window).
@@ -161,7 +163,7 @@ impl WindowShared {
         } else {
             Err(UsageError::RankOutOfRange {
                 rank,
-                size: self.engine.size,
+                size: self.engine.size as Rank,
             }
             .into())
         }
@@ -220,9 +222,9 @@ impl WindowShared {
         if offset.checked_add(len).is_none_or(|end| end > r.len) {
             return Err(UsageError::OutOfBounds {
                 target,
-                offset,
-                len,
-                window_len: r.len,
+                disp,
+                count: layout.span().unwrap_or(usize::MAX) as u64,
+                window_len: r.len / elem as u64,
             }
             .into());
         }
@@ -318,6 +320,10 @@ impl WindowShared {
     #[cold]
     #[inline(never)]
     pub(super) fn raised(&self, call: &'static str, e: Error) -> Error {
+        let e = match &self.group {
+            Some(g) => e.map_usage_target(|world| g.rank_of(world).unwrap_or(world)),
+            None => e,
+        };
         e.raised_in(call, self.engine.rank, Some(self.id))
     }
 
