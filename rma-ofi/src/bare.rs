@@ -10,19 +10,17 @@
 //! Writes and atomics ask for `FI_DELIVERY_COMPLETE`, so the completion means the data
 //! is at the target, the guarantee a flush gives.
 
-use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-use rma_core::TransportError;
+use rma_core::{AccOp, DataType, TransportError};
 
-use crate::fabric::{fi_error, is_again, Endpoint, OpContext};
-use crate::sys;
+use crate::sys::{fi_error, is_again, Atomic, Completion, Endpoint, Local, Mr, OpContext, Remote};
 
 /// The registered buffer each side exposes, in u64 for aligned atomics.
 struct Registered {
     /// Owned until the region is closed; the peer writes it through the fabric.
     _buf: Box<[u64]>,
-    mr: *mut sys::fid_mr,
+    mr: Mr,
 }
 
 /// One endpoint of a two-process bare pattern (see the module docs).
@@ -30,16 +28,15 @@ pub struct BarePair {
     // Field order: the region closes (Drop) before the endpoint and the buffers go.
     reg: Option<Registered>,
     ep: Endpoint,
-    peer: sys::fi_addr_t,
-    remote_addr: u64,
-    remote_key: u64,
+    /// The peer's registered buffer.
+    remote: Remote,
     cap: usize,
     src: Vec<u8>,
     result: Vec<u8>,
     ctx: Box<OpContext>,
     recv: Box<[u8; 64]>,
     recv_ctx: Box<OpContext>,
-    entries: Vec<sys::fi_cq_data_entry>,
+    entries: Vec<Completion>,
 }
 
 impl std::fmt::Debug for BarePair {
@@ -76,31 +73,31 @@ impl BarePair {
         let buf = vec![0u64; cap.div_ceil(8)].into_boxed_slice();
         // SAFETY: `buf` is owned by the Registered kept in the pair, whose region is
         // closed in Drop before the buffer is freed.
-        let (mr, key) = unsafe { ep.mr_reg(buf.as_ptr().cast(), cap, 1)? };
-        let virt = ep.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0;
-        let addr = if virt { buf.as_ptr() as u64 } else { 0 };
+        let mr = unsafe { ep.mr_reg(buf.as_ptr().cast(), cap, 1)? };
+        let key = mr.key();
+        let addr = if ep.offer.virt_addr() {
+            buf.as_ptr() as u64
+        } else {
+            0
+        };
         let name = ep.name()?;
         let mut mine = addr.to_le_bytes().to_vec();
         mine.extend_from_slice(&key.to_le_bytes());
         mine.extend_from_slice(&name);
         let mut pair = BarePair {
             reg: Some(Registered { _buf: buf, mr }),
-            peer: 0,
-            remote_addr: 0,
-            remote_key: 0,
+            remote: Remote {
+                peer: 0,
+                addr: 0,
+                key: 0,
+            },
             cap,
             src: vec![b'a'; cap],
             result: vec![0; cap],
-            ctx: Box::new(OpContext {
-                id: OP,
-                ..Default::default()
-            }),
+            ctx: Box::new(OpContext::new(OP)),
             recv: Box::new([0; 64]),
-            recv_ctx: Box::new(OpContext {
-                id: RECV,
-                ..Default::default()
-            }),
-            entries: vec![sys::fi_cq_data_entry::default(); 16],
+            recv_ctx: Box::new(OpContext::new(RECV)),
+            entries: vec![Completion::default(); 16],
             ep,
         };
         pair.post_recv()?;
@@ -110,9 +107,11 @@ impl BarePair {
                 "bare pattern: short peer address".into(),
             ));
         }
-        pair.remote_addr = u64::from_le_bytes(theirs[0..8].try_into().expect("8 bytes"));
-        pair.remote_key = u64::from_le_bytes(theirs[8..16].try_into().expect("8 bytes"));
-        pair.peer = pair.ep.insert(&[theirs[16..].to_vec()])?[0];
+        pair.remote = Remote {
+            addr: u64::from_le_bytes(theirs[0..8].try_into().expect("8 bytes")),
+            key: u64::from_le_bytes(theirs[8..16].try_into().expect("8 bytes")),
+            peer: pair.ep.insert(&[theirs[16..].to_vec()])?[0],
+        };
         Ok(pair)
     }
 
@@ -122,13 +121,11 @@ impl BarePair {
     }
 
     fn post_recv(&mut self) -> Result<(), TransportError> {
-        let ctx: *mut c_void = (&mut *self.recv_ctx as *mut OpContext).cast();
+        let buf = Local::plain(self.recv.as_mut_ptr(), 64);
         // SAFETY: the receive buffer and its context are boxed in the pair and not touched
-        // until the receive's completion is read (or the endpoint closes).
-        let rc = unsafe {
-            self.ep
-                .post_recv(self.recv.as_mut_ptr(), 64, std::ptr::null_mut(), ctx)
-        };
+        // until the receive's completion is read (or the endpoint closes: it drops before
+        // them, field order).
+        let rc = unsafe { self.ep.post_recv(buf, &mut *self.recv_ctx) };
         if rc != 0 {
             return Err(fi_error("fi_recv", rc as i64));
         }
@@ -140,12 +137,7 @@ impl BarePair {
         match self.ep.cq_read(&mut self.entries) {
             Ok(n) => Ok(self.entries[..n]
                 .iter()
-                .filter(|e| {
-                    !e.op_context.is_null()
-                        // SAFETY: every op of the pair carries one of its boxed contexts,
-                        // alive as long as the pair.
-                        && unsafe { (*e.op_context.cast::<OpContext>()).id } == id
-                })
+                .filter(|c| c.id == Some(id))
                 .count()),
             Err(_) => {
                 let msg = self
@@ -214,33 +206,12 @@ impl BarePair {
         self.check(len)?;
         let inject = len <= self.ep.offer.inject_size;
         self.issue("fi_writemsg", count, |p| {
-            let iov = sys::iovec {
-                iov_base: p.src.as_mut_ptr().cast(),
-                iov_len: len,
-            };
-            let rma = sys::fi_rma_iov {
-                addr: p.remote_addr,
-                len,
-                key: p.remote_key,
-            };
-            let msg = sys::fi_msg_rma {
-                msg_iov: &iov,
-                desc: std::ptr::null_mut(),
-                iov_count: 1,
-                addr: p.peer,
-                rma_iov: &rma,
-                rma_iov_count: 1,
-                context: (&mut *p.ctx as *mut OpContext).cast(),
-                data: 0,
-            };
-            let mut flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
-            if inject {
-                flags |= sys::FI_INJECT as u64;
-            }
-            // SAFETY: iov, rma and msg live for the call; the source buffer and context
-            // are the pair's and untouched until the completion `issue` waits for; the
-            // range lies in the peer's registered `cap` bytes (checked).
-            unsafe { sys::rma_fi_writemsg(p.ep.raw().0, &msg, flags) }
+            let src = Local::plain(p.src.as_mut_ptr(), len);
+            // SAFETY: the source buffer and context are the pair's and untouched until
+            // the completion `issue` waits for (or the endpoint closes: it drops before
+            // them, field order); the range lies in the peer's registered `cap` bytes
+            // (checked).
+            unsafe { p.ep.write(src, p.remote, inject, &mut *p.ctx) }
         })
     }
 
@@ -253,46 +224,31 @@ impl BarePair {
     pub fn read_many(&mut self, len: usize, count: usize) -> Result<(), TransportError> {
         self.check(len)?;
         self.issue("fi_read", count, |p| {
-            let ctx = (&mut *p.ctx as *mut OpContext).cast();
+            let dst = Local::plain(p.result.as_mut_ptr(), len);
             // SAFETY: the result buffer and context are the pair's and untouched until the
-            // completion `issue` waits for; range checked.
-            unsafe {
-                sys::rma_fi_read(
-                    p.ep.raw().0,
-                    p.result.as_mut_ptr().cast(),
-                    len,
-                    std::ptr::null_mut(),
-                    p.peer,
-                    p.remote_addr,
-                    p.remote_key,
-                    ctx,
-                )
-            }
+            // completion `issue` waits for (or the endpoint closes first); range checked.
+            unsafe { p.ep.read(dst, p.remote, &mut *p.ctx) }
         })
     }
 
     /// A fetching atomic sum of one u64 at the peer's offset 0 (what fetch_and_op does).
     pub fn fetch_add(&mut self) -> Result<(), TransportError> {
         self.src[..8].copy_from_slice(&1u64.to_le_bytes());
+        let sum = Atomic {
+            op: AccOp::Sum,
+            datatype: DataType::U64,
+            count: 1,
+        };
         self.issue("fi_fetch_atomic", 1, |p| {
-            let ctx = (&mut *p.ctx as *mut OpContext).cast();
+            let (operand, result) = (
+                Local::plain(p.src.as_mut_ptr(), 8),
+                Local::plain(p.result.as_mut_ptr(), 8),
+            );
             // SAFETY: operand, result and context are the pair's, untouched until the
-            // completion; one u64 at offset 0 of the peer's registered buffer.
+            // completion (or the endpoint closes first); one u64 at offset 0 of the
+            // peer's registered buffer.
             unsafe {
-                sys::rma_fi_fetch_atomic(
-                    p.ep.raw().0,
-                    p.src.as_ptr().cast(),
-                    1,
-                    std::ptr::null_mut(),
-                    p.result.as_mut_ptr().cast(),
-                    std::ptr::null_mut(),
-                    p.peer,
-                    p.remote_addr,
-                    p.remote_key,
-                    sys::fi_datatype_FI_UINT64,
-                    sys::fi_op_FI_SUM,
-                    ctx,
-                )
+                p.ep.fetch_atomic(operand, result, p.remote, sum, &mut *p.ctx)
             }
         })
     }
@@ -338,7 +294,7 @@ impl BarePair {
     fn send(&mut self, data: &[u8]) -> Result<(), TransportError> {
         let start = Instant::now();
         loop {
-            let rc = self.ep.inject(data, self.peer);
+            let rc = self.ep.inject(data, self.remote.peer);
             if rc == 0 {
                 return Ok(());
             }
@@ -352,13 +308,9 @@ impl BarePair {
 
 impl Drop for BarePair {
     fn drop(&mut self) {
-        if let Some(r) = self.reg.take() {
-            // SAFETY: the region came from this endpoint's mr_reg and is closed once,
-            // here, before its buffer (dropped with `r` right after).
-            unsafe { self.ep.mr_close(r.mr) };
+        if let Some(Registered { _buf, mr }) = self.reg.take() {
+            // Closed before its buffer (dropped right after).
+            self.ep.mr_close(mr);
         }
     }
 }
-
-// SAFETY: the raw handles are used only through `&mut self`.
-unsafe impl Send for BarePair {}

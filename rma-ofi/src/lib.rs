@@ -36,7 +36,8 @@
 //! - **Failures**: provider errors read with `fi_cq_readerr` and `fi_cq_strerror` become
 //!   [`Event::Failed`] with the provider's text; a send that fails toward a peer reports
 //!   [`Event::PeerFailed`]; when every rank is on this node, peers' pids (from the
-//!   bootstrap) are also checked now and then, as rma-shm does.
+//!   bootstrap) are also checked now and then, as rma-shm does (rma-backend's
+//!   `PeerWatch`).
 //! - **Closing**: the transport lingers, progressing, until every peer said goodbye or is
 //!   gone (`RMA_OFI_LINGER_MS`, default 10 s): injected messages have no completion, and
 //!   on manual-progress providers peers' native ops on our memory move only while we poll.
@@ -65,30 +66,38 @@
 //! default 64 KiB), `RMA_OFI_RECV_BUFFERS` (default 64, or 4 multi-message ones),
 //! `RMA_OFI_MULTI_RECV=0`, `RMA_OFI_WAIT_FD=0` (no wait object), `RMA_OFI_MR_LOCAL=1`, `RMA_OFI_DISABLE_RMA=1`,
 //! `RMA_OFI_DISABLE_ATOMICS=1`, `RMA_OFI_SHM_ATOMICS=1`, `RMA_OFI_LINGER_MS`,
-//! `RMA_OFI_YIELD_EVERY`, `RMA_OFI_VERBOSE=1`.
+//! `RMA_OFI_YIELD_EVERY`.
+//!
+//! Logs: `tracing` events under the target `rma_ofi` (`RMA_LOG=rma_ofi=info` in the
+//! binaries): the provider, its offer and what runs natively when the transport starts,
+//! peers that fail.
+//!
+//! Every libfabric call is in [`sys`]; this module's remaining `unsafe` blocks are the
+//! promises that calls posting an operation or registering memory ask of their caller
+//! (buffers and contexts that outlive the call), each argued where it is made.
 
 pub mod bare;
 pub mod fabric;
 pub mod sys;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment,
-    SharedAmong, Transport, UserMemory, Wake,
+use rma_backend::{
+    env_usize, Collectives, Link, LocalMemory, PeerWatch, Registration, SegmentRegistration,
+    WindowSegment,
 };
-
-/// Time between two checks of the peers' pids (when every rank is on this node), asked
-/// every 4096 polls: a signal and a read of /proc per peer is too much to do as often as
-/// a latency loop polls.
-const PID_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+use rma_core::transport::{
+    Event, Fetched, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, SharedAmong,
+    Transport, UserMemory, Wake,
+};
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
-use fabric::{fi_error, is_again, Endpoint, LocalBuf, OpContext};
+use sys::{
+    fi_error, is_again, Atomic, AtomicKind, Completion, Endpoint, LocalBuf, Mr, OpContext, Remote,
+};
 
 /// Bytes before the payload of every active message: sender rank, sequence number.
 const HEADER: usize = 8;
@@ -135,15 +144,7 @@ pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
     ("RMA_OFI_DISABLE_RMA", 0, 1, "0 or 1"),
     ("RMA_OFI_DISABLE_ATOMICS", 0, 1, "0 or 1"),
     ("RMA_OFI_SHM_ATOMICS", 0, 1, "0 or 1"),
-    ("RMA_OFI_VERBOSE", 0, 1, "0 or 1"),
 ];
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 struct RecvBuf {
     /// Fixed length: never grows, so it is registered (if at all) once.
@@ -180,9 +181,22 @@ struct RemoteMem {
     len: u64,
 }
 
+impl RemoteMem {
+    /// Where `offset` is, at `peer`.
+    fn at(&self, peer: sys::fi_addr_t, offset: u64) -> Remote {
+        Remote {
+            peer,
+            addr: self.addr + offset,
+            key: self.key,
+        }
+    }
+}
+
 /// Everything behind the transport's one mutex (the domain is FI_THREAD_DOMAIN).
 struct Inner {
+    // Field order: the endpoint closes before the buffers it may still write are freed.
     ep: Endpoint,
+    me: Rank,
     addrs: Vec<sys::fi_addr_t>,
     recv: Vec<RecvBuf>,
     /// Receive buffers consumed and not yet reposted (the repost said EAGAIN).
@@ -194,7 +208,7 @@ struct Inner {
     early: Vec<BTreeMap<u32, Vec<u8>>>,
     /// Events found while driving the CQ, handed out by the next poll.
     pending: VecDeque<Event>,
-    entries: Vec<sys::fi_cq_data_entry>,
+    entries: Vec<Completion>,
     dead: Vec<bool>,
     ops: Vec<NativeOp>,
     op_free: Vec<usize>,
@@ -206,13 +220,9 @@ struct Inner {
     polls: u64,
 }
 
-// SAFETY: the raw buffers and contexts inside are owned by Inner (boxed, stable
-// addresses); the endpoint is used only under the transport's mutex.
-unsafe impl Send for Inner {}
-
 /// The libfabric transport of one process.
 pub struct OfiTransport {
-    boot: Arc<dyn Bootstrap>,
+    collectives: Collectives,
     rank: Rank,
     size: usize,
     inner: Arc<Mutex<Inner>>,
@@ -228,11 +238,8 @@ pub struct OfiTransport {
     yield_every: u64,
     max_message: usize,
     provider: String,
-    pids: Option<Vec<u32>>,
-    reported_dead: Mutex<Vec<bool>>,
-    /// Checks of the peers' pids (when every rank is on this node).
-    pid_check: Periodic,
-    collective: AtomicU32,
+    /// The peers' processes, when every rank is on this node.
+    watch: PeerWatch,
     departed: std::sync::atomic::AtomicBool,
 }
 
@@ -281,8 +288,7 @@ impl OfiTransport {
         let hellos = rma_core::exchange_hellos(&*boot, "ofi-hello", &ep.name()?)?;
         let names: Vec<Vec<u8>> = hellos.iter().map(|h| h.address.clone()).collect();
         let addrs = ep.insert(&names)?;
-        let one_node = hellos.iter().all(|h| h.node == boot.node_id().as_bytes());
-        let pids = one_node.then(|| hellos.iter().map(|h| h.pid).collect::<Vec<u32>>());
+        let watch = PeerWatch::from_hellos(rank, &hellos, boot.node_id(), true);
 
         // One message per buffer: 64 buffers of the largest message. Multi-message
         // buffers: 4 of 8 largest messages each (small control messages pack thousands).
@@ -300,6 +306,7 @@ impl OfiTransport {
         };
         let mut inner = Inner {
             ep,
+            me: rank,
             addrs,
             recv: Vec::with_capacity(nrecv),
             repost: Vec::new(),
@@ -309,7 +316,7 @@ impl OfiTransport {
             expect_seq: vec![0; size],
             early: vec![BTreeMap::new(); size],
             pending: VecDeque::new(),
-            entries: vec![sys::fi_cq_data_entry::default(); 64],
+            entries: vec![Completion::default(); 64],
             polls: 0,
             dead: vec![false; size],
             ops: Vec::new(),
@@ -320,10 +327,7 @@ impl OfiTransport {
         for i in 0..nrecv {
             inner.recv.push(RecvBuf {
                 buf: LocalBuf::zeroed(recv_len),
-                ctx: Box::new(OpContext {
-                    id: KIND_RECV | i as u64,
-                    ..Default::default()
-                }),
+                ctx: Box::new(OpContext::new(KIND_RECV | i as u64)),
             });
             inner.post_recv(i)?;
         }
@@ -340,8 +344,7 @@ impl OfiTransport {
             } else {
                 query_atomics(&mut inner.ep)
             };
-        let rma = env_usize("RMA_OFI_DISABLE_RMA", 0) != 1
-            && inner.ep.offer.caps & sys::FI_RMA as u64 != 0;
+        let rma = env_usize("RMA_OFI_DISABLE_RMA", 0) != 1 && inner.ep.offer.rma();
         let native = Capabilities {
             rdma_write: rma,
             rdma_read: rma,
@@ -351,24 +354,24 @@ impl OfiTransport {
             max_atomic_elements: max_atomic,
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
-        let virt_addr = inner.ep.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0;
-        tracing::info!(rank, ?native, "libfabric native capabilities");
-        if env_usize("RMA_OFI_VERBOSE", 0) == 1 && rank == 0 {
-            eprintln!(
-                "rma-ofi: {:?}; local buffers registered: {}; native: rdma_write {} rdma_read \
-                 {} atomics {:#x} cas {:#x} (max {max_atomic} elements)",
-                inner.ep.offer,
-                inner.ep.local_mr(),
-                native.rdma_write,
-                native.rdma_read,
-                atomics,
-                compare_and_swap
-            );
-        }
+        let virt_addr = inner.ep.offer.virt_addr();
+        tracing::info!(
+            rank,
+            provider = %provider,
+            fabric = %inner.ep.offer.fabric,
+            local_buffers_registered = inner.ep.local_mr(),
+            multi_recv,
+            rdma_write = native.rdma_write,
+            rdma_read = native.rdma_read,
+            atomics = format_args!("{atomics:#x}"),
+            compare_and_swap = format_args!("{compare_and_swap:#x}"),
+            max_atomic_elements = max_atomic,
+            "libfabric transport: what runs natively"
+        );
         // Everyone's receives are posted before anyone sends.
         boot.barrier()?;
         Ok(OfiTransport {
-            boot,
+            collectives: Collectives::new(boot, "ofi-ag"),
             rank,
             size,
             inner: Arc::new(Mutex::new(inner)),
@@ -384,10 +387,7 @@ impl OfiTransport {
             yield_every: env_usize("RMA_OFI_YIELD_EVERY", 8) as u64,
             max_message,
             provider,
-            pids,
-            reported_dead: Mutex::new(vec![false; size]),
-            pid_check: Periodic::new(PID_CHECK_EVERY),
-            collective: AtomicU32::new(0),
+            watch,
             departed: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -407,12 +407,13 @@ impl OfiTransport {
         }
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
-        // SAFETY: caller's contract.
-        let (mr, key) = unsafe { inner.ep.mr_reg(base, len, key)? };
+        // SAFETY: caller's contract (the memory stays until the region is closed, which
+        // SegmentMr's drop does).
+        let mr = unsafe { inner.ep.mr_reg(base, len, key)? };
         Ok(Some(SegmentMr {
-            mr,
             addr: if self.virt_addr { base as u64 } else { 0 },
-            key,
+            key: mr.key(),
+            mr: Some(mr),
             inner: self.inner.clone(),
         }))
     }
@@ -482,18 +483,15 @@ impl OfiTransport {
     pub fn register_segment(
         &self,
         segment: &Arc<dyn Segment>,
-    ) -> Result<Option<Registration>, TransportError> {
+    ) -> Result<Option<SegmentRegistration>, TransportError> {
         let Some(base) = segment.shared_base() else {
             return Ok(None);
         };
         // SAFETY: `shared_base..+len()` is the segment's memory (Segment contract), kept
         // mapped by the clone of `segment` the registration holds, which it releases
-        // only after closing the region (field order of Registration).
+        // only after closing the region (field order of SegmentRegistration).
         let mr = unsafe { self.register(base as *mut u8, segment.len())? };
-        Ok(mr.map(|mr| Registration {
-            mr,
-            _memory: segment.clone(),
-        }))
+        Ok(mr.map(|mr| SegmentRegistration::new(mr, segment, base)))
     }
 
     /// Tells every live peer that `failed` died (seen by another backend, such as the
@@ -521,55 +519,13 @@ impl OfiTransport {
     }
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
-        let Some(pids) = &self.pids else { return };
-        let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
-        for (r, pid) in pids.iter().enumerate() {
-            if r as Rank != self.rank && !reported[r] && !rma_shm::process_alive(*pid) {
-                // A peer that said goodbye and then exited left normally; its goodbye may
-                // still sit in the completion queue (it exits right after sending it).
-                let mut inner = self.lock();
-                let _ = inner.drive();
-                if inner.bye[r] {
-                    continue;
-                }
-                drop(inner);
-                reported[r] = true;
-                tracing::warn!(rank = r, pid, "peer process is gone");
-                events.push(Event::PeerFailed { rank: r as Rank });
-            }
-        }
-    }
-}
-
-fn fi_datatype(dt: DataType) -> sys::fi_datatype {
-    match dt {
-        DataType::U8 => sys::fi_datatype_FI_UINT8,
-        DataType::U16 => sys::fi_datatype_FI_UINT16,
-        DataType::U32 => sys::fi_datatype_FI_UINT32,
-        DataType::U64 => sys::fi_datatype_FI_UINT64,
-        DataType::I8 => sys::fi_datatype_FI_INT8,
-        DataType::I16 => sys::fi_datatype_FI_INT16,
-        DataType::I32 => sys::fi_datatype_FI_INT32,
-        DataType::I64 => sys::fi_datatype_FI_INT64,
-        DataType::F32 => sys::fi_datatype_FI_FLOAT,
-        DataType::F64 => sys::fi_datatype_FI_DOUBLE,
-    }
-}
-
-fn fi_op(op: AccOp) -> sys::fi_op {
-    match op {
-        AccOp::Sum => sys::fi_op_FI_SUM,
-        AccOp::Prod => sys::fi_op_FI_PROD,
-        AccOp::Min => sys::fi_op_FI_MIN,
-        AccOp::Max => sys::fi_op_FI_MAX,
-        AccOp::Band => sys::fi_op_FI_BAND,
-        AccOp::Bor => sys::fi_op_FI_BOR,
-        AccOp::Bxor => sys::fi_op_FI_BXOR,
-        AccOp::Land => sys::fi_op_FI_LAND,
-        AccOp::Lor => sys::fi_op_FI_LOR,
-        AccOp::Lxor => sys::fi_op_FI_LXOR,
-        AccOp::Replace => sys::fi_op_FI_ATOMIC_WRITE,
-        AccOp::NoOp => sys::fi_op_FI_ATOMIC_READ,
+        // A peer that said goodbye and then exited left normally; its goodbye may still
+        // sit in the completion queue (it exits right after sending it).
+        self.watch.check(events, |r| {
+            let mut inner = self.lock();
+            let _ = inner.drive();
+            inner.bye[r as usize]
+        });
     }
 }
 
@@ -577,7 +533,7 @@ fn fi_op(op: AccOp) -> sys::fi_op {
 /// (fetching only for NoOp, which is a read), the datatypes of its compare-and-swap, and
 /// the smallest element count any of them allows.
 fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
-    if ep.offer.caps & sys::FI_ATOMIC as u64 == 0 {
+    if !ep.offer.atomics() {
         return (0, 0, 0);
     }
     let (mut mask, mut cas, mut max) = (0u128, 0u16, usize::MAX);
@@ -590,12 +546,11 @@ fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
             if !op.valid_for(dt) {
                 continue;
             }
-            let (fdt, fop) = (fi_datatype(dt), fi_op(op));
-            let fetch = ep.atomic_valid(1, fdt, fop);
+            let fetch = ep.atomic_valid(AtomicKind::Fetch(op), dt);
             let plain = if op == AccOp::NoOp {
                 fetch
             } else {
-                ep.atomic_valid(0, fdt, fop)
+                ep.atomic_valid(AtomicKind::Plain(op), dt)
             };
             if let (Some(a), Some(b)) = (plain, fetch) {
                 mask |= Capabilities::atomic_bit(op, dt);
@@ -605,7 +560,7 @@ fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
     }
     for d in 1..=10u8 {
         let dt = DataType::from_code(d).expect("type code");
-        if let Some(c) = ep.atomic_valid(2, fi_datatype(dt), sys::fi_op_FI_CSWAP) {
+        if let Some(c) = ep.atomic_valid(AtomicKind::CompareSwap, dt) {
             cas |= 1 << d;
             max = max.min(c);
         }
@@ -619,19 +574,18 @@ fn query_atomics(ep: &mut Endpoint) -> (u128, u16, usize) {
 impl Inner {
     fn post_recv(&mut self, i: usize) -> Result<(), TransportError> {
         let r = &mut self.recv[i];
-        let desc = r.buf.desc(&mut self.ep)?;
-        let (buf, len) = (r.buf.bytes.as_mut_ptr(), r.buf.bytes.len());
-        let ctx: *mut c_void = (&mut *r.ctx as *mut OpContext).cast();
+        let buf = r.buf.local(&mut self.ep)?;
+        let ctx: *mut OpContext = &mut *r.ctx;
         // SAFETY: the buffer and the boxed context belong to `self.recv[i]`, which outlives
         // the endpoint (`ep` is Inner's first field, so it is closed before the buffers are
         // freed) and is not written by us until this receive's (releasing) completion is
-        // read; `desc` is null or its fixed-size buffer's region, open until the endpoint
-        // closes.
+        // read; its descriptor is none or its fixed-size buffer's region, open until the
+        // endpoint closes.
         let rc = unsafe {
             if self.multi_recv {
-                self.ep.post_multi_recv(buf, len, desc, ctx)
+                self.ep.post_multi_recv(buf, ctx)
             } else {
-                self.ep.post_recv(buf, len, desc, ctx)
+                self.ep.post_recv(buf, ctx)
             }
         };
         if rc == 0 {
@@ -662,9 +616,6 @@ impl Inner {
         if !self.dead[rank as usize] {
             self.dead[rank as usize] = true;
             tracing::warn!(rank, why, "libfabric reports a failed peer");
-            if env_usize("RMA_OFI_VERBOSE", 0) == 1 {
-                eprintln!("rma-ofi: peer {rank} failed: {why}");
-            }
             self.pending.push_back(Event::PeerFailed { rank });
         }
     }
@@ -682,8 +633,8 @@ impl Inner {
             match self.ep.cq_read(&mut entries) {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
-                    for e in &entries[..n] {
-                        if let Err(err) = self.complete(e.op_context, e.len, e.buf, e.flags) {
+                    for c in &entries[..n] {
+                        if let Err(err) = self.complete(*c) {
                             self.entries = entries;
                             return Err(err);
                         }
@@ -695,11 +646,11 @@ impl Inner {
                         break Ok(());
                     }
                 }
-                Err(rc) if rc == -(sys::FI_EAVAIL as isize) => {
-                    let Some((ctx, msg)) = self.ep.cq_readerr() else {
+                Err(rc) if sys::error_waiting(rc) => {
+                    let Some((id, msg)) = self.ep.cq_readerr() else {
                         continue;
                     };
-                    if let Err(err) = self.complete_error(ctx, msg) {
+                    if let Err(err) = self.complete_error(id, msg) {
                         break Err(err);
                     }
                 }
@@ -708,12 +659,6 @@ impl Inner {
         };
         self.entries = entries;
         result
-    }
-
-    fn context_id(ctx: *mut c_void) -> u64 {
-        // SAFETY: every operation this transport posts carries a pointer to one of its
-        // boxed OpContexts, alive until this completion is processed.
-        unsafe { (*ctx.cast::<OpContext>()).id }
     }
 
     /// Receive buffer `idx` is done with (one-message buffers always; multi-message
@@ -726,30 +671,22 @@ impl Inner {
         }
     }
 
-    fn complete(
-        &mut self,
-        ctx: *mut c_void,
-        len: usize,
-        at: *mut c_void,
-        flags: u64,
-    ) -> Result<(), TransportError> {
-        if ctx.is_null() {
-            return Ok(());
-        }
-        let id = Self::context_id(ctx);
+    fn complete(&mut self, c: Completion) -> Result<(), TransportError> {
+        let Some(id) = c.id else { return Ok(()) };
+        let len = c.len;
         let idx = (id & !KIND_MASK) as usize;
         match id & KIND_MASK {
             KIND_RECV => {
                 // Where the message is: the buffer's start, or (multi-message buffers)
                 // where the completion says, checked to lie inside the buffer.
                 let (start, released) = if self.multi_recv {
-                    let released = flags & sys::FI_MULTI_RECV as u64 != 0;
+                    let released = c.released();
                     if len == 0 {
                         // The buffer is released without a message.
                         return self.release_recv(idx, released);
                     }
                     let base = self.recv[idx].buf.bytes.as_ptr() as usize;
-                    ((at as usize).wrapping_sub(base), released)
+                    (c.at.wrapping_sub(base), released)
                 } else {
                     (0, true)
                 };
@@ -810,11 +747,10 @@ impl Inner {
         Ok(())
     }
 
-    fn complete_error(&mut self, ctx: *mut c_void, msg: String) -> Result<(), TransportError> {
-        if ctx.is_null() {
+    fn complete_error(&mut self, id: Option<u64>, msg: String) -> Result<(), TransportError> {
+        let Some(id) = id else {
             return Err(TransportError::Failed(format!("libfabric: {msg}")));
-        }
-        let id = Self::context_id(ctx);
+        };
         let idx = (id & !KIND_MASK) as usize;
         match id & KIND_MASK {
             KIND_RECV => {
@@ -849,10 +785,7 @@ impl Inner {
             None => {
                 let i = self.ops.len();
                 self.ops.push(NativeOp {
-                    ctx: Box::new(OpContext {
-                        id: KIND_OP | i as u64,
-                        ..Default::default()
-                    }),
+                    ctx: Box::new(OpContext::new(KIND_OP | i as u64)),
                     token: 0,
                     buf: LocalBuf::default(),
                     cmp: LocalBuf::default(),
@@ -901,10 +834,7 @@ impl Inner {
                 let i = self.sends.len();
                 self.sends.push(SendBuf {
                     buf: LocalBuf::default(),
-                    ctx: Box::new(OpContext {
-                        id: KIND_SEND | i as u64,
-                        ..Default::default()
-                    }),
+                    ctx: Box::new(OpContext::new(KIND_SEND | i as u64)),
                     dest: target,
                 });
                 Some(i)
@@ -915,7 +845,12 @@ impl Inner {
 
     /// One attempt at sending `packet` with its header to `target`.
     /// `me` is the sender field: our rank, with [`BYE`] set for the goodbye.
-    fn try_send(&mut self, me: u32, target: Rank, packet: &[u8]) -> Result<bool, TransportError> {
+    fn send_packet(
+        &mut self,
+        me: u32,
+        target: Rank,
+        packet: &[u8],
+    ) -> Result<bool, TransportError> {
         let t = target as usize;
         let seq = self.next_seq[t];
         let dest = self.addrs[t];
@@ -947,22 +882,19 @@ impl Inner {
         s.buf.bytes.extend_from_slice(&me.to_le_bytes());
         s.buf.bytes.extend_from_slice(&seq.to_le_bytes());
         s.buf.bytes.extend_from_slice(packet);
-        let desc = match s.buf.desc(&mut self.ep) {
-            Ok(d) => d,
+        let buf = match s.buf.local(&mut self.ep) {
+            Ok(b) => b,
             Err(e) => {
                 self.send_free.push(idx);
                 return Err(e);
             }
         };
-        let s = &mut self.sends[idx];
-        let ctx: *mut c_void = (&mut *s.ctx as *mut OpContext).cast();
+        let ctx: *mut OpContext = &mut *self.sends[idx].ctx;
         // SAFETY: the buffer and context belong to sends[idx], which is not reused (not in
         // send_free) until this send's completion is read, and lives as long as the
-        // endpoint; `desc` is null or the region `desc()` just made sure covers the bytes.
-        let rc = unsafe {
-            self.ep
-                .send(s.buf.bytes.as_ptr(), s.buf.bytes.len(), desc, dest, ctx)
-        };
+        // endpoint; its descriptor is none or the region `local()` just made sure covers
+        // the bytes.
+        let rc = unsafe { self.ep.send(buf, dest, ctx) };
         if rc == 0 {
             self.next_seq[t] = seq.wrapping_add(1);
             Ok(true)
@@ -986,104 +918,57 @@ impl Drop for OfiTransport {
 impl OfiTransport {
     /// Leaves the job: says goodbye to every peer, then lingers until every peer has
     /// said goodbye (or is gone, or `RMA_OFI_LINGER_MS`, default 10 s, passed),
-    /// progressing all along: a peer may still be waiting for messages we injected (which
-    /// have no completion) or, on manual-progress providers, for native operations on our
-    /// memory that only our polling moves; and a peer that sees us exit without our
-    /// goodbye takes us for dead. Called when the World is dropped (the transport itself
-    /// may outlive it in a progress thread's hands), and by Drop; only the first call
-    /// does anything.
+    /// progressing all along (see [`rma_backend::depart`]): a peer may still be waiting
+    /// for messages we injected (which have no completion) or, on manual-progress
+    /// providers, for native operations on our memory that only our polling moves; and a
+    /// peer that sees us exit without our goodbye takes us for dead. Called when the
+    /// World is dropped (the transport itself may outlive it in a progress thread's
+    /// hands), and by Drop; only the first call does anything.
     pub fn depart(&self) {
         if self.departed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let linger =
-            std::time::Duration::from_millis(env_usize("RMA_OFI_LINGER_MS", 10_000) as u64);
-        let start = std::time::Instant::now();
-        let (me, size) = (self.rank, self.size);
-        let pids = self.pids.clone();
-        // Peers the launcher knows are gone (dead, or left without waiting for us) send
-        // no goodbye: asked again now and then while lingering.
-        let mut left = self.boot.gone();
-        let mut asked = std::time::Instant::now();
-        let mut inner = self.lock();
-        let gone = |inner: &Inner, left: &[Rank], r: usize| {
-            inner.dead[r]
-                || left.contains(&(r as Rank))
-                || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
-        };
-        for t in (0..size as Rank).filter(|t| *t != me) {
-            while !gone(&inner, &left, t as usize) && start.elapsed() < linger {
-                match inner.try_send(me | BYE, t, &[]) {
-                    Ok(true) | Err(_) => break,
-                    Ok(false) => {
-                        if inner.drive().is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        let mut polls = 0u32;
-        while start.elapsed() < linger {
-            let all = (0..size).all(|r| r == me as usize || inner.bye[r] || gone(&inner, &left, r));
-            // Sends toward a gone peer may never complete: only a live world's count.
-            let settled = inner.send_free.len() == inner.sends.len() || !left.is_empty();
-            if all && settled {
-                break;
-            }
-            if asked.elapsed() > std::time::Duration::from_millis(200) {
-                drop(inner);
-                left = self.boot.gone();
-                asked = std::time::Instant::now();
-                inner = self.lock();
-            }
-            if inner.drive().is_err() {
-                break;
-            }
-            inner.pending.clear();
-            polls += 1;
-            if polls.is_multiple_of(8) {
-                // Let the peers we wait for have the core.
-                drop(inner);
-                std::thread::yield_now();
-                inner = self.lock();
-            }
-        }
+        let linger = Duration::from_millis(env_usize("RMA_OFI_LINGER_MS", 10_000) as u64);
+        rma_backend::depart(
+            &**self.collectives.boot(),
+            self.rank,
+            self.size,
+            &self.watch,
+            linger,
+            || self.lock(),
+        );
     }
 }
 
-/// Window memory in this process (ours or the user's) and its registration.
-struct LocalSegment {
-    /// The registration peers reach the memory through, if any (closed first: field
-    /// order).
-    mr: Option<SegmentMr>,
-    memory: rma_shm::LocalMemory,
-}
-
-/// A registration of memory owned by another backend ([`OfiTransport::register_segment`]):
-/// the region is closed when this is dropped, before the memory is released.
-pub struct Registration {
-    mr: SegmentMr,
-    _memory: Arc<dyn Segment>,
-}
-
-impl std::fmt::Debug for Registration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registration")
-            .field("key", &self.mr.key)
-            .finish()
+impl Link for Inner {
+    fn pending(&mut self) -> &mut VecDeque<Event> {
+        &mut self.pending
+    }
+    fn dead(&self, peer: Rank) -> bool {
+        self.dead[peer as usize]
+    }
+    fn said_bye(&self, peer: Rank) -> bool {
+        self.bye[peer as usize]
+    }
+    fn settled(&self) -> bool {
+        self.send_free.len() == self.sends.len()
+    }
+    fn try_send(&mut self, peer: Rank, packet: &[u8], bye: bool) -> Result<bool, TransportError> {
+        let me = if bye { self.me | BYE } else { self.me };
+        self.send_packet(me, peer, packet)
+    }
+    fn drive(&mut self) -> Result<(), TransportError> {
+        Inner::drive(self)
     }
 }
 
-impl Registration {
-    /// What a peer needs to reach the memory (the window descriptor of this backend).
-    pub fn descriptor(&self) -> Vec<u8> {
-        self.mr.descriptor()
-    }
-}
+/// Window memory in this process (ours or the user's) and its registration, if the
+/// provider does anything natively.
+type LocalSegment = WindowSegment<LocalMemory, SegmentMr>;
 
-impl SegmentMr {
-    fn descriptor(&self) -> Vec<u8> {
+impl Registration for SegmentMr {
+    /// (address, key): the address is the virtual address under FI_MR_VIRT_ADDR, else 0.
+    fn descriptor(&self, _base: usize) -> Vec<u8> {
         let mut d = self.addr.to_le_bytes().to_vec();
         d.extend_from_slice(&self.key.to_le_bytes());
         d
@@ -1092,55 +977,22 @@ impl SegmentMr {
 
 impl Drop for SegmentMr {
     fn drop(&mut self) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: `self.mr` came from this transport's mr_reg and is closed once, here;
-        // the owners of the memory it covers drop after it (LocalSegment keeps its
-        // buffers in later fields, Registration its segment).
-        unsafe { inner.ep.mr_close(self.mr) };
+        if let Some(mr) = self.mr.take() {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            // The owners of the memory it covers drop after it (WindowSegment keeps its
+            // registration first, SegmentRegistration its segment last).
+            inner.ep.mr_close(mr);
+        }
     }
 }
-
-// SAFETY: the registration handle is only used under the transport's mutex.
-unsafe impl Send for SegmentMr {}
-// SAFETY: as above.
-unsafe impl Sync for SegmentMr {}
 
 /// A registered window segment: closed (under the transport's lock) when dropped.
 struct SegmentMr {
-    mr: *mut sys::fid_mr,
+    /// Always `Some` until the drop.
+    mr: Option<Mr>,
     addr: u64,
     key: u64,
     inner: Arc<Mutex<Inner>>,
-}
-
-impl Segment for LocalSegment {
-    fn len(&self) -> usize {
-        self.memory.len()
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.memory.read(offset, dst)
-    }
-    fn write(&self, offset: usize, src: &[u8]) {
-        self.memory.write(offset, src)
-    }
-    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        self.memory.update(offset, len, f)
-    }
-    fn descriptor(&self) -> Vec<u8> {
-        self.mr
-            .as_ref()
-            .map(SegmentMr::descriptor)
-            .unwrap_or_default()
-    }
-    fn local_base(&self) -> Option<usize> {
-        Some(self.memory.base() as usize)
-    }
-    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
-        let LocalSegment { mr, memory } = Arc::into_inner(self)?;
-        // Closed before the memory goes back to the user.
-        drop(mr);
-        memory.into_user()
-    }
 }
 
 impl Transport for OfiTransport {
@@ -1159,23 +1011,24 @@ impl Transport for OfiTransport {
         len: usize,
         shared: Option<&SharedAmong<'_>>,
     ) -> Result<Arc<dyn Segment>, TransportError> {
-        let memory = rma_shm::LocalMemory::for_network_window(
+        let memory = LocalMemory::for_network_window(
             len,
             shared.is_some(),
             "allocate_shared: the libfabric backend shares no memory between ranks (run the ranks of one node on shared memory)",
         )?;
         // SAFETY: the memory is owned by the segment, which closes the region first
-        // (field order).
+        // (WindowSegment's contract).
         let mr = unsafe { self.register(memory.base(), len)? };
-        Ok(Arc::new(LocalSegment { mr, memory }))
+        Ok(Arc::new(LocalSegment::new(memory, mr)))
     }
 
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
-        let memory = rma_shm::LocalMemory::from_user(memory);
+        let memory = LocalMemory::from_user(memory);
         // SAFETY: the user's buffer stays in place while the segment holds it, and the
-        // segment closes the region before giving it back or dropping it.
+        // segment closes the region before giving it back or dropping it (WindowSegment's
+        // contract).
         let mr = unsafe { self.register(memory.base(), memory.len())? };
-        Ok(Arc::new(LocalSegment { mr, memory }))
+        Ok(Arc::new(LocalSegment::new(memory, mr)))
     }
 
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
@@ -1226,44 +1079,16 @@ impl Transport for OfiTransport {
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
-        let n = self.collective.fetch_add(1, Ordering::Relaxed);
-        self.boot.allgather(&format!("ofi-ag{n}"), mine)
+        self.collectives.allgather(mine)
     }
 
     fn barrier(&self) -> Result<(), TransportError> {
-        self.boot.barrier()
+        self.collectives.barrier()
     }
 
     fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
-        if packet.len() > self.max_message {
-            return Err(TransportError::Failed(format!(
-                "active message of {} bytes exceeds {} (RMA_OFI_MAX_MESSAGE)",
-                packet.len(),
-                self.max_message
-            )));
-        }
-        let mut inner = self.lock();
-        if target == self.rank {
-            // Never through the fabric: in order with everything else we queued.
-            inner.pending.push_back(Event::Received {
-                from: target,
-                data: packet.to_vec(),
-            });
-            return Ok(());
-        }
-        if inner.dead[target as usize] {
-            return Err(TransportError::PeerUnreachable(target));
-        }
-        if inner.try_send(self.rank, target, packet)? {
-            return Ok(());
-        }
-        // Drive the completion queue (connection setup, send buffers) and try once more.
-        inner.drive()?;
-        if inner.try_send(self.rank, target, packet)? {
-            Ok(())
-        } else {
-            Err(TransportError::Busy)
-        }
+        rma_backend::check_message(packet.len(), self.max_message, "RMA_OFI_MAX_MESSAGE")?;
+        rma_backend::send(&mut *self.lock(), self.rank, self.size, target, packet)
     }
 
     fn put(
@@ -1275,40 +1100,19 @@ impl Transport for OfiTransport {
         token: u64,
     ) -> Result<Issued, TransportError> {
         let m = self.remote(win, target, offset, data.len())?;
-        self.issue(target, token, false, |inner, idx, dest| {
+        self.issue(target, token, false, |inner, idx, peer| {
             let inject = data.len() <= inner.ep.offer.inject_size;
             let Inner { ep, ops, .. } = inner;
             let op = &mut ops[idx];
             op.buf.bytes.extend_from_slice(data);
-            let mut desc = op.buf.desc(ep)?;
-            let iov = sys::iovec {
-                iov_base: op.buf.bytes.as_mut_ptr().cast(),
-                iov_len: op.buf.bytes.len(),
-            };
-            let rma = sys::fi_rma_iov {
-                addr: m.addr + offset,
-                len: data.len(),
-                key: m.key,
-            };
-            let msg = sys::fi_msg_rma {
-                msg_iov: &iov,
-                desc: &mut desc,
-                iov_count: 1,
-                addr: dest,
-                rma_iov: &rma,
-                rma_iov_count: 1,
-                context: (&mut *op.ctx as *mut OpContext).cast(),
-                data: 0,
-            };
+            let src = op.buf.local(ep)?;
+            let to = m.at(peer, offset);
             // Remote completion: the completion comes once the data is at the target.
-            let mut flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
-            if inject {
-                flags |= sys::FI_INJECT as u64;
-            }
-            // SAFETY: iov/rma/msg/desc live for the call; the source buffer and context
-            // are the op slot's, untouched until its completion; the target range was
-            // checked against the window's registered length.
-            Ok(unsafe { sys::rma_fi_writemsg(ep.raw().0, &msg, flags) })
+            // SAFETY: the source buffer and context are the op slot's, untouched until its
+            // completion (the slot is not freed before), its descriptor none or its
+            // region; the target range was checked against the window's registered
+            // length.
+            Ok(unsafe { ep.write(src, to, inject, &mut *op.ctx) })
         })
     }
 
@@ -1321,27 +1125,15 @@ impl Transport for OfiTransport {
         token: u64,
     ) -> Result<Issued, TransportError> {
         let m = self.remote(win, target, offset, len)?;
-        self.issue(target, token, true, |inner, idx, dest| {
+        self.issue(target, token, true, |inner, idx, peer| {
             let Inner { ep, ops, .. } = inner;
             let op = &mut ops[idx];
             op.result.bytes.resize(len, 0);
-            let desc = op.result.desc(ep)?;
-            let ctx = (&mut *op.ctx as *mut OpContext).cast();
+            let dst = op.result.local(ep)?;
             // SAFETY: the result buffer and context are the op slot's, untouched until its
-            // completion, and `desc` null or its region; range checked against the
+            // completion, its descriptor none or its region; range checked against the
             // registered length.
-            Ok(unsafe {
-                sys::rma_fi_read(
-                    ep.raw().0,
-                    op.result.bytes.as_mut_ptr().cast(),
-                    len,
-                    desc,
-                    dest,
-                    m.addr + offset,
-                    m.key,
-                    ctx,
-                )
-            })
+            Ok(unsafe { ep.read(dst, m.at(peer, offset), &mut *op.ctx) })
         })
     }
 
@@ -1360,70 +1152,37 @@ impl Transport for OfiTransport {
                 operand,
                 fetch,
             } => {
-                let size = datatype.size();
-                let count = operand.len() / size;
+                let count = operand.len() / datatype.size();
                 if count > self.max_atomic {
                     return Err(TransportError::Unsupported(
                         "more elements than the provider's atomics take",
                     ));
                 }
                 let m = self.remote(win, target, offset, operand.len())?;
-                let (fdt, fop) = (fi_datatype(datatype), fi_op(op));
+                let atomic = Atomic {
+                    op,
+                    datatype,
+                    count,
+                };
                 let fetching = fetch || op == AccOp::NoOp;
-                self.issue(target, token, fetch, |inner, idx, dest| {
+                self.issue(target, token, fetch, |inner, idx, peer| {
                     let Inner { ep, ops, .. } = inner;
                     let o = &mut ops[idx];
                     o.buf.bytes.extend_from_slice(operand);
-                    let mut desc = o.buf.desc(ep)?;
-                    let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
+                    let src = o.buf.local(ep)?;
+                    let to = m.at(peer, offset);
                     if fetching {
                         o.result.bytes.resize(operand.len(), 0);
-                        let result_desc = o.result.desc(ep)?;
+                        let result = o.result.local(ep)?;
                         // SAFETY: operand, result and context are the op slot's, untouched
                         // until its completion (a fetching atomic completes once the target
-                        // applied it), their descriptors null or their regions; range
+                        // applied it), their descriptors none or their regions; range
                         // checked.
-                        Ok(unsafe {
-                            sys::rma_fi_fetch_atomic(
-                                ep.raw().0,
-                                o.buf.bytes.as_ptr().cast(),
-                                count,
-                                desc,
-                                o.result.bytes.as_mut_ptr().cast(),
-                                result_desc,
-                                dest,
-                                m.addr + offset,
-                                m.key,
-                                fdt,
-                                fop,
-                                ctx,
-                            )
-                        })
+                        Ok(unsafe { ep.fetch_atomic(src, result, to, atomic, &mut *o.ctx) })
                     } else {
-                        let ioc = sys::fi_ioc {
-                            addr: o.buf.bytes.as_mut_ptr().cast(),
-                            count,
-                        };
-                        let rma = sys::fi_rma_ioc {
-                            addr: m.addr + offset,
-                            count,
-                            key: m.key,
-                        };
-                        let msg = sys::fi_msg_atomic {
-                            msg_iov: &ioc,
-                            desc: &mut desc,
-                            iov_count: 1,
-                            addr: dest,
-                            rma_iov: &rma,
-                            rma_iov_count: 1,
-                            datatype: fdt,
-                            op: fop,
-                            context: ctx,
-                            data: 0,
-                        };
-                        let flags = (sys::FI_COMPLETION | sys::FI_DELIVERY_COMPLETE) as u64;
-                        // SAFETY: as above; ioc/rma/msg/desc live for the call.
-                        Ok(unsafe { sys::rma_fi_atomicmsg(ep.raw().0, &msg, flags) })
+                        // SAFETY: operand and context are the op slot's, untouched until
+                        // its completion, its descriptor none or its region; range checked.
+                        Ok(unsafe { ep.atomic(src, to, atomic, &mut *o.ctx) })
                     }
                 })
             }
@@ -1433,37 +1192,19 @@ impl Transport for OfiTransport {
                 swap,
             } => {
                 let m = self.remote(win, target, offset, swap.len())?;
-                let fdt = fi_datatype(datatype);
-                self.issue(target, token, true, |inner, idx, dest| {
+                self.issue(target, token, true, |inner, idx, peer| {
                     let Inner { ep, ops, .. } = inner;
                     let o = &mut ops[idx];
                     o.buf.bytes.extend_from_slice(swap);
                     o.cmp.bytes.extend_from_slice(compare);
                     o.result.bytes.resize(swap.len(), 0);
-                    let (desc, cmp_desc, result_desc) =
-                        (o.buf.desc(ep)?, o.cmp.desc(ep)?, o.result.desc(ep)?);
-                    let ctx: *mut c_void = (&mut *o.ctx as *mut OpContext).cast();
+                    let (src, cmp, result) =
+                        (o.buf.local(ep)?, o.cmp.local(ep)?, o.result.local(ep)?);
+                    let to = m.at(peer, offset);
                     // SAFETY: swap, compare, result and context are the op slot's, untouched
-                    // until its completion, their descriptors null or their regions; range
+                    // until its completion, their descriptors none or their regions; range
                     // checked.
-                    Ok(unsafe {
-                        sys::rma_fi_compare_atomic(
-                            ep.raw().0,
-                            o.buf.bytes.as_ptr().cast(),
-                            1,
-                            desc,
-                            o.cmp.bytes.as_ptr().cast(),
-                            cmp_desc,
-                            o.result.bytes.as_mut_ptr().cast(),
-                            result_desc,
-                            dest,
-                            m.addr + offset,
-                            m.key,
-                            fdt,
-                            sys::fi_op_FI_CSWAP,
-                            ctx,
-                        )
-                    })
+                    Ok(unsafe { ep.compare_atomic(src, cmp, result, to, datatype, &mut *o.ctx) })
                 })
             }
         }
@@ -1497,28 +1238,13 @@ impl Transport for OfiTransport {
             }
             fd
         };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd; the descriptor belongs to the CQ, open as long as this
-        // transport (borrowed by this call) is.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        Ok(match rc {
-            0 => Wake::Timeout,
-            r if r > 0 => Wake::Traffic,
-            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {
-                Wake::Traffic
-            }
-            _ => {
-                return Err(TransportError::Failed(format!(
-                    "poll of the completion queue's wait object: {}",
-                    std::io::Error::last_os_error()
-                )))
-            }
-        })
+        match sys::poll_fd(fd, timeout) {
+            Ok(true) => Ok(Wake::Traffic),
+            Ok(false) => Ok(Wake::Timeout),
+            Err(e) => Err(TransportError::Failed(format!(
+                "poll of the completion queue's wait object: {e}"
+            ))),
+        }
     }
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
@@ -1536,10 +1262,7 @@ impl Transport for OfiTransport {
             }
             r?;
         }
-        if polls % 4096 == 4095
-            && self.pids.is_some()
-            && self.pid_check.due(std::time::Instant::now())
-        {
+        if polls % 4096 == 4095 && self.watch.due(std::time::Instant::now()) {
             self.check_liveness(events);
         }
         let found = events.len() - before;

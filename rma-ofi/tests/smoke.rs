@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use rma_ofi::fabric::{Endpoint, LocalBuf, OpContext};
-use rma_ofi::sys;
+use rma_core::{AccOp, DataType};
+use rma_ofi::fabric::{is_again, Completion, Endpoint, Local, LocalBuf, OpContext, Remote};
+use rma_ofi::sys::Atomic;
 
 fn exchange(provider: &str, local_mr: bool) {
     let open = || Endpoint::open_with(Some(provider), true, 2, 0, local_mr);
@@ -19,45 +20,30 @@ fn exchange(provider: &str, local_mr: bool) {
     let a_addrs = a.insert(&names).unwrap();
     let _b_addrs = b.insert(&names).unwrap();
     let mut rbuf = LocalBuf::zeroed(64);
-    let mut rctx = Box::new(OpContext::default());
-    let mut sctx = Box::new(OpContext::default());
+    let mut rctx = Box::new(OpContext::new(1));
+    let mut sctx = Box::new(OpContext::new(2));
     let mut msg = LocalBuf::default();
     msg.bytes.extend_from_slice(b"hello over libfabric");
-    let (rdesc, sdesc) = (rbuf.desc(&mut b).unwrap(), msg.desc(&mut a).unwrap());
+    let (rlocal, slocal) = (rbuf.local(&mut b).unwrap(), msg.local(&mut a).unwrap());
     assert_eq!(
-        rdesc.is_null(),
+        rlocal.desc.is_none(),
         !local_mr,
         "{provider}: a descriptor when registered"
     );
-    assert_eq!(sdesc.is_null(), !local_mr);
+    assert_eq!(slocal.desc.is_none(), !local_mr);
     // SAFETY: rbuf and rctx outlive the loop below, which reads the completion.
-    let rc = unsafe {
-        b.post_recv(
-            rbuf.bytes.as_mut_ptr(),
-            rbuf.bytes.len(),
-            rdesc,
-            (&mut *rctx as *mut OpContext).cast(),
-        )
-    };
+    let rc = unsafe { b.post_recv(rlocal, &mut *rctx) };
     assert_eq!(rc, 0, "fi_recv");
-    let mut entries = [sys::fi_cq_data_entry::default(); 8];
+    let mut entries = [Completion::default(); 8];
     let start = Instant::now();
     loop {
         // SAFETY: msg and sctx outlive the loop below, which reads the send completion.
-        let rc = unsafe {
-            a.send(
-                msg.bytes.as_ptr(),
-                msg.bytes.len(),
-                sdesc,
-                a_addrs[1],
-                (&mut *sctx as *mut OpContext).cast(),
-            )
-        };
+        let rc = unsafe { a.send(slocal, a_addrs[1], &mut *sctx) };
         if rc == 0 {
             break;
         }
         // -FI_EAGAIN while the connection is set up: progress both sides.
-        assert_eq!(rc, -(sys::FI_EAGAIN as isize), "{provider}: fi_send");
+        assert!(is_again(rc), "{provider}: fi_send: {rc}");
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "{provider}: send stuck"
@@ -72,12 +58,13 @@ fn exchange(provider: &str, local_mr: bool) {
             "{provider}: no completion"
         );
         match a.cq_read(&mut entries) {
-            Ok(n) => sent |= n > 0,
+            Ok(n) => sent |= entries[..n].iter().any(|c| c.id == Some(2)),
             Err(_) => panic!("{provider}: send failed: {:?}", a.cq_readerr()),
         }
         match b.cq_read(&mut entries) {
             Ok(n) if n > 0 => {
-                assert!(entries[0].flags & sys::FI_RECV as u64 != 0);
+                assert!(entries[0].is_recv());
+                assert_eq!(entries[0].id, Some(1), "the receive's context");
                 got = Some(entries[0].len);
             }
             Ok(_) => {}
@@ -112,12 +99,12 @@ fn a_local_buffer_is_registered_again_when_it_moves() {
     let mut ep = Endpoint::open_with(Some("tcp"), true, 2, 0, true).expect("open");
     let mut buf = LocalBuf::default();
     assert!(
-        buf.desc(&mut ep).unwrap().is_null(),
+        buf.desc(&mut ep).unwrap().is_none(),
         "tcp does not ask for it"
     );
     ep.force_local_mr();
     buf.bytes.extend_from_slice(&[1; 16]);
-    assert!(!buf.desc(&mut ep).unwrap().is_null());
+    assert!(!buf.desc(&mut ep).unwrap().is_none());
     assert_eq!(ep.local_registrations(), (1, 1));
     buf.bytes.clear();
     buf.bytes.extend_from_slice(&[2; 8]);
@@ -134,7 +121,7 @@ fn a_local_buffer_is_registered_again_when_it_moves() {
         at,
         "a megabyte does not fit the first allocation"
     );
-    assert!(!buf.desc(&mut ep).unwrap().is_null());
+    assert!(!buf.desc(&mut ep).unwrap().is_none());
     assert_eq!(
         ep.local_registrations(),
         (2, 1),
@@ -153,43 +140,31 @@ fn fetch_add(provider: &str) -> (u64, u64) {
     let mut word = Box::new(7u64);
     let wptr: *mut u64 = &mut *word;
     // SAFETY: `word` outlives the registration (closed below before it drops).
-    let (mr, key) = unsafe { b.mr_reg(wptr.cast(), 8, 1) }.expect("mr_reg");
-    let addr = if b.offer.mr_mode & sys::FI_MR_VIRT_ADDR as u64 != 0 {
-        wptr as u64
-    } else {
-        0
+    let mr = unsafe { b.mr_reg(wptr.cast(), 8, 1) }.expect("mr_reg");
+    let to = Remote {
+        peer: a_addrs[1],
+        addr: if b.offer.virt_addr() { wptr as u64 } else { 0 },
+        key: mr.key(),
     };
-    let operand = 5u64;
+    let mut operand = 5u64;
     let mut result = 0u64;
-    let mut ctx = Box::new(OpContext::default());
-    let mut entries = [sys::fi_cq_data_entry::default(); 8];
+    let sum = Atomic {
+        op: AccOp::Sum,
+        datatype: DataType::U64,
+        count: 1,
+    };
+    let mut ctx = Box::new(OpContext::new(3));
+    let mut entries = [Completion::default(); 8];
     let start = Instant::now();
     loop {
+        let operand = Local::plain((&mut operand as *mut u64).cast(), 8);
+        let result = Local::plain((&mut result as *mut u64).cast(), 8);
         // SAFETY: operand, result and ctx live until the completion is read below.
-        let rc = unsafe {
-            sys::rma_fi_fetch_atomic(
-                a.raw().0,
-                (&operand as *const u64).cast(),
-                1,
-                std::ptr::null_mut(),
-                (&mut result as *mut u64).cast(),
-                std::ptr::null_mut(),
-                a_addrs[1],
-                addr,
-                key,
-                sys::fi_datatype_FI_UINT64,
-                sys::fi_op_FI_SUM,
-                (&mut *ctx as *mut OpContext).cast(),
-            )
-        };
+        let rc = unsafe { a.fetch_atomic(operand, result, to, sum, &mut *ctx) };
         if rc == 0 {
             break;
         }
-        assert_eq!(
-            rc,
-            -(sys::FI_EAGAIN as isize),
-            "{provider}: fi_fetch_atomic"
-        );
+        assert!(is_again(rc), "{provider}: fi_fetch_atomic: {rc}");
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "{provider}: stuck"
@@ -211,8 +186,7 @@ fn fetch_add(provider: &str) -> (u64, u64) {
     }
     // SAFETY: the word is only read after the op completed; mr closed once.
     let after = unsafe { std::ptr::read_volatile(wptr) };
-    // SAFETY: as above.
-    unsafe { b.mr_close(mr) };
+    b.mr_close(mr);
     (result, after)
 }
 

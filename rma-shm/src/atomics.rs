@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Seq
 
 use rma_core::{AccOp, DataType, Fetched};
 
-use crate::region::Region;
+use rma_backend::Region;
 
 macro_rules! width {
     ($atomic:ty, $uint:ty, $ptr:expr, $op:expr, $dt:expr, $operand:expr, $old:expr) => {{

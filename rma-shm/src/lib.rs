@@ -32,11 +32,10 @@
 //!   publish with Release/Acquire.
 
 mod atomics;
-mod region;
 mod ring;
 mod sys;
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
@@ -45,15 +44,8 @@ use rma_core::transport::{
 };
 use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
 
-pub use region::LocalMemory;
-use region::Region;
-
-/// Whether process `pid` of this node still runs (not gone, not a zombie awaiting its
-/// parent): how the backends of one node tell a dead peer.
-pub fn process_alive(pid: u32) -> bool {
-    sys::alive(pid)
-}
 use ring::Ring;
+use rma_backend::{process_alive, Collectives, PeerWatch, Region};
 use sys::Mapping;
 
 /// Lock words per process (one per live window segment), 64 bytes apart; the last slot
@@ -125,19 +117,8 @@ impl Segment for LocalSegment {
             return;
         }
         // User memory (reached by peers through active messages only, serialized by the
-        // engine's window lock) or a misaligned element: through a copy, on the stack
-        // for an element (this runs once per element of every such accumulate).
-        let mut small = [0u8; 16];
-        let mut large = Vec::new();
-        let buf: &mut [u8] = if len <= small.len() {
-            &mut small[..len]
-        } else {
-            large.resize(len, 0);
-            &mut large
-        };
-        self.region.read(offset, buf);
-        f(buf);
-        self.region.write(offset, buf);
+        // engine's window lock) or a misaligned element: through a copy.
+        self.region.update_through_copy(offset, len, f);
     }
     fn descriptor(&self) -> Vec<u8> {
         let mut d = Vec::new();
@@ -202,7 +183,7 @@ struct ShmWindow {
 
 /// The shared-memory transport of one process.
 pub struct ShmTransport {
-    boot: Arc<dyn Bootstrap>,
+    collectives: Collectives,
     rank: Rank,
     size: usize,
     /// Every rank's inbox, mapped here (ours included).
@@ -215,9 +196,9 @@ pub struct ShmTransport {
     /// proposals, each one past the ids its proposer used).
     windows: RwLock<Vec<Option<Arc<ShmWindow>>>>,
     slots: Arc<Mutex<SlotTable>>,
-    collective: AtomicU32,
     polls: AtomicU64,
-    reported_dead: Mutex<Vec<bool>>,
+    /// Every peer's process (all on this node), each failure reported once.
+    watch: PeerWatch,
     scratch: Mutex<Vec<u8>>,
     /// `RMA_SHM_CMA=1`: windows over user memory stay in user memory (reached by
     /// cross-memory attach) instead of being copied into a shared segment.
@@ -287,7 +268,7 @@ impl ShmTransport {
                         .map_err(|e| {
                             // Its descriptor gone with its process: a dead peer (typed), even
                             // where the barrier below completes (it arrived, then died).
-                            if sys::alive(pids[r as usize]) {
+                            if process_alive(pids[r as usize]) {
                                 fail(&format!("open rank {r}'s inbox {n}"), e)
                             } else {
                                 TransportError::PeerUnreachable(r)
@@ -305,7 +286,8 @@ impl ShmTransport {
         own.unpublish();
         let (pids, inboxes) = joined?;
         Ok(ShmTransport {
-            boot,
+            collectives: Collectives::new(boot, "shm-ag"),
+            watch: PeerWatch::new(rank, size, Some(pids.clone())),
             rank,
             size,
             inboxes,
@@ -316,9 +298,7 @@ impl ShmTransport {
                 // The departure word is never a lock.
                 used: (0..LOCK_SLOTS).map(|i| i == DEPARTURE_SLOT).collect(),
             })),
-            collective: AtomicU32::new(0),
             polls: AtomicU64::new(0),
-            reported_dead: Mutex::new(vec![false; size]),
             scratch: Mutex::new(Vec::new()),
             cross_memory_only,
         })
@@ -382,7 +362,7 @@ impl ShmTransport {
         // No notice left from the slot's previous window (peers learn the slot of a new
         // window only from its creation, after this).
         for from in 0..self.size {
-            let notices = Region::notices(&self.inboxes[self.rank as usize], self.size, i, from);
+            let notices = notice_counters(&self.inboxes[self.rank as usize], self.size, i, from);
             notices.atomic_u64(0).store(0, Ordering::SeqCst);
             notices.atomic_u64(8).store(0, Ordering::SeqCst);
         }
@@ -460,28 +440,21 @@ impl ShmTransport {
     }
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
-        let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
-        for (r, pid) in self.pids.iter().enumerate() {
-            if r as Rank == self.rank || reported[r] {
-                continue;
-            }
-            if sys::alive(*pid) {
-                continue;
-            }
-            // A peer that left after finishing its part (it marked its departure before it
-            // exited) is not a failure: what it sent is in our rings. Read only once the
-            // process is known gone: read before, a peer that departs and exits between
-            // the two reads was taken for dead (seen: a rank finishing a collective
-            // early failed a slower peer still in it).
-            let departed = Self::region_of(&self.inboxes[r])
+        let before = events.len();
+        // A peer that left after finishing its part (it marked its departure before it
+        // exited) is not a failure: what it sent is in our rings. Read only once the
+        // process is known gone: read before, a peer that departs and exits between the
+        // two reads was taken for dead (seen: a rank finishing a collective early failed
+        // a slower peer still in it).
+        self.watch.check(events, |r| {
+            Self::region_of(&self.inboxes[r as usize])
                 .atomic_u64(DEPARTURE_SLOT * 64)
                 .load(Ordering::Acquire)
-                == DEPARTED;
-            if !departed {
-                reported[r] = true;
-                self.revoke_exclusive(r as Rank);
-                tracing::warn!(rank = r, pid, "peer process is gone");
-                events.push(Event::PeerFailed { rank: r as Rank });
+                == DEPARTED
+        });
+        for e in &events[before..] {
+            if let Event::PeerFailed { rank } = e {
+                self.revoke_exclusive(*rank);
             }
         }
     }
@@ -724,7 +697,7 @@ impl Transport for ShmTransport {
                     "bad lock slot from rank {r}"
                 )));
             }
-            let lock = Region::at_inbox(&self.inboxes[r], slot);
+            let lock = lock_word_at(&self.inboxes[r], slot);
             // The first member's lock slot holds the window's barrier words.
             barrier_slot.get_or_insert((r, slot));
             let memory = match k[0] {
@@ -744,7 +717,7 @@ impl Transport for ShmTransport {
                         None => {
                             let m = Arc::new(Mapping::open(name, total as usize).map_err(|e| {
                                 // A peer's segment gone from under us: it died.
-                                if sys::alive(self.pids[r]) {
+                                if process_alive(self.pids[r]) {
                                     fail(&format!("open {name}"), e)
                                 } else {
                                     TransportError::PeerUnreachable(r as Rank)
@@ -786,7 +759,7 @@ impl Transport for ShmTransport {
                 slot: Some(slot),
             });
         }
-        let barrier = barrier_slot.map(|(r, slot)| Region::barrier_words(&self.inboxes[r], slot));
+        let barrier = barrier_slot.map(|(r, slot)| barrier_words(&self.inboxes[r], slot));
         self.insert_window(
             win,
             ShmWindow {
@@ -832,12 +805,11 @@ impl Transport for ShmTransport {
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
-        let n = self.collective.fetch_add(1, Ordering::Relaxed);
-        self.boot.allgather(&format!("shm-ag{n}"), mine)
+        self.collectives.allgather(mine)
     }
 
     fn barrier(&self) -> Result<(), TransportError> {
-        self.boot.barrier()
+        self.collectives.barrier()
     }
 
     fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
@@ -1075,7 +1047,7 @@ impl Transport for ShmTransport {
         // In `rank`'s inbox, at its slot for this window, our counter. Release: the
         // epoch's accesses (made visible by the engine's MEM_SYNC) before the notice
         // (seed 004's PSCW row: PROC_SYNC after MEM_SYNC).
-        let counters = Region::notices(
+        let counters = notice_counters(
             &self.inboxes[rank as usize],
             self.size,
             slot,
@@ -1096,7 +1068,7 @@ impl Transport for ShmTransport {
         if from as usize >= self.size {
             return 0;
         }
-        let counters = Region::notices(
+        let counters = notice_counters(
             &self.inboxes[self.rank as usize],
             self.size,
             slot,
@@ -1166,10 +1138,7 @@ impl Transport for ShmTransport {
                     Err(ring::Corrupt) => {
                         // A peer that writes nonsense into its ring is broken or hostile:
                         // it fails, once, and nothing more is read from it.
-                        let mut reported =
-                            self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
-                        if !reported[from as usize] {
-                            reported[from as usize] = true;
+                        if self.watch.report(from) {
                             tracing::warn!(rank = from, "corrupt ring: peer taken as failed");
                             events.push(Event::PeerFailed { rank: from });
                         }
@@ -1194,31 +1163,29 @@ fn notice_offset(notice: Notice) -> usize {
     }
 }
 
-impl Region {
-    /// The PSCW notice counters (posts, completes) that `from` increments for `slot`'s
-    /// window in an inbox mapping of a `size`-rank world.
-    fn notices(inbox: &Arc<Mapping>, size: usize, slot: usize, from: usize) -> Region {
-        assert!(slot < LOCK_SLOTS && from < size);
-        let at = notice_table(size) + (slot * size + from) * NOTICE_BYTES;
-        assert!(at + NOTICE_BYTES <= inbox.len());
-        // SAFETY: inside the inbox's notice table (checked above); inbox mappings live as
-        // long as the transport, which outlives its windows.
-        unsafe { Region::new(inbox.ptr().add(at), NOTICE_BYTES) }
-    }
+/// The PSCW notice counters (posts, completes) that `from` increments for `slot`'s
+/// window in an inbox mapping of a `size`-rank world.
+fn notice_counters(inbox: &Arc<Mapping>, size: usize, slot: usize, from: usize) -> Region {
+    assert!(slot < LOCK_SLOTS && from < size);
+    let at = notice_table(size) + (slot * size + from) * NOTICE_BYTES;
+    assert!(at + NOTICE_BYTES <= inbox.len());
+    // SAFETY: inside the inbox's notice table (checked above); inbox mappings live as
+    // long as the transport, which outlives its windows.
+    unsafe { Region::new(inbox.ptr().add(at), NOTICE_BYTES) }
+}
 
-    /// The barrier words (count, generation) of `slot` in an inbox mapping.
-    fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> Region {
-        assert!(slot < LOCK_SLOTS);
-        // SAFETY: bytes 8..24 of a slot inside the inbox's lock table; inbox mappings live
-        // as long as the transport, which outlives its windows.
-        unsafe { Region::new(inbox.ptr().add(slot * 64 + 8), 16) }
-    }
+/// The barrier words (count, generation) of `slot` in an inbox mapping.
+fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> Region {
+    assert!(slot < LOCK_SLOTS);
+    // SAFETY: bytes 8..24 of a slot inside the inbox's lock table; inbox mappings live
+    // as long as the transport, which outlives its windows.
+    unsafe { Region::new(inbox.ptr().add(slot * 64 + 8), 16) }
+}
 
-    /// The lock word of `slot` in an inbox mapping.
-    fn at_inbox(inbox: &Arc<Mapping>, slot: usize) -> Region {
-        assert!(slot < LOCK_SLOTS);
-        // SAFETY: slot < LOCK_SLOTS keeps the word inside the inbox's lock table; inbox
-        // mappings live as long as the transport, which outlives its windows.
-        unsafe { Region::new(inbox.ptr().add(slot * 64), 8) }
-    }
+/// The lock word of `slot` in an inbox mapping.
+fn lock_word_at(inbox: &Arc<Mapping>, slot: usize) -> Region {
+    assert!(slot < LOCK_SLOTS);
+    // SAFETY: slot < LOCK_SLOTS keeps the word inside the inbox's lock table; inbox
+    // mappings live as long as the transport, which outlives its windows.
+    unsafe { Region::new(inbox.ptr().add(slot * 64), 8) }
 }

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::region::Region;
+use rma_backend::Region;
 
 const WRAP: u32 = u32::MAX;
 /// Bytes of the two indices.

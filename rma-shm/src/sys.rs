@@ -1,5 +1,6 @@
-//! The thin FFI layer: POSIX shared memory, mmap, cross-memory attach, liveness. Every
-//! unsafe call of the crate that talks to the kernel is here, each argued.
+//! The thin FFI layer: POSIX shared memory, mmap, cross-memory attach, futexes. Every
+//! unsafe call of the crate that talks to the kernel is here, each argued (the liveness
+//! of peer processes is rma-backend's, shared with the network backends).
 
 use std::ffi::CString;
 use std::io;
@@ -202,23 +203,6 @@ impl Drop for Mapping {
 /// This process's id.
 pub fn pid() -> u32 {
     std::process::id()
-}
-
-/// Whether process `pid` still exists (and is not a zombie).
-pub fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return false;
-    }
-    // A killed child not yet reaped is a zombie: dead for us.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => r == 0,
-    }
 }
 
 /// Lets any process of ours read and write this process's memory with

@@ -68,6 +68,10 @@
 //! - **Closing**: the transport says goodbye (a SEND with immediate data) to every peer
 //!   and lingers, progressing, until every peer said goodbye or is gone
 //!   (`RMA_VERBS_LINGER_MS`, default 10 s).
+//! - **Logs**: `tracing` events under the target `rma_verbs` (`RMA_LOG=rma_verbs=info`
+//!   in the binaries): the device, port, GID and what runs natively when the transport
+//!   starts, peers that fail, and (at leaving) how often a poll right after a post found
+//!   the op complete.
 //!
 //! Measured (soft-RoCE in a qemu TCG VM, 4 vCPUs on 2 host cores, 8 bytes, ours against
 //! raw verbs between the same two processes in 16 alternating rounds): put + flush 1.05
@@ -90,14 +94,14 @@ pub mod ib;
 /// Polls between two looks at the clock for keepalives and the pid check.
 const HOUSEKEEPING_EVERY: u64 = 256;
 
-/// Time between two checks of the peers' pids (when every rank is on this node).
-const PID_CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
-
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rma_backend::{
+    env_usize, Collectives, Link, LocalMemory, PeerWatch, Registration, SegmentRegistration,
+    WindowSegment,
+};
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment,
     SharedAmong, Transport, UserMemory, Wake,
@@ -172,15 +176,7 @@ pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
     ("RMA_VERBS_NATIVE_LOCKS", 0, 1, "0 or 1"),
     ("RMA_VERBS_PID_CHECK", 0, 1, "0 or 1"),
     ("RMA_VERBS_POLL_AFTER_POST", 0, 1, "0 or 1"),
-    ("RMA_VERBS_VERBOSE", 0, 1, "0 or 1"),
 ];
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// What a posted send-queue work request holds until it is retired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,7 +347,7 @@ impl PostPoll {
 
 /// The verbs transport of one process.
 pub struct VerbsTransport {
-    boot: Arc<dyn Bootstrap>,
+    collectives: Collectives,
     rank: Rank,
     size: usize,
     inner: Mutex<Inner>,
@@ -364,17 +360,15 @@ pub struct VerbsTransport {
     /// Per window, each rank's registered memory (None: active messages toward it).
     windows: PeerTables<RemoteMem>,
     max_message: usize,
-    pids: Option<Vec<u32>>,
-    reported_dead: Mutex<Vec<bool>>,
-    collective: AtomicU32,
+    /// The peers' processes, when every rank is on this node (and
+    /// `RMA_VERBS_PID_CHECK` is not 0).
+    watch: PeerWatch,
     yield_every: u64,
     /// Empty polls before a poll sleeps on the completion channel (0: never).
     block_after: u64,
     /// Keepalives (`RMA_VERBS_KEEPALIVE_MS`, 0: none), asked every
     /// [`HOUSEKEEPING_EVERY`] polls.
     keepalive: Periodic,
-    /// Checks of the peers' pids (when every rank is on this node).
-    pid_check: Periodic,
     departed: std::sync::atomic::AtomicBool,
 }
 
@@ -446,10 +440,9 @@ impl VerbsTransport {
         }
         // One collective: every rank's pid, node and queue pair endpoints.
         let hellos = rma_core::exchange_hellos(&*boot, "verbs-hello", &blob)?;
-        let one_node = hellos.iter().all(|h| h.node == boot.node_id().as_bytes());
         // RMA_VERBS_PID_CHECK=0: peers' deaths only through QP errors (to test those).
-        let pid_check = one_node && env_usize("RMA_VERBS_PID_CHECK", 1) != 0;
-        let pids = pid_check.then(|| hellos.iter().map(|h| h.pid).collect::<Vec<u32>>());
+        let pid_check = env_usize("RMA_VERBS_PID_CHECK", 1) != 0;
+        let watch = PeerWatch::from_hellos(rank, &hellos, boot.node_id(), pid_check);
 
         let mut peers = Vec::with_capacity(size);
         for (j, q) in fresh.into_iter().enumerate() {
@@ -540,14 +533,18 @@ impl VerbsTransport {
             max_message,
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
-        tracing::info!(rank, ?ctx, ?native, "verbs transport");
-        if env_usize("RMA_VERBS_VERBOSE", 0) == 1 && rank == 0 {
-            eprintln!(
-                "rma-verbs: {ctx:?} gid {:02x?}; inline {max_inline}; send depth {depth}; native: \
-                 rdma {rma} atomics {atomics}",
-                ctx.gid
-            );
-        }
+        tracing::info!(
+            rank,
+            device = %ctx.name,
+            port = ctx.port,
+            gid = ?ctx.gid,
+            max_inline,
+            send_depth = depth,
+            rdma = rma,
+            atomics,
+            ?native,
+            "verbs transport: what runs natively"
+        );
         let inner = Inner {
             peers,
             slots: Vec::new(),
@@ -566,7 +563,7 @@ impl VerbsTransport {
         // Everyone's QPs are connected and receives posted before anyone sends.
         boot.barrier()?;
         Ok(VerbsTransport {
-            boot,
+            collectives: Collectives::new(boot, "verbs-ag"),
             rank,
             size,
             inner: Mutex::new(inner),
@@ -579,9 +576,7 @@ impl VerbsTransport {
             native_locks: atomics && env_usize("RMA_VERBS_NATIVE_LOCKS", 1) != 0,
             windows: PeerTables::default(),
             max_message,
-            pids,
-            reported_dead: Mutex::new(vec![false; size]),
-            collective: AtomicU32::new(0),
+            watch,
             departed: std::sync::atomic::AtomicBool::new(false),
             yield_every: env_usize("RMA_VERBS_YIELD_EVERY", 8) as u64,
             block_after,
@@ -589,7 +584,6 @@ impl VerbsTransport {
                 "RMA_VERBS_KEEPALIVE_MS",
                 1000,
             ) as u64)),
-            pid_check: Periodic::new(PID_CHECK_EVERY),
         })
     }
 
@@ -722,7 +716,7 @@ impl VerbsTransport {
     /// Keepalives and the pid check, each when its interval has passed (one clock read).
     fn housekeeping(&self, events: &mut Vec<Event>) -> Result<(), TransportError> {
         let now = std::time::Instant::now();
-        if self.pids.is_some() && self.pid_check.due(now) {
+        if self.watch.due(now) {
             self.check_liveness(events);
         }
         if self.keepalive.due(now) {
@@ -732,24 +726,14 @@ impl VerbsTransport {
     }
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
-        let Some(pids) = &self.pids else { return };
-        let mut reported = self.reported_dead.lock().unwrap_or_else(|e| e.into_inner());
-        for (r, pid) in pids.iter().enumerate() {
-            if r as Rank != self.rank && !reported[r] && !rma_shm::process_alive(*pid) {
-                // Its goodbye is read only now that it is gone: read before, a peer that
-                // says goodbye and exits between the two reads was taken for dead. It may
-                // still sit in the completion queue (the peer exits right after it).
-                let mut inner = self.lock();
-                let _ = inner.drive();
-                if inner.peers.get(r).is_some_and(|p| p.bye) {
-                    continue;
-                }
-                drop(inner);
-                reported[r] = true;
-                tracing::warn!(rank = r, pid, "peer process is gone");
-                events.push(Event::PeerFailed { rank: r as Rank });
-            }
-        }
+        // Its goodbye is read only now that it is gone: read before, a peer that says
+        // goodbye and exits between the two reads was taken for dead. It may still sit in
+        // the completion queue (the peer exits right after it).
+        self.watch.check(events, |r| {
+            let mut inner = self.lock();
+            let _ = inner.drive();
+            inner.said_bye(r)
+        });
     }
 
     /// Issues a native op of `parts` work requests on a slot of `buf_len` bytes (the
@@ -1069,9 +1053,6 @@ impl Inner {
         if !p.dead {
             p.dead = true;
             tracing::warn!(rank, why, "verbs: peer failed");
-            if env_usize("RMA_VERBS_VERBOSE", 0) == 1 {
-                eprintln!("rma-verbs: peer {rank} failed: {why}");
-            }
             // A peer that said goodbye left normally: its QP going away is no failure.
             if rank != self.me && !p.bye {
                 self.pending.push_back(Event::PeerFailed { rank });
@@ -1220,7 +1201,7 @@ impl Inner {
     }
 
     /// One attempt at sending an active message (or the goodbye) to peer `t`.
-    fn try_send(&mut self, t: usize, packet: &[u8], bye: bool) -> Result<bool, TransportError> {
+    fn send_packet(&mut self, t: usize, packet: &[u8], bye: bool) -> Result<bool, TransportError> {
         if self.room(t) == 0 {
             return Ok(false);
         }
@@ -1279,100 +1260,74 @@ impl VerbsTransport {
         {
             return;
         }
-        let linger =
-            std::time::Duration::from_millis(env_usize("RMA_VERBS_LINGER_MS", 10_000) as u64);
-        let start = std::time::Instant::now();
-        let (me, size) = (self.rank as usize, self.size);
-        let pids = self.pids.clone();
-        let mut inner = self.lock();
-        let PostPoll { looks, found, .. } = inner.post_poll;
-        tracing::debug!(rank = me, looks, found, "verbs: polls right after a post");
-        if env_usize("RMA_VERBS_VERBOSE", 0) == 1 {
-            eprintln!("rma-verbs: rank {me}: {found} of {looks} polls right after a post found the op complete");
-        }
-        // Peers the launcher knows are gone (dead, or left without waiting for us) send
-        // no goodbye: asked again now and then while lingering.
-        let mut left = self.boot.gone();
-        let mut asked = std::time::Instant::now();
-        let gone = |inner: &Inner, left: &[Rank], r: usize| {
-            inner.peers[r].dead
-                || left.contains(&(r as Rank))
-                || pids.as_ref().is_some_and(|p| !rma_shm::process_alive(p[r]))
-        };
-        for t in (0..size).filter(|t| *t != me) {
-            while !gone(&inner, &left, t) && start.elapsed() < linger {
-                match inner.try_send(t, &[], true) {
-                    Ok(true) | Err(_) => break,
-                    Ok(false) => {
-                        if inner.drive().is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        let mut polls = 0u32;
-        while start.elapsed() < linger {
-            let all = (0..size).all(|r| {
-                r == me
-                    || gone(&inner, &left, r)
-                    || (inner.peers[r].bye && inner.peers[r].posted.is_empty())
-            });
-            if all {
-                break;
-            }
-            if asked.elapsed() > std::time::Duration::from_millis(200) {
-                drop(inner);
-                left = self.boot.gone();
-                asked = std::time::Instant::now();
-                inner = self.lock();
-            }
-            if inner.drive().is_err() {
-                break;
-            }
-            inner.pending.clear();
-            polls += 1;
-            if polls.is_multiple_of(8) {
-                drop(inner);
-                std::thread::yield_now();
-                inner = self.lock();
-            }
-        }
+        let linger = Duration::from_millis(env_usize("RMA_VERBS_LINGER_MS", 10_000) as u64);
+        let PostPoll { looks, found, .. } = self.lock().post_poll;
+        tracing::info!(
+            rank = self.rank,
+            looks,
+            found,
+            "verbs: polls right after a post that found the op complete"
+        );
+        rma_backend::depart(
+            &**self.collectives.boot(),
+            self.rank,
+            self.size,
+            &self.watch,
+            linger,
+            || self.lock(),
+        );
+    }
+}
+
+impl Link for Inner {
+    fn pending(&mut self) -> &mut VecDeque<Event> {
+        &mut self.pending
+    }
+    fn dead(&self, peer: Rank) -> bool {
+        self.peers[peer as usize].dead
+    }
+    fn said_bye(&self, peer: Rank) -> bool {
+        self.peers.get(peer as usize).is_some_and(|p| p.bye)
+    }
+    /// Its goodbye came and what we posted toward it is retired (our goodbye's completion
+    /// means everything sent before it arrived).
+    fn finished(&self, peer: Rank) -> bool {
+        let p = &self.peers[peer as usize];
+        p.bye && p.posted.is_empty()
+    }
+    fn try_send(&mut self, peer: Rank, packet: &[u8], bye: bool) -> Result<bool, TransportError> {
+        self.send_packet(peer as usize, packet, bye)
+    }
+    fn drive(&mut self) -> Result<(), TransportError> {
+        Inner::drive(self)
     }
 }
 
 /// Window memory in this process (8-byte aligned memory of ours, or the user's), its
 /// registration and lock word.
-struct LocalSegment {
-    /// The registration peers reach it through (deregistered first: field order).
+type LocalSegment = WindowSegment<LocalMemory, VerbsRegistration>;
+
+/// What peers reach a window segment through: the memory's registration, and the
+/// window's lock word at this rank (taken and released by peers' atomics: native locks,
+/// when the device does atomics). Deregistered on drop.
+struct VerbsRegistration {
     mr: Option<Mr>,
-    /// The window's lock word at this rank, taken and released by peers' atomics
-    /// (native locks), when the device does atomics.
     lock: Option<Buffer>,
-    memory: rma_shm::LocalMemory,
 }
 
-impl Segment for LocalSegment {
-    fn len(&self) -> usize {
-        self.memory.len()
+impl VerbsRegistration {
+    /// `None` when nothing is registered (then the descriptor is empty).
+    fn of(mr: Option<Mr>, lock: Option<Buffer>) -> Option<VerbsRegistration> {
+        (mr.is_some() || lock.is_some()).then_some(VerbsRegistration { mr, lock })
     }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.memory.read(offset, dst)
-    }
-    fn write(&self, offset: usize, src: &[u8]) {
-        self.memory.write(offset, src)
-    }
-    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        self.memory.update(offset, len, f)
-    }
+}
+
+impl Registration for VerbsRegistration {
     /// (address, rkey) of the memory, then (address, rkey) of the lock word if any:
-    /// 12 or 24 bytes; empty when nothing is registered.
-    fn descriptor(&self) -> Vec<u8> {
-        if self.mr.is_none() && self.lock.is_none() {
-            return Vec::new();
-        }
+    /// 12 or 24 bytes.
+    fn descriptor(&self, base: usize) -> Vec<u8> {
         let (addr, rkey) = match &self.mr {
-            Some(m) => (self.memory.base() as u64, m.rkey()),
+            Some(m) => (base as u64, m.rkey()),
             None => (0, 0),
         };
         let mut d = addr.to_le_bytes().to_vec();
@@ -1381,41 +1336,6 @@ impl Segment for LocalSegment {
             d.extend_from_slice(&(l.addr() as u64).to_le_bytes());
             d.extend_from_slice(&l.rkey().to_le_bytes());
         }
-        d
-    }
-    fn local_base(&self) -> Option<usize> {
-        Some(self.memory.base() as usize)
-    }
-    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
-        let LocalSegment { mr, lock, memory } = Arc::into_inner(self)?;
-        // Deregistered before the memory goes back to the user.
-        drop((mr, lock));
-        memory.into_user()
-    }
-}
-
-/// Another backend's window memory registered with this device
-/// ([`VerbsTransport::register_segment`]); deregistered on drop, before the memory goes.
-pub struct SegmentRegistration {
-    mr: Mr,
-    base: u64,
-    _memory: Arc<dyn Segment>,
-}
-
-impl std::fmt::Debug for SegmentRegistration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SegmentRegistration")
-            .field("rkey", &self.mr.rkey())
-            .finish()
-    }
-}
-
-impl SegmentRegistration {
-    /// What a peer needs to reach the memory: its address and rkey (the window
-    /// descriptor of this backend, without a lock word).
-    pub fn descriptor(&self) -> Vec<u8> {
-        let mut d = self.base.to_le_bytes().to_vec();
-        d.extend_from_slice(&self.mr.rkey().to_le_bytes());
         d
     }
 }
@@ -1454,11 +1374,7 @@ impl VerbsTransport {
         // mapped by the clone of `segment` the registration holds, which it releases only
         // after deregistering (field order of SegmentRegistration).
         let mr = unsafe { self.register(base as *mut u8, segment.len())? };
-        Ok(mr.map(|mr| SegmentRegistration {
-            mr,
-            base: base as u64,
-            _memory: segment.clone(),
-        }))
+        Ok(VerbsRegistration::of(mr, None).map(|r| SegmentRegistration::new(r, segment, base)))
     }
 
     /// A lock word for a new window segment, if locks are native.
@@ -1487,31 +1403,26 @@ impl Transport for VerbsTransport {
         len: usize,
         shared: Option<&SharedAmong<'_>>,
     ) -> Result<Arc<dyn Segment>, TransportError> {
-        let memory = rma_shm::LocalMemory::for_network_window(
+        let memory = LocalMemory::for_network_window(
             len,
             shared.is_some(),
             "allocate_shared: the verbs backend shares no memory between ranks (run the ranks of one node on shared memory)",
         )?;
-        // SAFETY: the memory is owned by the segment and freed after the region (field
-        // order).
+        // SAFETY: the memory is owned by the segment and freed after the region
+        // (WindowSegment's contract).
         let mr = unsafe { self.register(memory.base(), len)? };
-        Ok(Arc::new(LocalSegment {
-            mr,
-            lock: self.lock_word_buffer()?,
-            memory,
-        }))
+        let registration = VerbsRegistration::of(mr, self.lock_word_buffer()?);
+        Ok(Arc::new(LocalSegment::new(memory, registration)))
     }
 
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
-        let memory = rma_shm::LocalMemory::from_user(memory);
+        let memory = LocalMemory::from_user(memory);
         // SAFETY: the user's buffer stays in place while the segment holds it, and the
-        // segment deregisters before giving it back or dropping it.
+        // segment deregisters before giving it back or dropping it (WindowSegment's
+        // contract).
         let mr = unsafe { self.register(memory.base(), memory.len())? };
-        Ok(Arc::new(LocalSegment {
-            mr,
-            lock: self.lock_word_buffer()?,
-            memory,
-        }))
+        let registration = VerbsRegistration::of(mr, self.lock_word_buffer()?);
+        Ok(Arc::new(LocalSegment::new(memory, registration)))
     }
 
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
@@ -1577,47 +1488,16 @@ impl Transport for VerbsTransport {
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
-        let n = self.collective.fetch_add(1, Ordering::Relaxed);
-        self.boot.allgather(&format!("verbs-ag{n}"), mine)
+        self.collectives.allgather(mine)
     }
 
     fn barrier(&self) -> Result<(), TransportError> {
-        self.boot.barrier()
+        self.collectives.barrier()
     }
 
     fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
-        if packet.len() > self.max_message {
-            return Err(TransportError::Failed(format!(
-                "active message of {} bytes exceeds {} (RMA_VERBS_MAX_MESSAGE)",
-                packet.len(),
-                self.max_message
-            )));
-        }
-        let mut inner = self.lock();
-        if target == self.rank {
-            // Never through the device: in order with everything else we queued.
-            inner.pending.push_back(Event::Received {
-                from: target,
-                data: packet.to_vec(),
-            });
-            return Ok(());
-        }
-        let t = target as usize;
-        if t >= self.size {
-            return Err(TransportError::Failed(format!("no rank {target}")));
-        }
-        if inner.peers[t].dead {
-            return Err(TransportError::PeerUnreachable(target));
-        }
-        if inner.try_send(t, packet, false)? {
-            return Ok(());
-        }
-        inner.drive()?;
-        if inner.try_send(t, packet, false)? {
-            Ok(())
-        } else {
-            Err(TransportError::Busy)
-        }
+        rma_backend::check_message(packet.len(), self.max_message, "RMA_VERBS_MAX_MESSAGE")?;
+        rma_backend::send(&mut *self.lock(), self.rank, self.size, target, packet)
     }
 
     fn put(

@@ -25,10 +25,11 @@
 //! only one node). A rank that dies is seen by its node's ranks (pids), which tell every
 //! other rank through the network ([`Network::announce_failure`]).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rma_backend::{split_descriptor, Collectives, WindowSegment};
 use rma_core::transport::{
     Event, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, UserMemory, Wake,
 };
@@ -57,24 +58,10 @@ pub trait Network: Transport {
     fn describe(&self) -> String;
 }
 
-/// A node segment's registration with the network: what peers need to reach it, and
-/// whatever keeps it registered (dropped with the window segment).
-pub struct NetworkRegistration {
-    /// The network's part of the window descriptor.
-    pub descriptor: Vec<u8>,
-    /// Keeps the registration (and the memory it covers) alive.
-    pub held: Box<dyn std::any::Any + Send + Sync>,
-}
-
-impl NetworkRegistration {
-    /// A registration kept (`held`) until this is dropped, reached with `descriptor`.
-    pub fn keeping(descriptor: Vec<u8>, held: impl std::any::Any + Send + Sync) -> Self {
-        NetworkRegistration {
-            descriptor,
-            held: Box::new(held),
-        }
-    }
-}
+/// A node segment's registration with the network: what peers need to reach it
+/// ([`descriptor`](NetworkRegistration::descriptor)); it keeps the segment's memory
+/// registered until it is dropped with the window segment.
+pub use rma_backend::SegmentRegistration as NetworkRegistration;
 
 #[cfg(feature = "ofi")]
 impl Network for rma_ofi::OfiTransport {
@@ -82,9 +69,7 @@ impl Network for rma_ofi::OfiTransport {
         &self,
         segment: &Arc<dyn Segment>,
     ) -> Result<Option<NetworkRegistration>, TransportError> {
-        Ok(self
-            .register_segment(segment)?
-            .map(|r| NetworkRegistration::keeping(r.descriptor(), r)))
+        self.register_segment(segment)
     }
     fn announce_failure(&self, failed: Rank) {
         rma_ofi::OfiTransport::announce_failure(self, failed)
@@ -103,9 +88,7 @@ impl Network for rma_verbs::VerbsTransport {
         &self,
         segment: &Arc<dyn Segment>,
     ) -> Result<Option<NetworkRegistration>, TransportError> {
-        Ok(self
-            .register_segment(segment)?
-            .map(|r| NetworkRegistration::keeping(r.descriptor(), r)))
+        self.register_segment(segment)
     }
     fn announce_failure(&self, _failed: Rank) {
         // Nothing to send: every rank holds a reliable connection to the dead process,
@@ -244,59 +227,16 @@ struct TargetTraffic {
     messages: AtomicU64,
 }
 
-/// A window segment of a hybrid world: shared memory, registered with the network.
-struct HybridSegment {
-    /// The node's segment (owner of the memory).
-    node: Arc<dyn Segment>,
-    /// The network's registration of the same memory, if it does anything natively.
-    net: Option<NetworkRegistration>,
-}
-
-impl Segment for HybridSegment {
-    fn len(&self) -> usize {
-        self.node.len()
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.node.read(offset, dst)
-    }
-    fn write(&self, offset: usize, src: &[u8]) {
-        self.node.write(offset, src)
-    }
-    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        self.node.update(offset, len, f)
-    }
-    fn descriptor(&self) -> Vec<u8> {
-        let node = self.node.descriptor();
-        let mut d = (node.len() as u32).to_le_bytes().to_vec();
-        d.extend_from_slice(&node);
-        if let Some(net) = &self.net {
-            d.extend_from_slice(&net.descriptor);
-        }
-        d
-    }
-    fn shared_base(&self) -> Option<usize> {
-        self.node.shared_base()
-    }
-    fn local_base(&self) -> Option<usize> {
-        self.node.local_base()
-    }
-    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
-        // Hybrid windows over user memory live in allocated memory (copies_user_memory).
-        None
-    }
-}
-
-/// Splits a hybrid descriptor into its node and network parts, without trusting it.
-fn split_descriptor(d: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = u32::from_le_bytes(d.get(..4)?.try_into().ok()?) as usize;
-    let node = d.get(4..4usize.checked_add(len)?)?;
-    Some((node, &d[4 + len..]))
-}
+/// A window segment of a hybrid world: the node's shared-memory segment (owner of the
+/// memory), registered with the network as well if it does anything natively. Its
+/// descriptor carries both parts ([`split_descriptor`]).
+type HybridSegment = WindowSegment<Arc<dyn Segment>, NetworkRegistration>;
 
 /// Shared memory for the ranks of this node, a [`Network`] for the others (see the
 /// module docs).
 pub struct HybridTransport {
-    job: Arc<dyn Bootstrap>,
+    /// The job's collectives.
+    job: Collectives,
     rank: Rank,
     size: usize,
     node: ShmTransport,
@@ -307,7 +247,6 @@ pub struct HybridTransport {
     node_ranks: Vec<Rank>,
     nodes: usize,
     traffic: Vec<TargetTraffic>,
-    collective: AtomicU32,
 }
 
 impl std::fmt::Debug for HybridTransport {
@@ -351,12 +290,11 @@ impl HybridTransport {
             size: job.size(),
             traffic: (0..job.size()).map(|_| TargetTraffic::default()).collect(),
             nodes: distinct.len(),
-            job,
+            job: Collectives::new(job, "hy-ag"),
             node,
             net,
             node_index,
             node_ranks,
-            collective: AtomicU32::new(0),
         })
     }
 
@@ -454,7 +392,7 @@ impl Transport for HybridTransport {
         }
         let node = self.node.allocate(len, shared)?;
         let net = self.net.register_node_segment(&node)?;
-        Ok(Arc::new(HybridSegment { node, net }))
+        Ok(Arc::new(HybridSegment::new(node, net)))
     }
     fn copies_user_memory(&self) -> bool {
         // The node's ranks reach allocated memory by load/store; user memory only by
@@ -475,7 +413,7 @@ impl Transport for HybridTransport {
             Some(seg) => {
                 let any: &dyn std::any::Any = seg.as_ref();
                 Some(match any.downcast_ref::<HybridSegment>() {
-                    Some(h) => h.node.clone(),
+                    Some(h) => h.memory().clone(),
                     None => seg.clone(),
                 })
             }
@@ -511,7 +449,7 @@ impl Transport for HybridTransport {
         let node_local = local.map(|seg| {
             let any: &dyn std::any::Any = seg.as_ref();
             match any.downcast_ref::<HybridSegment>() {
-                Some(h) => h.node.clone(),
+                Some(h) => h.memory().clone(),
                 None => seg.clone(),
             }
         });
@@ -532,8 +470,7 @@ impl Transport for HybridTransport {
     }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
-        let n = self.collective.fetch_add(1, Relaxed);
-        self.job.allgather(&format!("hy-ag{n}"), mine)
+        self.job.allgather(mine)
     }
     fn barrier(&self) -> Result<(), TransportError> {
         self.job.barrier()
@@ -690,22 +627,5 @@ fn across_nodes(c: Capabilities) -> Capabilities {
         compare_and_swap: 0,
         native_locks: false,
         ..c
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn descriptors_split_without_trusting_the_length() {
-        let mut d = 3u32.to_le_bytes().to_vec();
-        d.extend_from_slice(b"abcxyz");
-        assert_eq!(split_descriptor(&d), Some((&b"abc"[..], &b"xyz"[..])));
-        let mut bad = 100u32.to_le_bytes().to_vec();
-        bad.extend_from_slice(b"abc");
-        assert_eq!(split_descriptor(&bad), None);
-        assert_eq!(split_descriptor(&[1, 2]), None);
-        assert_eq!(split_descriptor(&u32::MAX.to_le_bytes()), None);
     }
 }

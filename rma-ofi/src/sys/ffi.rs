@@ -1,6 +1,6 @@
 //! Raw bindings: bindgen over the installed libfabric headers plus out-of-line wrappers
 //! (`rma_fi_*`) of its `static inline` calls. Everything here is `unsafe` to call; the
-//! safe layer is the rest of the crate.
+//! safe layer over it is the rest of [`sys`](super), and only that layer calls these.
 #![allow(
     non_upper_case_globals,
     non_camel_case_types,
