@@ -55,6 +55,7 @@ fn main() {
         "bad_input" => bad_input(&world),
         "dead_peer" => dead_peer(&world),
         "passive_target" => passive_target(&world),
+        "local_guard" => local_guard(&world),
         "no_segments_left" => no_segments_left(&world),
         "paths" => paths(&world),
         "kill_trial" => failure::kill_trial(&world),
@@ -649,6 +650,61 @@ fn dead_peer(world: &World) -> Result<()> {
         "the dead peer was noticed within 10 s",
     )?;
     r
+}
+
+/// The local guard: rank 0 writes its window in place through a slice while every other
+/// rank waits for its exclusive lock of rank 0's window, then reads all of the writes
+/// (the last one made after a pause: the guard excluded them until it went); calls on
+/// the window are refused meanwhile; and the window works as before after.
+fn local_guard(world: &World) -> Result<()> {
+    use rma::LocalAccess;
+    let me = world.rank();
+    let win = world.allocate::<u64>(8)?;
+    if me == 0 {
+        let mut mine = win.local_guard()?;
+        check(mine.len() == 8, "the guard lends the whole window")?;
+        let refused = win.put(&[1], 0, 0).map_err(Error::into_kind);
+        check(
+            matches!(
+                refused,
+                Err(ErrorKind::Usage(UsageError::LocalAccess { call: "put" }))
+            ),
+            &format!("a put while the guard lives: {refused:?}"),
+        )?;
+        check(
+            win.local_guard().is_err(),
+            "a second guard while the first lives",
+        )?;
+        world.barrier()?; // the others now wait for the lock of this window
+        for (i, x) in mine.iter_mut().enumerate() {
+            *x = 100 + i as u64;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        mine[7] = 999;
+        mine.release()?;
+    } else {
+        world.barrier()?;
+        win.lock(LockType::Exclusive, 0, Assert::NONE)?;
+        let got = win.get(0, 0, 8)?;
+        win.unlock(0)?;
+        let mut want: Vec<u64> = (100..108).collect();
+        want[7] = 999;
+        let got = got.wait()?;
+        check(got == want, &format!("rank 0's writes in place: {got:?}"))?;
+    }
+    world.barrier()?;
+    // After the guard: an ordinary epoch on rank 0's window.
+    win.fence(Assert::NONE)?;
+    if me == 1 {
+        win.put(&[7], 0, 0)?;
+    }
+    win.fence(Assert::NONE)?;
+    if me == 0 {
+        check(win.local_to_vec()[0] == 7, "a put after the guard")?;
+    }
+    win.fence(Assert::NOSUCCEED)?;
+    win.free()?;
+    Ok(())
 }
 
 fn passive_target(world: &World) -> Result<()> {

@@ -68,6 +68,14 @@ fn every_op_every_sync_mode_every_window_kind() {
     }
 }
 
+/// Local access in place (rma::LocalGuard): writes through the slice reach peers that
+/// waited for the lock, calls meanwhile are refused, the window works after (2 and 4 ranks).
+#[test]
+fn local_guard_lends_the_window_in_place() {
+    ok(2, &["local_guard"]);
+    ok(4, &["local_guard"]);
+}
+
 /// Spawn under rma-run: parents and children merge into one communicator whose window
 /// and allreduce are exact (1, 2 and 3 parents, one command and two); a program that
 /// cannot start is a typed error on every parent; a failing child fails the job.

@@ -274,6 +274,13 @@ pub enum UsageError {
     NotAttached,
     /// The window still has an epoch open where the call needs none (for example `free`).
     EpochOpen,
+    /// A call on a window this process holds for local access in place (the facade's
+    /// `LocalGuard`, [`Window::begin_local_access`](crate::Window::begin_local_access)):
+    /// it would touch the memory the guard lends.
+    LocalAccess {
+        /// The call refused.
+        call: &'static str,
+    },
     /// An `RMA_*` environment variable with a value rma does not accept.
     BadEnvironment {
         /// The variable.
@@ -541,6 +548,11 @@ impl fmt::Display for UsageError {
             Unsupported { what } => write!(f, "not supported: {what}"),
             NotAttached => f.write_str(
                 "no memory attached to the dynamic window holds that address: attach it first",
+            ),
+            LocalAccess { call } => write!(
+                f,
+                "`{call}` is refused while this process holds its window memory for local \
+                 access (a LocalGuard): drop the guard first"
             ),
             BadEnvironment {
                 variable,

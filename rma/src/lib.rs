@@ -33,11 +33,13 @@ pub mod bootstrap;
 #[cfg(any(feature = "ofi", feature = "verbs"))]
 pub mod hybrid;
 pub mod launcher;
+mod local;
 #[cfg(feature = "cli")]
 pub mod logging;
 mod spawn;
 pub mod topology;
 
+pub use local::{LocalAccess, LocalGuard};
 pub use rma_core::bootstrap::SpawnCommand;
 pub use spawn::InterComm;
 
@@ -54,7 +56,7 @@ pub use rma_core::{
     Result, Stats, TransportError, UsageError, UserMemory, Window, WindowKind,
 };
 
-/// The engine underneath, whole: the [`Transport`](engine::Transport) contract and its
+/// The engine underneath, whole: the `Transport` contract and its
 /// capabilities, the wire format, bootstrap and element pools, the simulated transport
 /// (feature `sim` of rma-core). For backends, tools and tests that drive a transport
 /// themselves; a program needs none of it.

@@ -115,6 +115,13 @@ impl<T: Element> Window<T> {
     /// window raised it.
     #[inline(always)]
     fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            // This process lends the memory as a slice (a LocalGuard): any call, from
+            // any thread, could touch it underneath.
+            return Err(self
+                .shared
+                .raised(call, UsageError::LocalAccess { call }.into()));
+        }
         body().map_err(|e| self.shared.raised(call, e))
     }
 
@@ -911,6 +918,50 @@ impl<T: Element> Window<T> {
             Memory::Static(seg) => seg.local_base(),
             Memory::Dynamic(_) => None,
         }
+    }
+
+    /// Starts a local access epoch: this process takes the exclusive lock of its own
+    /// window (MPI_Win_lock(MPI_LOCK_EXCLUSIVE, me), waiting as `lock` waits), so that no
+    /// peer that synchronizes as MPI asks can access it, and from then on every call on
+    /// this window is refused ([`UsageError::LocalAccess`]) until
+    /// [`end_local_access`](Self::end_local_access). Returns the address and byte length
+    /// of this process's window memory, which may be read and written in place meanwhile.
+    ///
+    /// This is the engine's half of the facade's safe `LocalGuard` (`rma::LocalAccess`),
+    /// which lends that memory as a slice; a program uses the guard.
+    pub fn begin_local_access(&self) -> Result<(usize, usize)> {
+        self.raised("begin_local_access", || {
+            let (base, len) = match &*self.shared.memory.read().unwrap_or_else(|e| e.into_inner()) {
+                Memory::Static(seg) => (seg.local_base(), seg.len()),
+                Memory::Dynamic(_) => (None, 0),
+            };
+            let base = base.ok_or(UsageError::Unsupported {
+                what: "local access in place to a window whose memory is not mapped in this \
+                       process (dynamic windows, simulated transports)",
+            })?;
+            let me = self.shared.engine.rank;
+            self.shared.lock(LockType::Exclusive, me, Assert::NONE)?;
+            self.shared.local_access.store(true, Ordering::Release);
+            Ok((base, len))
+        })
+    }
+
+    /// Ends the local access epoch [`begin_local_access`](Self::begin_local_access)
+    /// started: calls on the window are accepted again and the lock of this process's
+    /// window is released. An error if none was started.
+    pub fn end_local_access(&self) -> Result<()> {
+        if !self.shared.local_access.swap(false, Ordering::AcqRel) {
+            return Err(self.shared.raised(
+                "end_local_access",
+                UsageError::NotLocked {
+                    target: self.shared.engine.rank,
+                }
+                .into(),
+            ));
+        }
+        self.raised("end_local_access", || {
+            self.shared.unlock(self.shared.engine.rank)
+        })
     }
 
     /// This window's counters.

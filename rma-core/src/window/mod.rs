@@ -17,6 +17,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::barrier::Dissemination;
@@ -134,6 +135,9 @@ pub(crate) struct WindowShared {
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
     /// Freed collectively: its drop tells nobody (otherwise peers learn it was abandoned).
     freed: std::sync::atomic::AtomicBool,
+    /// This process holds its own window for local access in place
+    /// ([`Window::begin_local_access`]): every call on the window is refused until it ends.
+    local_access: std::sync::atomic::AtomicBool,
     /// The communicator's group, whose numbering the public API's ranks are in; `None`:
     /// the World (ranks are World ranks). Everything inside works in World ranks.
     group: Option<Group>,

@@ -42,6 +42,7 @@ impl WindowShared {
             counters: Counters::default(),
             user_copy: Mutex::new(None),
             freed: std::sync::atomic::AtomicBool::new(false),
+            local_access: std::sync::atomic::AtomicBool::new(false),
             group,
         }
     }
@@ -314,7 +315,6 @@ impl WindowShared {
         self.lock_state().sync_call = None;
     }
 
-    /// Runs a sync call with the thread rules enforced and the call traced.
     /// Says on an error which call raised it, on which rank and window (the error path
     /// only: kept out of line, off the hot path).
     #[cold]
@@ -327,6 +327,7 @@ impl WindowShared {
         e.raised_in(call, self.engine.rank, Some(self.id))
     }
 
+    /// Runs a sync call with the thread rules enforced and the call traced.
     pub(super) fn sync_call<R>(
         &self,
         call: &'static str,
