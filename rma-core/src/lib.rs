@@ -3,7 +3,37 @@
 //!
 //! The engine decides **what** to send and **when**; backends implementing [`Transport`]
 //! only move bytes and report completions. It knows MPI semantics and MPICH's "New RMA
-//! Design" (seed 004) and no hardware: no sockets, no FFI, no `unsafe`.
+//! Design" (seed 004) and no hardware: no sockets, no memory mapping, no FFI, no system
+//! call of its own, no `unsafe`.
+//!
+//! # Sans-IO, precisely
+//!
+//! The decisions are sans-IO: every transition of the epoch states, the op table and the
+//! target side is a function of the calls made and the events the transport reports,
+//! which is how the `sim` transport replays them deterministically. Around them the
+//! engine does three things a blocking MPI library must, and only these:
+//!
+//! - **It blocks the calling thread** in the calls MPI defines as blocking (fence,
+//!   complete, wait, unlock, flush, a lock that must be taken at once, window creation
+//!   and free, collectives): PROGRESS_WAIT polls the transport ([`Transport::poll`]) and
+//!   dispatches what arrived, in a loop that yields the thread
+//!   ([`std::thread::yield_now`]) every 64 passes. It never sleeps in the kernel of its
+//!   own accord. Posting an op, [`Request::test`], [`Window::test`] and
+//!   [`Engine::progress`] return at once.
+//! - **It reads the clock** ([`std::time::Instant`]) in those waits only, from their
+//!   first yield on, to turn a wait past [`Config::timeout`] (`RMA_TIMEOUT_MS`) into a
+//!   typed [`PeerError::Timeout`]; an op that posts at once never reads it.
+//! - **It may start one thread**, the progress agent ([`Config::async_progress`]: by
+//!   default only where the transport says peers need this process's progress, that is
+//!   over a network; [`Engine::start_progress_agent`]). The agent runs the same progress
+//!   passes while the application is elsewhere, napping ([`std::thread::sleep`]) while
+//!   the application is in the library and sleeping on the transport's wait object
+//!   ([`Transport::wait_for_traffic`]) when idle; [`Config::agent_start`] runs first on it
+//!   (the facade pins it to a free core there).
+//!
+//! A program that wants no thread sets `RMA_ASYNC_PROGRESS=0` and calls
+//! [`Engine::progress`] itself; one that wants no blocking uses only the calls that return
+//! at once and the request's `test`.
 //!
 //! The map of the code follows the design document:
 //! - [`window`](Window): window kinds and the origin side of every operation and
