@@ -2,7 +2,7 @@
 //! any time: [`LocalMemory`].
 
 use rma_core::transport::UserMemory;
-use rma_core::TransportError;
+use rma_core::{BackendError, TransportError};
 
 use crate::Region;
 
@@ -56,9 +56,8 @@ impl LocalMemory {
         if shared {
             return Err(TransportError::Unsupported(unshareable));
         }
-        Self::allocate(len).map_err(|e| {
-            TransportError::Failed(format!("cannot allocate a window of {len} bytes: {e}"))
-        })
+        Self::allocate(len)
+            .map_err(|e| BackendError::new(format!("allocating a window of {len} bytes"), e).into())
     }
 
     /// The user's memory, in place.
@@ -109,5 +108,36 @@ impl LocalMemory {
     /// The user's memory back (`None` for our own allocation).
     pub fn into_user(self) -> Option<Box<dyn UserMemory>> {
         self.user.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The system's refusal travels whole: the rma error says what was being done and its
+    // source chain reaches the io::Error the allocator gave.
+    #[test]
+    fn a_window_no_memory_holds_keeps_the_system_error_as_its_source() {
+        let len = 1usize << 62;
+        let Err(failure) = LocalMemory::for_network_window(len, false, "not shared") else {
+            panic!("{len} bytes allocated");
+        };
+        let err = rma_core::Error::from(failure);
+        let mut cause = std::error::Error::source(&err);
+        let mut io = None;
+        while let Some(c) = cause {
+            io = io.or(c.downcast_ref::<std::io::Error>());
+            cause = c.source();
+        }
+        let io = io.unwrap_or_else(|| panic!("no io::Error under {err:?}"));
+        assert_eq!(io.kind(), std::io::ErrorKind::OutOfMemory, "{err:?}");
+        let text = format!("{err:?}");
+        assert!(
+            text.contains(&format!(
+                "allocating a window of {len} bytes failed: caused by: "
+            )),
+            "{text}"
+        );
     }
 }

@@ -42,7 +42,7 @@ use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, Transport,
     UserMemory, Wake,
 };
-use rma_core::{Bootstrap, Capabilities, DataType, Rank, TransportError};
+use rma_core::{BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
 use ring::Ring;
 use rma_backend::{process_alive, Collectives, PeerWatch, Region};
@@ -68,8 +68,10 @@ const EXCLUSIVE: u64 = 1 << 63;
 /// The numeric variables this backend reads (see rma-ofi's `ENV_NUMBERS`).
 pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[("RMA_SHM_CMA", 0, 1, "0 or 1")];
 
-fn fail(what: &str, e: std::io::Error) -> TransportError {
-    TransportError::Failed(format!("{what}: {e}"))
+/// A system call's failure, kept whole under what was being done (an action: "opening
+/// rank 1's inbox").
+fn fail(doing: impl Into<String>, e: std::io::Error) -> TransportError {
+    BackendError::new(doing, e).into()
 }
 
 /// The lock slots of this process's inbox.
@@ -240,10 +242,12 @@ impl ShmTransport {
             // attach to this one.
             sys::allow_cross_memory_attach();
         }
-        let own = Arc::new(
-            Mapping::create_anonymous(inbox_len(size))
-                .map_err(|e| fail("create this rank's inbox", e))?,
-        );
+        let own = Arc::new(Mapping::create_anonymous(inbox_len(size)).map_err(|e| {
+            fail(
+                format!("creating this rank's inbox of {} bytes", inbox_len(size)),
+                e,
+            )
+        })?);
         let path = own.path().unwrap_or_default();
         // Whatever fails from here on, the name must not outlive this call.
         let joined = (|| {
@@ -269,7 +273,7 @@ impl ShmTransport {
                             // Its descriptor gone with its process: a dead peer (typed), even
                             // where the barrier below completes (it arrived, then died).
                             if process_alive(pids[r as usize]) {
-                                fail(&format!("open rank {r}'s inbox {n}"), e)
+                                fail(format!("opening rank {r}'s inbox {n}"), e)
                             } else {
                                 TransportError::PeerUnreachable(r)
                             }
@@ -546,10 +550,11 @@ impl Transport for ShmTransport {
                 sum(&lens).ok_or_else(too_large),
             );
             let created = match (among.index, &total) {
-                (0, Ok(total)) => Some(
-                    Mapping::create_anonymous(*total as usize)
-                        .map_err(|e| fail("create the shared segment", e)),
-                ),
+                (0, Ok(total)) => {
+                    Some(Mapping::create_anonymous(*total as usize).map_err(|e| {
+                        fail(format!("creating the shared segment of {total} bytes"), e)
+                    }))
+                }
                 (0, Err(e)) => Some(Err(e.clone())),
                 _ => None,
             };
@@ -558,7 +563,7 @@ impl Transport for ShmTransport {
             // values).
             let said = match &created {
                 Some(Ok(m)) => format!("at {}", m.path().unwrap_or_default()),
-                Some(Err(e)) => format!("failed {e}"),
+                Some(Err(e)) => format!("failed {}", rma_backend::with_causes(e)),
                 None => "-".into(),
             };
             let at = (among.allgather)(said.as_bytes())?;
@@ -576,12 +581,13 @@ impl Transport for ShmTransport {
                     )))
                 }
                 None => Mapping::open(&at, total as usize).map_err(|e| {
-                    fail(&format!("open the first member's shared segment {at}"), e)
+                    fail(format!("opening the first member's shared segment {at}"), e)
                 })?,
             };
             (offset, total, mapping, at)
         } else {
-            let m = Mapping::create_anonymous(len).map_err(|e| fail("create a segment", e))?;
+            let m = Mapping::create_anonymous(len)
+                .map_err(|e| fail(format!("creating a segment of {len} bytes"), e))?;
             let at = m.path().unwrap_or_default();
             (0, len as u64, m, at)
         };
@@ -718,7 +724,7 @@ impl Transport for ShmTransport {
                             let m = Arc::new(Mapping::open(name, total as usize).map_err(|e| {
                                 // A peer's segment gone from under us: it died.
                                 if process_alive(self.pids[r]) {
-                                    fail(&format!("open {name}"), e)
+                                    fail(format!("opening rank {r}'s segment {name}"), e)
                                 } else {
                                     TransportError::PeerUnreachable(r as Rank)
                                 }
@@ -860,8 +866,15 @@ impl Transport for ShmTransport {
                         "put outside the target's window".into(),
                     ));
                 }
-                sys::write_remote(*pid, addr + offset, data)
-                    .map_err(|e| fail("process_vm_writev", e))?;
+                sys::write_remote(*pid, addr + offset, data).map_err(|e| {
+                    fail(
+                        format!(
+                            "writing {} bytes to rank {target} (process_vm_writev)",
+                            data.len()
+                        ),
+                        e,
+                    )
+                })?;
             }
             PeerMemory::None => return Err(TransportError::Unsupported("put to unmapped memory")),
         }
@@ -901,8 +914,12 @@ impl Transport for ShmTransport {
                         "get outside the target's window".into(),
                     ));
                 }
-                sys::read_remote(*pid, addr + offset, &mut out)
-                    .map_err(|e| fail("process_vm_readv", e))?;
+                sys::read_remote(*pid, addr + offset, &mut out).map_err(|e| {
+                    fail(
+                        format!("reading {len} bytes from rank {target} (process_vm_readv)"),
+                        e,
+                    )
+                })?;
             }
             PeerMemory::None => {
                 return Err(TransportError::Unsupported("get from unmapped memory"))
@@ -937,8 +954,15 @@ impl Transport for ShmTransport {
                         "get outside the target's window".into(),
                     ));
                 }
-                sys::read_remote(*pid, addr + offset, dst)
-                    .map_err(|e| fail("process_vm_readv", e))?;
+                sys::read_remote(*pid, addr + offset, dst).map_err(|e| {
+                    fail(
+                        format!(
+                            "reading {} bytes from rank {target} (process_vm_readv)",
+                            dst.len()
+                        ),
+                        e,
+                    )
+                })?;
             }
             PeerMemory::None => return Ok(false),
         }
@@ -1188,4 +1212,32 @@ fn lock_word_at(inbox: &Arc<Mapping>, slot: usize) -> Region {
     // SAFETY: slot < LOCK_SLOTS keeps the word inside the inbox's lock table; inbox
     // mappings live as long as the transport, which outlives its windows.
     unsafe { Region::new(inbox.ptr().add(slot * 64), 8) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A system call's failure stays the error's source: process_vm_readv from a process
+    // that is gone (a reaped child) is ESRCH, under what the backend was doing.
+    #[test]
+    fn a_failed_system_call_is_the_source_of_the_rma_error() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("reap the child");
+        let mut buf = [0u8; 8];
+        let read = sys::read_remote(pid, 4096, &mut buf).expect_err("read from a dead pid");
+        let err = rma_core::Error::from(fail("reading 8 bytes from rank 1", read));
+        let io = std::error::Error::source(&err)
+            .and_then(|c| c.downcast_ref::<std::io::Error>())
+            .unwrap_or_else(|| panic!("no io::Error under {err:?}"));
+        assert_eq!(io.raw_os_error(), Some(libc::ESRCH), "{err:?}");
+        let text = format!("{err:?}");
+        assert!(
+            text.contains("reading 8 bytes from rank 1 failed: caused by: "),
+            "{text}"
+        );
+    }
 }
