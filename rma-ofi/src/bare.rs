@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use rma_core::{AccOp, DataType, TransportError};
+use rma_core::{AccOp, BackendError, DataType, TransportError};
 
 use crate::sys::{fi_error, is_again, Atomic, Completion, Endpoint, Local, Mr, OpContext, Remote};
 
@@ -127,7 +127,11 @@ impl BarePair {
         // them, field order).
         let rc = unsafe { self.ep.post_recv(buf, &mut *self.recv_ctx) };
         if rc != 0 {
-            return Err(fi_error("fi_recv", rc as i64));
+            return Err(fi_error(
+                "posting the bare pattern's receive",
+                "fi_recv",
+                rc as i64,
+            ));
         }
         Ok(())
     }
@@ -139,13 +143,12 @@ impl BarePair {
                 .iter()
                 .filter(|c| c.id == Some(id))
                 .count()),
-            Err(_) => {
-                let msg = self
-                    .ep
-                    .cq_readerr()
-                    .map_or_else(|| "unknown".to_string(), |(_, m)| m);
-                Err(TransportError::Failed(format!("bare pattern: {msg}")))
-            }
+            Err(_) => match self.ep.cq_readerr() {
+                Some((_, e)) => {
+                    Err(BackendError::new("completing a bare pattern operation", e).into())
+                }
+                None => Err(TransportError::Failed("bare pattern: unknown".into())),
+            },
         }
     }
 
@@ -165,7 +168,7 @@ impl BarePair {
     /// waits for all their completions.
     fn issue(
         &mut self,
-        what: &str,
+        call: &'static str,
         count: usize,
         mut post: impl FnMut(&mut BarePair) -> isize,
     ) -> Result<(), TransportError> {
@@ -177,7 +180,11 @@ impl BarePair {
                     break;
                 }
                 if !is_again(rc) {
-                    return Err(fi_error(what, rc as i64));
+                    return Err(fi_error(
+                        format!("posting {count} bare pattern operations"),
+                        call,
+                        rc as i64,
+                    ));
                 }
                 done += self.reap(OP)?;
             }
@@ -299,7 +306,11 @@ impl BarePair {
                 return Ok(());
             }
             if !is_again(rc) || start.elapsed() > STALL {
-                return Err(fi_error("fi_inject", rc as i64));
+                return Err(fi_error(
+                    "sending the bare pattern's message",
+                    "fi_inject",
+                    rc as i64,
+                ));
             }
             let _ = self.ep.cq_read(&mut self.entries);
         }

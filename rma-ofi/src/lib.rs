@@ -93,10 +93,11 @@ use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, SharedAmong,
     Transport, UserMemory, Wake,
 };
-use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
+use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
 use sys::{
-    fi_error, is_again, Atomic, AtomicKind, Completion, Endpoint, LocalBuf, Mr, OpContext, Remote,
+    fi_error, is_again, Atomic, AtomicKind, Completion, CompletionError, Endpoint, LocalBuf, Mr,
+    OpContext, Remote,
 };
 
 /// Bytes before the payload of every active message: sender rank, sequence number.
@@ -446,6 +447,7 @@ impl OfiTransport {
         target: Rank,
         token: u64,
         fetch: bool,
+        call: &'static str,
         mut post: impl FnMut(&mut Inner, usize, sys::fi_addr_t) -> Result<isize, TransportError>,
     ) -> Result<Issued, TransportError> {
         let mut inner = self.lock();
@@ -467,7 +469,11 @@ impl OfiTransport {
             }
             inner.op_free.push(idx);
             if !is_again(rc) {
-                return Err(fi_error("native operation", rc as i64));
+                return Err(fi_error(
+                    format!("posting a native operation to rank {target}"),
+                    call,
+                    rc as i64,
+                ));
             }
             if attempt == 0 {
                 inner.drive()?;
@@ -594,7 +600,7 @@ impl Inner {
             self.repost.push(i);
             Ok(())
         } else {
-            Err(fi_error("fi_recv", rc as i64))
+            Err(fi_error("posting a receive buffer", "fi_recv", rc as i64))
         }
     }
 
@@ -647,14 +653,20 @@ impl Inner {
                     }
                 }
                 Err(rc) if sys::error_waiting(rc) => {
-                    let Some((id, msg)) = self.ep.cq_readerr() else {
+                    let Some((id, e)) = self.ep.cq_readerr() else {
                         continue;
                     };
-                    if let Err(err) = self.complete_error(id, msg) {
+                    if let Err(err) = self.complete_error(id, e) {
                         break Err(err);
                     }
                 }
-                Err(rc) => break Err(fi_error("fi_cq_read", rc as i64)),
+                Err(rc) => {
+                    break Err(fi_error(
+                        "reading the completion queue",
+                        "fi_cq_read",
+                        rc as i64,
+                    ))
+                }
             }
         };
         self.entries = entries;
@@ -747,20 +759,26 @@ impl Inner {
         Ok(())
     }
 
-    fn complete_error(&mut self, id: Option<u64>, msg: String) -> Result<(), TransportError> {
+    fn complete_error(
+        &mut self,
+        id: Option<u64>,
+        e: CompletionError,
+    ) -> Result<(), TransportError> {
         let Some(id) = id else {
-            return Err(TransportError::Failed(format!("libfabric: {msg}")));
+            return Err(
+                BackendError::new("completing an operation libfabric did not name", e).into(),
+            );
         };
         let idx = (id & !KIND_MASK) as usize;
         match id & KIND_MASK {
             KIND_RECV => {
                 self.post_recv(idx)?;
-                Err(TransportError::Failed(format!("receive failed: {msg}")))
+                Err(BackendError::new("receiving an active message", e).into())
             }
             KIND_SEND => {
                 self.send_free.push(idx);
                 let dest = self.sends[idx].dest;
-                self.peer_failed(dest, &msg);
+                self.peer_failed(dest, &e.to_string());
                 Ok(())
             }
             KIND_OP => {
@@ -768,13 +786,15 @@ impl Inner {
                 self.op_free.push(idx);
                 self.pending.push_back(Event::Failed {
                     token,
-                    error: TransportError::Failed(format!("libfabric native operation: {msg}")),
+                    error: BackendError::new("completing a native operation", e).into(),
                 });
                 Ok(())
             }
-            _ => Err(TransportError::Failed(format!(
-                "error completion with unknown context {id:#x}: {msg}"
-            ))),
+            _ => Err(BackendError::new(
+                format!("completing an operation of unknown context {id:#x}"),
+                e,
+            )
+            .into()),
         }
     }
 
@@ -869,7 +889,11 @@ impl Inner {
                 } else if is_again(rc) {
                     Ok(false)
                 } else {
-                    Err(fi_error("fi_inject", rc as i64))
+                    Err(fi_error(
+                        format!("sending an active message to rank {target}"),
+                        "fi_inject",
+                        rc as i64,
+                    ))
                 };
             }
         }
@@ -903,7 +927,11 @@ impl Inner {
             if is_again(rc) {
                 Ok(false)
             } else {
-                Err(fi_error("fi_send", rc as i64))
+                Err(fi_error(
+                    format!("sending an active message to rank {target}"),
+                    "fi_send",
+                    rc as i64,
+                ))
             }
         }
     }
@@ -1100,7 +1128,7 @@ impl Transport for OfiTransport {
         token: u64,
     ) -> Result<Issued, TransportError> {
         let m = self.remote(win, target, offset, data.len())?;
-        self.issue(target, token, false, |inner, idx, peer| {
+        self.issue(target, token, false, "fi_writemsg", |inner, idx, peer| {
             let inject = data.len() <= inner.ep.offer.inject_size;
             let Inner { ep, ops, .. } = inner;
             let op = &mut ops[idx];
@@ -1125,7 +1153,7 @@ impl Transport for OfiTransport {
         token: u64,
     ) -> Result<Issued, TransportError> {
         let m = self.remote(win, target, offset, len)?;
-        self.issue(target, token, true, |inner, idx, peer| {
+        self.issue(target, token, true, "fi_read", |inner, idx, peer| {
             let Inner { ep, ops, .. } = inner;
             let op = &mut ops[idx];
             op.result.bytes.resize(len, 0);
@@ -1165,7 +1193,12 @@ impl Transport for OfiTransport {
                     count,
                 };
                 let fetching = fetch || op == AccOp::NoOp;
-                self.issue(target, token, fetch, |inner, idx, peer| {
+                let call = if fetch {
+                    "fi_fetch_atomic"
+                } else {
+                    "fi_atomicmsg"
+                };
+                self.issue(target, token, fetch, call, |inner, idx, peer| {
                     let Inner { ep, ops, .. } = inner;
                     let o = &mut ops[idx];
                     o.buf.bytes.extend_from_slice(operand);
@@ -1192,20 +1225,28 @@ impl Transport for OfiTransport {
                 swap,
             } => {
                 let m = self.remote(win, target, offset, swap.len())?;
-                self.issue(target, token, true, |inner, idx, peer| {
-                    let Inner { ep, ops, .. } = inner;
-                    let o = &mut ops[idx];
-                    o.buf.bytes.extend_from_slice(swap);
-                    o.cmp.bytes.extend_from_slice(compare);
-                    o.result.bytes.resize(swap.len(), 0);
-                    let (src, cmp, result) =
-                        (o.buf.local(ep)?, o.cmp.local(ep)?, o.result.local(ep)?);
-                    let to = m.at(peer, offset);
-                    // SAFETY: swap, compare, result and context are the op slot's, untouched
-                    // until its completion, their descriptors none or their regions; range
-                    // checked.
-                    Ok(unsafe { ep.compare_atomic(src, cmp, result, to, datatype, &mut *o.ctx) })
-                })
+                self.issue(
+                    target,
+                    token,
+                    true,
+                    "fi_compare_atomic",
+                    |inner, idx, peer| {
+                        let Inner { ep, ops, .. } = inner;
+                        let o = &mut ops[idx];
+                        o.buf.bytes.extend_from_slice(swap);
+                        o.cmp.bytes.extend_from_slice(compare);
+                        o.result.bytes.resize(swap.len(), 0);
+                        let (src, cmp, result) =
+                            (o.buf.local(ep)?, o.cmp.local(ep)?, o.result.local(ep)?);
+                        let to = m.at(peer, offset);
+                        // SAFETY: swap, compare, result and context are the op slot's, untouched
+                        // until its completion, their descriptors none or their regions; range
+                        // checked.
+                        Ok(unsafe {
+                            ep.compare_atomic(src, cmp, result, to, datatype, &mut *o.ctx)
+                        })
+                    },
+                )
             }
         }
     }
@@ -1241,9 +1282,9 @@ impl Transport for OfiTransport {
         match sys::poll_fd(fd, timeout) {
             Ok(true) => Ok(Wake::Traffic),
             Ok(false) => Ok(Wake::Timeout),
-            Err(e) => Err(TransportError::Failed(format!(
-                "poll of the completion queue's wait object: {e}"
-            ))),
+            Err(e) => {
+                Err(BackendError::new("polling the completion queue's wait object", e).into())
+            }
         }
     }
 

@@ -7,8 +7,8 @@ use std::ptr;
 use rma_core::{DataType, TransportError};
 
 use super::{
-    check, context_id, datatype, ffi, fi_error, is_again, op, strerror, Atomic, AtomicKind,
-    Completion, Desc, Info, Local, OpContext, Remote,
+    check, context_id, datatype, ffi, fi_error, is_again, op, Atomic, AtomicKind, Completion,
+    CompletionError, Desc, Info, Local, OpContext, Remote,
 };
 
 /// One endpoint with its fabric, domain, AV and CQ, opened from one fi_info entry.
@@ -91,6 +91,7 @@ impl Endpoint {
         min_multi_recv: Option<usize>,
     ) -> Result<Endpoint, TransportError> {
         let offer = info.offer();
+        let doing = format!("opening a libfabric endpoint ({})", offer.provider);
         let raw_info = info.0;
         let mut me = Endpoint {
             fabric: ptr::null_mut(),
@@ -114,10 +115,12 @@ impl Endpoint {
         unsafe {
             let i = &*raw_info;
             check(
+                &doing,
                 "fi_fabric",
                 ffi::rma_fi_fabric(i.fabric_attr, &mut me.fabric, ptr::null_mut()),
             )?;
             check(
+                &doing,
                 "fi_domain",
                 ffi::rma_fi_domain(me.fabric, raw_info, &mut me.domain, ptr::null_mut()),
             )?;
@@ -127,6 +130,7 @@ impl Endpoint {
                 ..Default::default()
             };
             check(
+                &doing,
                 "fi_av_open",
                 ffi::rma_fi_av_open(me.domain, &mut av_attr, &mut me.av, ptr::null_mut()),
             )?;
@@ -150,7 +154,7 @@ impl Endpoint {
                     me.cq = ptr::null_mut();
                     continue;
                 }
-                check("fi_cq_open", rc)?;
+                check(&doing, "fi_cq_open", rc)?;
                 if wait_obj == ffi::fi_wait_obj_FI_WAIT_FD {
                     let mut fd: std::os::raw::c_int = -1;
                     if ffi::rma_fi_cq_wait_fd(me.cq, &mut fd) == 0 && fd >= 0 {
@@ -160,14 +164,17 @@ impl Endpoint {
                 break;
             }
             check(
+                &doing,
                 "fi_endpoint",
                 ffi::rma_fi_endpoint(me.domain, raw_info, &mut me.ep, ptr::null_mut()),
             )?;
             check(
+                &doing,
                 "fi_ep_bind(av)",
                 ffi::rma_fi_ep_bind(me.ep, &mut (*me.av).fid, 0),
             )?;
             check(
+                &doing,
                 "fi_ep_bind(cq)",
                 ffi::rma_fi_ep_bind(
                     me.ep,
@@ -180,7 +187,7 @@ impl Endpoint {
                 // per buffer.
                 me.offer.multi_recv = ffi::rma_fi_setopt_min_multi_recv(me.ep, min) == 0;
             }
-            check("fi_enable", ffi::rma_fi_enable(me.ep))?;
+            check(&doing, "fi_enable", ffi::rma_fi_enable(me.ep))?;
         }
         Ok(me)
     }
@@ -217,9 +224,9 @@ impl Endpoint {
             buf.resize(len, 0);
             // SAFETY: as above with the size the provider asked for.
             let rc = unsafe { ffi::rma_fi_getname(self.ep, buf.as_mut_ptr().cast(), &mut len) };
-            check("fi_getname", rc)?;
+            check("reading this endpoint's address", "fi_getname", rc)?;
         } else {
-            check("fi_getname", rc)?;
+            check("reading this endpoint's address", "fi_getname", rc)?;
         }
         buf.truncate(len);
         Ok(buf)
@@ -252,7 +259,11 @@ impl Endpoint {
                 )
             };
             if rc != 1 {
-                return Err(fi_error("fi_av_insert", rc as i64));
+                return Err(fi_error(
+                    "inserting a peer's address",
+                    "fi_av_insert",
+                    rc as i64,
+                ));
             }
             out.push(a);
         }
@@ -543,8 +554,13 @@ impl Endpoint {
         let key = self.next_local_key;
         self.next_local_key += 1;
         // SAFETY: the caller's contract.
-        let mr = unsafe { self.mr_open(base, len, access, key) }
-            .map_err(|rc| fi_error("fi_mr_reg (local buffer)", rc as i64))?;
+        let mr = unsafe { self.mr_open(base, len, access, key) }.map_err(|rc| {
+            fi_error(
+                format!("registering a local buffer of {len} bytes"),
+                "fi_mr_reg",
+                rc as i64,
+            )
+        })?;
         self.local_registrations += 1;
         let slot = match self.local_regions.iter().position(|m| m.is_null()) {
             Some(i) => {
@@ -638,8 +654,8 @@ impl Endpoint {
     }
 
     /// Reads one error completion: the [`OpContext::id`] of its operation, and the error
-    /// text.
-    pub fn cq_readerr(&mut self) -> Option<(Option<u64>, String)> {
+    /// (its code and the provider's text).
+    pub fn cq_readerr(&mut self) -> Option<(Option<u64>, CompletionError)> {
         let mut e = ffi::fi_cq_err_entry::default();
         // SAFETY: `cq` is open; `e` is a writable fi_cq_err_entry (err_data left null:
         // the provider points it at its own storage, valid until the next read).
@@ -665,11 +681,16 @@ impl Endpoint {
                 std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
             }
         };
-        let generic = strerror(e.err);
         // SAFETY: as in `cq_read`: the operation's context lives until this (error)
         // completion is read.
         let id = unsafe { context_id(e.op_context) };
-        Some((id, format!("{generic} (err {}, provider: {prov})", e.err)))
+        Some((
+            id,
+            CompletionError {
+                code: e.err,
+                provider: prov,
+            },
+        ))
     }
 
     /// Registers `base..base+len` for remote reads and writes (and atomics) with
@@ -688,13 +709,19 @@ impl Endpoint {
         let access =
             (ffi::FI_REMOTE_READ | ffi::FI_REMOTE_WRITE | ffi::FI_READ | ffi::FI_WRITE) as u64;
         // SAFETY: the caller's contract.
-        let mr = unsafe { self.mr_open(base, len, access, requested_key) }
-            .map_err(|rc| fi_error("fi_mr_reg", rc as i64))?;
+        let mr = unsafe { self.mr_open(base, len, access, requested_key) }.map_err(|rc| {
+            fi_error(
+                format!("registering {len} bytes for remote access"),
+                "fi_mr_reg",
+                rc as i64,
+            )
+        })?;
         let (bind, enable) = (self.offer.mr_bind(), self.offer.mr_enable());
         // SAFETY: `mr` was just opened on this domain; `ep` is open.
         let r = unsafe {
             if bind {
                 check(
+                    &format!("registering {len} bytes for remote access"),
                     "fi_mr_bind",
                     ffi::rma_fi_mr_bind(mr, &mut (*self.ep).fid, 0),
                 )
@@ -703,7 +730,11 @@ impl Endpoint {
             }
             .and_then(|_| {
                 if enable {
-                    check("fi_mr_enable", ffi::rma_fi_mr_enable(mr))
+                    check(
+                        &format!("registering {len} bytes for remote access"),
+                        "fi_mr_enable",
+                        ffi::rma_fi_mr_enable(mr),
+                    )
                 } else {
                     Ok(())
                 }

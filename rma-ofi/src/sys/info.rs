@@ -116,10 +116,11 @@ impl InfoList {
         };
         if rc != 0 {
             return Err(fi_error(
-                &format!(
-                    "fi_getinfo (FI_EP_RDM, provider {})",
+                format!(
+                    "asking libfabric for an FI_EP_RDM endpoint (provider {})",
                     provider.unwrap_or("any")
                 ),
+                "fi_getinfo",
                 rc as i64,
             ));
         }

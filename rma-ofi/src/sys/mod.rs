@@ -27,16 +27,67 @@ mod info;
 use std::ffi::{c_void, CStr};
 use std::time::Duration;
 
-use rma_core::{AccOp, DataType, TransportError};
+use rma_core::{AccOp, BackendError, DataType, TransportError};
 
 pub use endpoint::{Endpoint, LocalBuf, Mr};
 pub use ffi::fi_addr_t;
 pub use info::{Caps, Entry, Info, InfoList, Offer};
 
-/// A libfabric return code as a typed error, with `fi_strerror`'s text.
-pub fn fi_error(what: &str, rc: i64) -> TransportError {
-    let code = rc.unsigned_abs() as i32;
-    TransportError::Failed(format!("{what}: {} ({rc})", strerror(code)))
+/// A libfabric call's failure: the call and the error code it returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OfiError {
+    /// The call, e.g. "fi_av_insert".
+    pub call: &'static str,
+    /// The error code (`FI_E*`, an errno), positive: the call returned its negation.
+    pub code: i32,
+}
+
+impl OfiError {
+    /// The failure of `call`, which returned `rc` (a negative error code).
+    pub fn new(call: &'static str, rc: i64) -> OfiError {
+        OfiError {
+            call,
+            code: rc.unsigned_abs() as i32,
+        }
+    }
+}
+
+impl std::fmt::Display for OfiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} ({})", self.call, strerror(self.code), -self.code)
+    }
+}
+
+impl std::error::Error for OfiError {}
+
+/// An error completion (`fi_cq_readerr`): libfabric's error code and the provider's
+/// own text for it (`fi_cq_strerror`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionError {
+    /// The error code (`FI_E*`, an errno), positive.
+    pub code: i32,
+    /// The provider's explanation.
+    pub provider: String,
+}
+
+impl std::fmt::Display for CompletionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (err {}, provider: {})",
+            strerror(self.code),
+            self.code,
+            self.provider
+        )
+    }
+}
+
+impl std::error::Error for CompletionError {}
+
+/// A libfabric return code as a typed error: `call` returned `rc` while doing `doing`
+/// (an action: "inserting a peer's address"), its [`OfiError`] kept as the source.
+pub fn fi_error(doing: impl Into<String>, call: &'static str, rc: i64) -> TransportError {
+    BackendError::new(doing, OfiError::new(call, rc)).into()
 }
 
 /// `fi_strerror`'s text for an error code.
@@ -48,11 +99,11 @@ fn strerror(code: i32) -> String {
         .into_owned()
 }
 
-fn check(what: &str, rc: i32) -> Result<(), TransportError> {
+fn check(doing: &str, call: &'static str, rc: i32) -> Result<(), TransportError> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(fi_error(what, rc as i64))
+        Err(fi_error(doing, call, rc as i64))
     }
 }
 
