@@ -76,7 +76,11 @@ impl Endpoint {
             let list = match InfoList::query(provider, caps, local_mr) {
                 Ok(list) => list,
                 Err(e) => {
-                    tracing::info!(caps = caps.0, "no provider with these capabilities ({e})");
+                    tracing::info!(
+                        caps = caps.0,
+                        "no provider with these capabilities ({})",
+                        rma_backend::with_causes(&e)
+                    );
                     last = e;
                     continue;
                 }
@@ -99,7 +103,11 @@ impl Endpoint {
                 {
                     Ok(me) => return Ok(me),
                     Err(e) => {
-                        tracing::info!(caps = caps.0, "an fi_getinfo entry did not open ({e})");
+                        tracing::info!(
+                            caps = caps.0,
+                            "an fi_getinfo entry did not open ({})",
+                            rma_backend::with_causes(&e)
+                        );
                         last = e;
                     }
                 }

@@ -16,7 +16,7 @@ use std::ptr;
 use std::sync::Arc;
 
 use rdma_sys as sys;
-use rma_core::TransportError;
+use rma_core::{BackendError, TransportError};
 
 /// What went wrong in the verbs layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +68,28 @@ impl fmt::Display for VerbsError {
 
 impl std::error::Error for VerbsError {}
 
+impl VerbsError {
+    /// This failure as the transport's error, kept whole as the source under what was
+    /// being done (an action: "registering 4096 bytes for remote access"). A missing
+    /// device or port has no failure under it and stays a message.
+    pub fn while_doing(self, doing: impl Into<String>) -> TransportError {
+        match self {
+            VerbsError::NoDevice(_) | VerbsError::Port(_) => {
+                TransportError::Failed(self.to_string())
+            }
+            e => BackendError::new(doing, e).into(),
+        }
+    }
+}
+
+// Where the caller did not say what it was doing (a `?`), the kind of failure says it.
 impl From<VerbsError> for TransportError {
     fn from(e: VerbsError) -> TransportError {
-        TransportError::Failed(e.to_string())
+        let doing = match e {
+            VerbsError::Completion { .. } => "completing a work request",
+            _ => "calling the verbs library",
+        };
+        e.while_doing(doing)
     }
 }
 

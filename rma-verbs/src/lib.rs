@@ -401,8 +401,9 @@ impl VerbsTransport {
         let gid_index = std::env::var("RMA_VERBS_GID_INDEX")
             .ok()
             .and_then(|v| v.parse::<u8>().ok());
-        let ctx = Context::open(device.as_deref(), port, gid_index)?;
-        let pd = Pd::new(&ctx)?;
+        let ctx = Context::open(device.as_deref(), port, gid_index)
+            .map_err(|e| e.while_doing("opening the RDMA device"))?;
+        let pd = Pd::new(&ctx).map_err(|e| e.while_doing("allocating a protection domain"))?;
         let depth = (env_usize("RMA_VERBS_SEND_DEPTH", 256) as u32)
             .clamp(SIGNAL_EVERY * 2, ctx.max_qp_wr.max(SIGNAL_EVERY * 2));
         let nrecv = env_usize("RMA_VERBS_RECV_BUFFERS", 16).clamp(2, 4096) as u32;
@@ -414,7 +415,9 @@ impl VerbsTransport {
         let block_after = env_usize("RMA_VERBS_BLOCK_AFTER", 0) as u64;
         // Always with a completion channel: the progress agent sleeps on it. Free while
         // nobody arms it (the device raises an event only for an armed CQ).
-        let cq = Cq::new(&ctx, cq_len, true)?;
+        let cq = Cq::new(&ctx, cq_len, true).map_err(|e| {
+            e.while_doing(format!("creating a completion queue of {cq_len} entries"))
+        })?;
         let rd_atomic = ctx.max_qp_rd_atom.clamp(1, 16) as u8;
         let params = QpParams {
             timeout: env_usize("RMA_VERBS_TIMEOUT", 17).clamp(1, 31) as u8,
@@ -426,7 +429,10 @@ impl VerbsTransport {
         // One QP per rank (ours: the requester of the loopback pair), in RESET.
         let mut fresh = Vec::with_capacity(size);
         for _ in 0..size {
-            fresh.push(ib::ResetQp::new(&pd, &cq, depth, nrecv, 256)?);
+            fresh.push(
+                ib::ResetQp::new(&pd, &cq, depth, nrecv, 256)
+                    .map_err(|e| e.while_doing("creating a queue pair"))?,
+            );
         }
         let mut blob = Vec::with_capacity(size * Endpoint::LEN);
         for (j, q) in fresh.iter().enumerate() {
@@ -451,7 +457,8 @@ impl VerbsTransport {
             let mut recv = Vec::new();
             let (qp, loopback) = if j == rank as usize {
                 // Native ops on our own windows: a second QP, connected to this one.
-                let lb = ib::ResetQp::new(&pd, &cq, 4, 1, 0)?;
+                let lb = ib::ResetQp::new(&pd, &cq, 4, 1, 0)
+                    .map_err(|e| e.while_doing("creating the loopback queue pair"))?;
                 let lb_psn = ours ^ 0x5555;
                 let me = Endpoint {
                     qpn: init.qpn(),
@@ -480,7 +487,11 @@ impl VerbsTransport {
                         TransportError::Failed(format!("bad QP endpoint from rank {j}"))
                     })?;
                 for i in 0..nrecv {
-                    let b = Buffer::new(&pd, max_message, Access::LOCAL)?;
+                    let b = Buffer::new(&pd, max_message, Access::LOCAL).map_err(|e| {
+                        e.while_doing(format!(
+                            "registering a receive buffer of {max_message} bytes"
+                        ))
+                    })?;
                     // SAFETY: the buffer is kept in `recv` (a field of the peer that
                     // owns the QP, destroyed first) and not touched until its completion.
                     unsafe {
@@ -1354,7 +1365,8 @@ impl VerbsTransport {
         let pd = self.lock().pd.clone();
         // SAFETY: caller's contract.
         Ok(Some(unsafe {
-            Mr::register(&pd, base, len, Access::window(atomics))?
+            Mr::register(&pd, base, len, Access::window(atomics))
+                .map_err(|e| e.while_doing(format!("registering {len} bytes for remote access")))?
         }))
     }
 
