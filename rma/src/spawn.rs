@@ -140,7 +140,8 @@ impl World {
                 Err(TransportError::Unsupported(_)) if std::env::var_os("SLURM_STEP_ID").is_some() => {
                     b"\x01spawn under srun: Slurm cannot start processes into a running job step (launch with rma-run)".to_vec()
                 }
-                Err(e) => [&[1u8][..], e.to_string().as_bytes()].concat(),
+                // With its causes: the parents have only this text.
+                Err(e) => [&[1u8][..], rma_backend::with_causes(&e).as_bytes()].concat(),
             }
         } else {
             Vec::new()

@@ -16,14 +16,14 @@ mod single;
 
 use std::sync::Arc;
 
-use rma_core::{Bootstrap, Error, Rank, TransportError};
+use rma_core::{BackendError, Bootstrap, Error, Rank, TransportError};
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::MpiBootstrap;
 pub use pmi1::Pmi1;
 pub use pmi2::Pmi2;
 #[cfg(feature = "pmix")]
-pub use pmix::Pmix;
+pub use pmix::{Pmix, PmixError};
 pub use run::{RunClient, RunServer};
 pub use single::Single;
 
@@ -54,10 +54,15 @@ impl Rendezvous {
         let k = SPAWNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let job = format!("s{}x{k}", std::process::id());
         let dir = std::env::temp_dir().join(format!("rma-{job}"));
-        let io = |e: std::io::Error| TransportError::Failed(format!("the spawn's rendezvous: {e}"));
-        crate::launcher::private_dir(&dir).map_err(io)?;
+        crate::launcher::private_dir(&dir).map_err(|e| {
+            BackendError::new(
+                format!("making the spawn's rendezvous directory {}", dir.display()),
+                e,
+            )
+        })?;
         // The joint job, named as rma-run names a spawn's (every join is alike).
-        let server = RunServer::start(&dir, 0).map_err(io)?;
+        let server = RunServer::start(&dir, 0)
+            .map_err(|e| BackendError::new("starting the spawn's rendezvous server", e))?;
         server.add_job(&job, parents + children);
         let path = server.path().to_string_lossy().into_owned();
         Ok(Rendezvous {
@@ -87,7 +92,7 @@ pub(crate) fn join_rendezvous(
         .split_once('\n')
         .ok_or_else(|| TransportError::Failed("a bad spawn rendezvous".into()))?;
     let client = RunClient::connect_named(std::path::Path::new(path), rank, size, job.into())
-        .map_err(|e| TransportError::Failed(e.to_string()))?;
+        .map_err(|e| BackendError::new(format!("joining the spawn's rendezvous at {path}"), e))?;
     Ok(Arc::new(client))
 }
 
@@ -112,7 +117,7 @@ pub(crate) fn child_rendezvous(
         parents + size,
         job.into(),
     )
-    .map_err(|e| TransportError::Failed(e.to_string()))?;
+    .map_err(|e| BackendError::new(format!("joining the spawn's rendezvous at {path}"), e))?;
     Ok((Arc::new(client), parents))
 }
 
@@ -233,9 +238,8 @@ impl Watch {
             if r < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(TransportError::Failed(format!(
-                        "the launcher's socket failed waiting for `{what:.30}`: {e}"
-                    )));
+                    let doing = format!("waiting on the launcher's socket for `{what:.30}`");
+                    return Err(BackendError::new(doing, e).into());
                 }
             }
             self.check()?;

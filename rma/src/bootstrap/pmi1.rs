@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
 use rma_core::bootstrap::SpawnCommand;
-use rma_core::{Bootstrap, Error, Rank, TransportError};
+use rma_core::{BackendError, Bootstrap, Error, Rank, TransportError};
 
 /// A PMI-1 client on the fd the launcher gave us.
 #[derive(Debug)]
@@ -47,7 +47,12 @@ impl Pmi1 {
         let Some(stream) = super::pmi_socket()? else {
             return Ok(None);
         };
-        let reader = BufReader::new(stream.try_clone().map_err(|e| err(e.to_string()))?);
+        let reader = BufReader::new(stream.try_clone().map_err(|e| {
+            TransportError::from(BackendError::new(
+                "duplicating the PMI-1 launcher's socket",
+                e,
+            ))
+        })?);
         let mut me = Pmi1 {
             rank: 0,
             size: 1,
@@ -94,8 +99,9 @@ impl Pmi1 {
     /// Writes lines that get no answer of their own.
     fn send(&self, lines: &str) -> Result<(), TransportError> {
         let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        c.1.write_all(format!("{lines}\n").as_bytes())
-            .map_err(|e| err(format!("launcher gone: {e}")))
+        c.1.write_all(format!("{lines}\n").as_bytes()).map_err(|e| {
+            BackendError::new(format!("sending `{lines:.30}` to the PMI-1 launcher"), e).into()
+        })
     }
 
     fn call(&self, line: &str, expect: &str) -> Result<HashMap<String, String>, TransportError> {
@@ -103,7 +109,9 @@ impl Pmi1 {
         let (reader, writer) = &mut *c;
         writer
             .write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| err(format!("launcher gone: {e}")))?;
+            .map_err(|e| {
+                BackendError::new(format!("sending `{line:.30}` to the PMI-1 launcher"), e)
+            })?;
         if reader.buffer().is_empty() {
             self.watch.readable(reader.get_ref(), line)?;
         }
@@ -111,7 +119,10 @@ impl Pmi1 {
         match reader.read_line(&mut reply) {
             Ok(0) => return Err(err("launcher closed the connection")),
             Ok(_) => {}
-            Err(e) => return Err(err(format!("no answer to `{line:.30}`: {e}"))),
+            Err(e) => {
+                let doing = format!("reading the PMI-1 launcher's answer to `{line:.30}`");
+                return Err(BackendError::new(doing, e).into());
+            }
         }
         let map = parse(reply.trim())
             .ok_or_else(|| err(format!("garbled reply: {:.60}", reply.trim())))?;

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
-use rma_core::{Bootstrap, Error, Rank, TransportError};
+use rma_core::{BackendError, Bootstrap, Error, Rank, TransportError};
 
 /// A PMI-2 client on the fd the launcher gave us.
 #[derive(Debug)]
@@ -110,13 +110,13 @@ impl Pmi2 {
     fn init_line(&self) -> Result<(), TransportError> {
         let mut s = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         s.write_all(b"cmd=init pmi_version=2 pmi_subversion=0\n")
-            .map_err(|e| err(format!("launcher gone: {e}")))?;
+            .map_err(|e| BackendError::new("sending init to the PMI-2 launcher", e))?;
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
         self.watch.readable(&s, "init")?;
         while byte[0] != b'\n' {
             s.read_exact(&mut byte)
-                .map_err(|e| err(format!("no answer to init: {e}")))?;
+                .map_err(|e| BackendError::new("reading the PMI-2 launcher's answer to init", e))?;
             line.push(byte[0]);
             if line.len() > 1024 {
                 return Err(err("init reply too long"));
@@ -136,11 +136,17 @@ impl Pmi2 {
     fn call(&self, cmd: &str, expect: &str) -> Result<HashMap<String, String>, TransportError> {
         let mut s = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         s.write_all(format!("{:<6}{cmd}", cmd.len()).as_bytes())
-            .map_err(|e| err(format!("launcher gone: {e}")))?;
+            .map_err(|e| {
+                BackendError::new(format!("sending `{cmd:.30}` to the PMI-2 launcher"), e)
+            })?;
         self.watch.readable(&s, cmd)?;
         let mut len = [0u8; 6];
-        s.read_exact(&mut len)
-            .map_err(|e| err(format!("no answer to `{cmd:.30}`: {e}")))?;
+        s.read_exact(&mut len).map_err(|e| {
+            BackendError::new(
+                format!("reading the PMI-2 launcher's answer to `{cmd:.30}`"),
+                e,
+            )
+        })?;
         let n: usize = std::str::from_utf8(&len)
             .ok()
             .and_then(|l| l.trim().parse().ok())
@@ -152,8 +158,12 @@ impl Pmi2 {
                 ))
             })?;
         let mut body = vec![0u8; n];
-        s.read_exact(&mut body)
-            .map_err(|e| err(format!("short reply: {e}")))?;
+        s.read_exact(&mut body).map_err(|e| {
+            BackendError::new(
+                format!("reading the PMI-2 launcher's {n}-byte reply to `{cmd:.30}`"),
+                e,
+            )
+        })?;
         let body = String::from_utf8(body).map_err(|_| err("reply is not text"))?;
         let map = parse(&body).ok_or_else(|| err(format!("garbled reply: {body:.60}")))?;
         if map.get("cmd").map(String::as_str) != Some(expect) {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rma_core::bootstrap::SpawnCommand;
-use rma_core::{Bootstrap, Error, Rank, TransportError};
+use rma_core::{BackendError, Bootstrap, Error, Rank, TransportError};
 
 use super::{env, hex, unhex};
 
@@ -124,14 +124,13 @@ impl RunClient {
     ) -> Result<RunClient, Error> {
         let path = socket.to_path_buf();
         let socket = socket.display();
-        let stream = UnixStream::connect(socket.to_string()).map_err(|e| {
-            TransportError::Failed(format!("cannot reach rma-run at {socket}: {e}"))
-        })?;
+        let stream = UnixStream::connect(socket.to_string())
+            .map_err(|e| BackendError::new(format!("reaching rma-run at {socket}"), e))?;
         stream.set_read_timeout(Some(boot_timeout())).ok();
         let reader = BufReader::new(
             stream
                 .try_clone()
-                .map_err(|e| TransportError::Failed(e.to_string()))?,
+                .map_err(|e| BackendError::new("duplicating the connection to rma-run", e))?,
         );
         let hello = if named {
             format!("hello {rank} {job}")
@@ -160,7 +159,10 @@ impl RunClient {
         writer
             .write_all(line.as_bytes())
             .and_then(|_| writer.write_all(b"\n"))
-            .map_err(|e| TransportError::Failed(format!("rma-run is gone: {e}")))?;
+            .map_err(|e| {
+                let cmd = line.split(' ').next().unwrap_or("");
+                BackendError::new(format!("sending `{cmd}` to rma-run"), e)
+            })?;
         let mut reply = String::new();
         match reader.read_line(&mut reply) {
             Ok(0) => Err(TransportError::Failed(
@@ -180,7 +182,10 @@ impl RunClient {
                     boot_timeout()
                 )))
             }
-            Err(e) => Err(TransportError::Failed(format!("rma-run: {e}"))),
+            Err(e) => {
+                let cmd = line.split(' ').next().unwrap_or("");
+                Err(BackendError::new(format!("reading rma-run's answer to `{cmd}`"), e).into())
+            }
         }
     }
 
@@ -275,8 +280,8 @@ impl Bootstrap for RunClient {
             .ok_or_else(|| TransportError::Failed(format!("rma-run's spawn reply: {r:.60}")))
     }
     fn parent(&self) -> Result<Option<(Arc<dyn Bootstrap>, usize)>, TransportError> {
-        let Some(client) =
-            Self::parent_from_env().map_err(|e| TransportError::Failed(e.to_string()))?
+        let Some(client) = Self::parent_from_env()
+            .map_err(|e| BackendError::new("joining the parents' job", e))?
         else {
             return Ok(None);
         };
