@@ -31,7 +31,8 @@ fn main() {
     let world = match World::init() {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("init failed: {e}");
+            // Debug: the message and its causes (what `fn main() -> Result` prints).
+            eprintln!("init failed: {e:?}");
             let dead = matches!(e.peer(), Some(PeerError::Dead { .. }));
             std::process::exit(if dead && case == "kill_trial" { 3 } else { 1 });
         }

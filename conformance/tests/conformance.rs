@@ -301,7 +301,8 @@ fn bad_environments_are_typed_errors_not_hangs() {
                 ("RMA_RUN_SIZE", "2"),
                 ("RMA_RUN_JOB", "x1"),
             ],
-            "cannot reach rma-run",
+            // The system's error is kept as the cause.
+            "reaching rma-run at /nonexistent/sock failed: caused by: No such file or directory",
         ),
         (
             &[("RMA_BACKEND", "carrier-pigeon")],
