@@ -1103,8 +1103,15 @@ mod tests {
             name: status_name(retry),
             vendor_err: 0,
         };
-        let t: TransportError = e.into();
-        assert!(t.to_string().contains("retry"), "{t}");
+        let t: TransportError = e.clone().into();
+        assert_eq!(t.to_string(), "completing a work request failed");
+        // The status is kept whole as the cause.
+        let cause = std::error::Error::source(&t).and_then(|c| c.downcast_ref::<VerbsError>());
+        assert_eq!(cause, Some(&e), "{t:?}");
+        assert!(
+            cause.is_some_and(|c| c.to_string().contains("retry")),
+            "{t:?}"
+        );
     }
 
     /// Without an RDMA device (the host of CI: its kernel has no RDMA) opening fails
