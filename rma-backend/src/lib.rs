@@ -11,8 +11,6 @@
 //!   registered with a network device.
 //! - **Peers**: [`process_alive`] and [`PeerWatch`] (the processes of this node, each
 //!   failure reported once), [`Collectives`] through the bootstrap.
-//! - **Errors** said as text with their causes ([`with_causes`]), where only text
-//!   travels.
 //! - **Network plumbing** around a device ([`Link`]): [`send`] of an active message
 //!   (to oneself without the device, retried once after driving it, `Busy` after) and
 //!   [`depart`] (goodbyes, then lingering until the peers said theirs).
@@ -20,7 +18,6 @@
 //! The calls into the system (the allocation, the liveness check) are in one `sys`
 //! module; the only other unsafe code is [`Region`]'s.
 
-mod causes;
 mod link;
 mod memory;
 mod peers;
@@ -28,7 +25,6 @@ mod region;
 mod segment;
 mod sys;
 
-pub use causes::with_causes;
 pub use link::{check_message, depart, send, Link};
 pub use memory::LocalMemory;
 pub use peers::{env_usize, process_alive, Collectives, PeerWatch};

@@ -698,8 +698,9 @@ impl Engine {
             Err(ErrorKind::Peer(PeerError::Departed { rank, .. })) => {
                 (3u8, rank.to_le_bytes().to_vec())
             }
-            // The others name this rank and the call themselves (CollectiveFailed).
-            Err(kind) => (1u8, kind.to_string().into_bytes()),
+            // The others name this rank and the call themselves (CollectiveFailed); the
+            // failure goes with what caused it (a backend's system error).
+            Err(kind) => (1u8, crate::with_causes(kind).into_bytes()),
         };
         let mut msg = Vec::with_capacity(6 + body.len());
         msg.push(status);

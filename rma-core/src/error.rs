@@ -178,14 +178,23 @@ impl fmt::Debug for Error {
             }
             return d.finish();
         }
-        fmt::Display::fmt(self, f)?;
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            write!(f, ": caused by: {c}")?;
-            cause = c.source();
-        }
-        Ok(())
+        f.write_str(&with_causes(self))
     }
+}
+
+/// `e`'s message followed by each of its sources ("allocating a window of 4096 bytes
+/// failed: caused by: Cannot allocate memory (os error 12)"): what [`Error`]'s `{:?}`
+/// prints, and what travels where only text can (a peer's share of a collective's
+/// outcome).
+pub fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": caused by: ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// Misuse by the caller. Nothing was sent or changed when this is returned.

@@ -100,7 +100,9 @@ pub use config::{AsyncProgress, Config};
 pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};
-pub use error::{BackendError, Error, ErrorKind, PeerError, Result, TransportError, UsageError};
+pub use error::{
+    with_causes, BackendError, Error, ErrorKind, PeerError, Result, TransportError, UsageError,
+};
 pub use group::Group;
 pub use pool::{GlobalPool, LocalPool};
 pub use request::Request;

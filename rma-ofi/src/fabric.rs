@@ -79,7 +79,7 @@ impl Endpoint {
                     tracing::info!(
                         caps = caps.0,
                         "no provider with these capabilities ({})",
-                        rma_backend::with_causes(&e)
+                        rma_core::with_causes(&e)
                     );
                     last = e;
                     continue;
@@ -106,7 +106,7 @@ impl Endpoint {
                         tracing::info!(
                             caps = caps.0,
                             "an fi_getinfo entry did not open ({})",
-                            rma_backend::with_causes(&e)
+                            rma_core::with_causes(&e)
                         );
                         last = e;
                     }

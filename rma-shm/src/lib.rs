@@ -563,7 +563,7 @@ impl Transport for ShmTransport {
             // values).
             let said = match &created {
                 Some(Ok(m)) => format!("at {}", m.path().unwrap_or_default()),
-                Some(Err(e)) => format!("failed {}", rma_backend::with_causes(e)),
+                Some(Err(e)) => format!("failed {}", rma_core::with_causes(e)),
                 None => "-".into(),
             };
             let at = (among.allgather)(said.as_bytes())?;

@@ -141,7 +141,7 @@ impl World {
                     b"\x01spawn under srun: Slurm cannot start processes into a running job step (launch with rma-run)".to_vec()
                 }
                 // With its causes: the parents have only this text.
-                Err(e) => [&[1u8][..], rma_backend::with_causes(&e).as_bytes()].concat(),
+                Err(e) => [&[1u8][..], rma_core::with_causes(&e).as_bytes()].concat(),
             }
         } else {
             Vec::new()
