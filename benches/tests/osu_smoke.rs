@@ -445,6 +445,20 @@ fn rma_log_writes_spans_to_stderr_only() {
             "no fence span of rank {rank} on stderr:\n{err}"
         );
     }
+    // Passive target too: the lock, each flush and the unlock of rank 0's epoch.
+    let mut passive = with_log(Some("rma_core=debug"), Stdio::piped());
+    passive.args(["-s", "flush"]);
+    let o = drained_with_deadline(passive);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    for call in ["lock", "flush", "unlock"] {
+        assert!(
+            err.lines().any(|l| l.starts_with("[rank 0 pid ")
+                && l.contains("rma_sync")
+                && l.contains(&format!("call=\"{call}\""))),
+            "no {call} span of rank 0 on stderr:\n{err}"
+        );
+    }
 
     let o = run_with_deadline(with_log(None, Stdio::piped()));
     assert!(o.status.success(), "{o:?}");

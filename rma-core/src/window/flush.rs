@@ -20,6 +20,9 @@ impl WindowShared {
     }
 
     pub(super) fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
+        let call = if remote { "flush" } else { "flush_local" };
+        let _span =
+            tracing::debug_span!("rma_sync", call, win = self.id, target = ?target).entered();
         if let Some(t) = target {
             self.check_rank(t)?;
         }

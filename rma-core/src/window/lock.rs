@@ -5,6 +5,10 @@ use super::*;
 
 impl WindowShared {
     pub(super) fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
+        // The calls outside `sync_call` (lock, unlock, lock_all, flush) open the same span:
+        // RMA_LOG=rma_core=debug shows every epoch's synchronization, whatever its mode.
+        let _span =
+            tracing::debug_span!("rma_sync", call = "lock", win = self.id, target).entered();
         if !assert.only(Assert::NOCHECK) {
             return Err(UsageError::BadAssert { call: "lock" }.into());
         }
@@ -92,6 +96,8 @@ impl WindowShared {
     }
 
     pub(super) fn unlock(&self, target: Rank) -> Result<()> {
+        let _span =
+            tracing::debug_span!("rma_sync", call = "unlock", win = self.id, target).entered();
         self.unlock_inner(target).inspect_err(|e| {
             if !e.is_usage() {
                 // The lock of `target` is over either way: release what this rank holds

@@ -5,6 +5,7 @@ use super::*;
 
 impl WindowShared {
     pub(super) fn lock_all(&self, assert: Assert) -> Result<()> {
+        let _span = tracing::debug_span!("rma_sync", call = "lock_all", win = self.id).entered();
         if !assert.only(Assert::NOCHECK) {
             return Err(UsageError::BadAssert { call: "lock_all" }.into());
         }
