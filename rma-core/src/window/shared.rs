@@ -266,8 +266,11 @@ impl WindowShared {
         if !native {
             self.check_active_message(d.target, d.extent)?;
         }
-        // Most ops post at the first try: no waiting machinery for them.
-        if let Step::Done(p) = self.lock_state().try_post(self, &d, native)? {
+        // Most ops post at the first try: no waiting machinery for them. (The state's
+        // guard goes at the end of the `let`, before the error is looked at: one drop on
+        // every path, inlined.)
+        let first = self.lock_state().try_post(self, &d, native);
+        if let Step::Done(p) = first? {
             return Ok(p);
         }
         let mut result = Ok(Posted::Later(None));
