@@ -655,27 +655,41 @@ fn dead_peer(world: &World) -> Result<()> {
 
 /// The local guard: rank 0 writes its window in place through a slice while every other
 /// rank waits for its exclusive lock of rank 0's window, then reads all of the writes
-/// (the last one made after a pause: the guard excluded them until it went); calls on
-/// the window are refused meanwhile; and the window works as before after.
+/// (the last one made after a pause: the guard excluded them until it went); a view of a
+/// lent window is refused; and the window works as before after.
 fn local_guard(world: &World) -> Result<()> {
     use rma::LocalAccess;
     let me = world.rank();
-    let win = world.allocate::<u64>(8)?;
-    if me == 0 {
-        let mut mine = win.local_guard()?;
-        check(mine.len() == 8, "the guard lends the whole window")?;
-        let refused = win.put(&[1], 0, 0).map_err(Error::into_kind);
+    // The window's own handle is borrowed by the guard (the compiler refuses its use); a
+    // view of it is refused at run time.
+    let mut bytes = world.allocate::<u8>(64)?;
+    let view = bytes.elements::<u64>();
+    {
+        let lent = bytes.local_guard()?;
+        check(lent.len() == 64, "the guard lends the whole window")?;
+        let refused = view.put(&[1], me, 0).map_err(Error::into_kind);
         check(
             matches!(
                 refused,
                 Err(ErrorKind::Usage(UsageError::LocalAccess { call: "put" }))
             ),
-            &format!("a put while the guard lives: {refused:?}"),
+            &format!("a put through a view while the guard lives: {refused:?}"),
         )?;
         check(
-            win.local_guard().is_err(),
-            "a second guard while the first lives",
+            view.local_to_vec().is_empty(),
+            "no copy through a view either",
         )?;
+        lent.release()?;
+    }
+    check(view.local_to_vec().len() == 8, "the view after the guard")?;
+    drop(view);
+    world.barrier()?;
+    bytes.free()?;
+
+    let mut win = world.allocate::<u64>(8)?;
+    if me == 0 {
+        let mut mine = win.local_guard()?;
+        check(mine.len() == 8, "the guard lends the whole window")?;
         world.barrier()?; // the others now wait for the lock of this window
         for (i, x) in mine.iter_mut().enumerate() {
             *x = 100 + i as u64;

@@ -10,15 +10,16 @@ use rma_core::{Element, Result, UsageError, Window};
 ///
 /// [`LocalAccess::local_guard`] takes the exclusive lock of this process's own window
 /// (MPI_Win_lock(MPI_LOCK_EXCLUSIVE, me): peers that synchronize as MPI asks cannot
-/// access it meanwhile) and refuses every call on the window until the guard goes
-/// ([`UsageError::LocalAccess`]), so nothing of this process touches the memory the guard
-/// lends. Dropping the guard (or [`LocalGuard::release`]) unlocks.
+/// access it meanwhile) and borrows the window mutably for the guard's life, so the
+/// compiler refuses any other call on it; a view of it ([`Window::elements`]) is refused
+/// at run time ([`UsageError::LocalAccess`]). Nothing of this process touches the memory
+/// the guard lends. Dropping the guard (or [`LocalGuard::release`]) unlocks.
 ///
 /// ```no_run
 /// use rma::{Assert, LocalAccess, LockType, World};
 /// # fn main() -> Result<(), rma::Error> {
 /// let world = World::init()?;
-/// let win = world.allocate::<f64>(1024)?;
+/// let mut win = world.allocate::<f64>(1024)?;
 /// {
 ///     let mut mine = win.local_guard()?; // a &mut [f64] over this rank's window
 ///     for (i, x) in mine.iter_mut().enumerate() {
@@ -43,11 +44,11 @@ pub trait LocalAccess<T: Element> {
     /// slice until the guard goes. Waits for the lock as `lock` does; an error if an
     /// epoch is open on the window that a lock cannot join (fence, PSCW, lock_all), or
     /// where the memory is not mapped in this process (dynamic windows, simulations).
-    fn local_guard(&self) -> Result<LocalGuard<'_, T>>;
+    fn local_guard(&mut self) -> Result<LocalGuard<'_, T>>;
 }
 
 /// This process's window memory, borrowed in place: a `[T]` for as long as the guard
-/// lives, with the window's own lock held and every call on the window refused.
+/// lives, with the window's own lock held and the window borrowed.
 pub struct LocalGuard<'w, T: Element> {
     window: &'w Window<T>,
     memory: &'w mut [T],
@@ -55,13 +56,14 @@ pub struct LocalGuard<'w, T: Element> {
 }
 
 impl<T: Element> LocalAccess<T> for Window<T> {
-    fn local_guard(&self) -> Result<LocalGuard<'_, T>> {
-        let (base, len) = self.begin_local_access()?;
+    fn local_guard(&mut self) -> Result<LocalGuard<'_, T>> {
+        let this: &Self = self;
+        let (base, len) = this.begin_local_access()?;
         let size = std::mem::size_of::<T>();
         if base % std::mem::align_of::<T>() != 0 || len % size != 0 {
             // Window memory is page aligned and a whole number of elements; a window
             // over a `Vec<T>` is aligned for `T`. Refused rather than assumed.
-            self.end_local_access()?;
+            this.end_local_access()?;
             return Err(UsageError::Unsupported {
                 what: "local access in place to window memory not aligned for its elements",
             }
@@ -71,13 +73,14 @@ impl<T: Element> LocalAccess<T> for Window<T> {
         // (`begin_local_access`), aligned for `T` and a whole number of `T`s (checked
         // above), and every `T` is `Pod`, so any bytes there are valid `T`s. It stays
         // mapped while the window lives, and the slice's lifetime is the borrow of the
-        // window (which `free` and drop need by value). Nothing else of this process
-        // touches it until `end_local_access`: every call on the window is refused
-        // meanwhile, and incoming operations come only from a peer holding a lock of
-        // this window, which the exclusive lock taken here excludes.
+        // window, mutable, so no other call on this handle can run while the slice lives
+        // (and `free` and drop need it by value). Nothing else of this process touches
+        // the memory until `end_local_access`: views of the window are refused at run
+        // time meanwhile, and incoming operations come only from a peer holding a lock
+        // of this window, which the exclusive lock taken here excludes.
         let memory = unsafe { std::slice::from_raw_parts_mut(base as *mut T, len / size) };
         Ok(LocalGuard {
-            window: self,
+            window: this,
             memory,
             released: false,
         })

@@ -774,8 +774,16 @@ impl<T: Element> Window<T> {
         Ok(())
     }
 
-    /// A copy of this process's whole window (empty for dynamic windows).
+    /// A copy of this process's whole window (empty for dynamic windows, and for a view
+    /// of a window whose memory a `LocalGuard` holds).
     pub fn local_to_vec(&self) -> Vec<T> {
+        if self.shared.local_access.load(Ordering::Acquire) {
+            tracing::warn!(
+                win = self.shared.id,
+                "local_to_vec of a window lent to a LocalGuard"
+            );
+            return Vec::new();
+        }
         let mem = self.shared.memory.read().unwrap_or_else(|e| e.into_inner());
         match &*mem {
             Memory::Static(seg) => {
