@@ -3,8 +3,9 @@
 //!
 //! The engine decides **what** to send and **when**; backends implementing [`Transport`]
 //! only move bytes and report completions. It knows MPI semantics and MPICH's "New RMA
-//! Design" (seed 004) and no hardware: no sockets, no memory mapping, no FFI, no system
-//! call of its own, no `unsafe`.
+//! Design" (seed 004) and no hardware: no sockets, no memory mapping, no FFI, no
+//! `unsafe`; what it asks of the operating system is listed below (a yield, the clock, a
+//! thread and its naps), all through `std`.
 //!
 //! # Sans-IO, precisely
 //!
