@@ -27,8 +27,8 @@ pub enum AsyncProgress {
 }
 
 /// Code the progress agent's thread runs before anything else (the facade pins the agent
-/// to a core of its own with it: binding is a system call rma-core leaves to the facade). Equal only to itself
-/// (a clone of the same hook).
+/// to a core of its own with it: binding is a system call rma-core leaves to the
+/// facade). Equal only to itself (a clone of the same hook).
 #[derive(Clone)]
 pub struct AgentStart(pub std::sync::Arc<dyn Fn() + Send + Sync>);
 
