@@ -24,7 +24,7 @@ command -v mpicc.openmpi >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/openmpi/in
 # librdmacm). ci/verbs.sh installs what its VM needs itself.
 pkg-config --exists libibverbs 2>/dev/null || need+=(libibverbs-dev)
 pkg-config --exists librdmacm 2>/dev/null || need+=(librdmacm-dev)
-# hwloc (rma's default feature `hwloc`: topology, rma-run --bind-to); hwlocality's build
+# hwloc (rma's opt-in feature `hwloc`, tested with --all-features); hwlocality's build
 # script links hwloc's static pkg-config line, which names libudev.
 pkg-config --exists hwloc 2>/dev/null || need+=(libhwloc-dev pkg-config)
 [ -e /usr/lib/x86_64-linux-gnu/libudev.so ] || need+=(libudev-dev)

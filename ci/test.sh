@@ -10,6 +10,9 @@
 # multi-process test has its own deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The README's first command on a bare machine (before any system package goes in):
+# a clean target directory, pkg-config finding nothing; it must print OSU's table.
+bash ci/first-run.sh
 bash ci/install-deps.sh
 export RMA_REQUIRE_MPIEXEC=1 RMA_REQUIRE_MPIRUN=1
 # Hybrid worlds across simulated hosts (network namespaces: CI runs as root).

@@ -4,10 +4,25 @@
 //! core|numa|none`), which free core the progress agent of a rank runs on, which RDMA
 //! device is nearest to a rank.
 //!
-//! The decisions are pure functions over [`Machine`], a small description built from
-//! hwloc ([`Machine::detect`]) or from an hwloc XML file ([`Machine::from_xml_file`]):
-//! the NUMA paths are tested on synthetic machines (`rma/tests/topology/*.xml`: 2
-//! packages x 2 NUMA nodes x 8 cores, with and without RDMA devices) on any CI host.
+//! The decisions are pure functions over [`Machine`], a small description of the
+//! machine. Where it comes from:
+//!
+//! - **Linux's sysfs**, by default ([`Machine::from_sysfs`]; [`Machine::detect`] without
+//!   the `hwloc` feature): the cgroup's allowed CPUs, cores with their packages, NUMA
+//!   nodes and the locality of RDMA and network devices, which is everything placement
+//!   asks. No system library: `cargo add rma` and the README's first command build on a
+//!   machine with nothing but a Rust toolchain (a default feature that needed
+//!   libhwloc-dev, libudev-dev and pkg-config broke both). rma runs on Linux only (its
+//!   shared memory uses `process_vm_readv`), so sysfs is always there.
+//! - **hwloc**, with the opt-in feature `hwloc` ([`Machine::detect`] then asks hwloc;
+//!   needs Debian's `libhwloc-dev`, `libudev-dev`, `pkg-config`): the same facts from
+//!   the library every MPI uses, and topologies loaded from hwloc XML files
+//!   (`Machine::from_xml_file`), on which the NUMA paths are tested
+//!   (`rma/tests/topology/*.xml`: 2 packages x 2 NUMA nodes x 8 cores, with and without
+//!   RDMA devices) on any CI host. The tests check that both sources describe this
+//!   machine alike; sysfs is also tested on made-up trees of the same shape.
+//!
+//! The binding itself is the same either way: one `sched_setaffinity`.
 //!
 //! # hwlocality, not hwloc2
 //! Both build against Debian 12's hwloc 2.9. hwloc2 2.2.0 binds threads but asking it
@@ -21,8 +36,8 @@
 //! line, which names libudev: Debian needs `libudev-dev` beside `libhwloc-dev`
 //! (`ci/install-deps.sh`). It needs Rust 1.85, and its `PartialEq<Depth> for usize` makes
 //! `count == text.parse().unwrap()` ambiguous in every crate that links it: name the
-//! type (`parse::<usize>()`). Both costs are why it is a feature (`hwloc`, on by
-//! default): without it nothing is bound.
+//! type (`parse::<usize>()`). Those costs, and the system library, are why it is an
+//! opt-in feature.
 //!
 //! # Binding goes through sched_setaffinity
 //! hwloc describes; the kernel binds. rma-run binds a rank in the child between fork and
@@ -411,9 +426,193 @@ mod from_hwloc {
 
 #[cfg(not(feature = "hwloc"))]
 impl Machine {
-    /// Without the `hwloc` feature nothing is known of the machine: no binding.
+    /// This machine, as Linux's sysfs describes it ([`Machine::from_sysfs`]): the
+    /// default build's topology, with no system library.
     pub fn detect() -> Result<Machine, String> {
-        Err("rma was built without the hwloc feature".into())
+        Machine::from_sysfs(std::path::Path::new("/"))
+    }
+}
+
+mod from_sysfs {
+    //! [`Machine`] from Linux's sysfs and procfs, read under a root directory (`/` for
+    //! this machine, a made-up tree in tests).
+    //!
+    //! What placement needs of hwloc is four facts, all of which the kernel publishes:
+    //! the allowed CPUs (the cgroup's cpuset: `cpuset.cpus.effective` under cgroup v2,
+    //! `cpuset.effective_cpus` under v1, else every online CPU), the cores
+    //! (`cpuN/topology/core_cpus_list`, or `thread_siblings_list` before Linux 5.7,
+    //! with `physical_package_id`), the NUMA nodes (`node/nodeN/cpulist`; one node of
+    //! every CPU on a kernel without NUMA) and the devices (`class/infiniband/*`,
+    //! `class/net/*` with a physical device: the PCI function's `numa_node` and
+    //! `local_cpulist`). Cores come in hwloc's logical order for the machines we bind
+    //! on: by package, then NUMA node, then first CPU.
+
+    use std::path::{Path, PathBuf};
+
+    use super::{Core, CpuSet, Device, DeviceKind, Machine};
+
+    fn read(path: &Path) -> Option<String> {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+
+    fn cpu_list(path: &Path) -> Option<CpuSet> {
+        CpuSet::parse_list(&read(path)?)
+    }
+
+    /// The entries `prefix`N of `dir`, by N.
+    fn numbered(dir: &Path, prefix: &str) -> Vec<usize> {
+        let mut found: Vec<usize> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.strip_prefix(prefix)?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort_unstable();
+        found
+    }
+
+    /// The CPUs the cgroup of this process may use, where its cpuset says.
+    fn cgroup_cpus(root: &Path) -> Option<CpuSet> {
+        let cgroups = read(&root.join("proc/self/cgroup"))?;
+        let fs = root.join("sys/fs/cgroup");
+        for line in cgroups.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let rel = path.trim_start_matches('/');
+            let file = if id == "0" && controllers.is_empty() {
+                fs.join(rel).join("cpuset.cpus.effective")
+            } else if controllers.split(',').any(|c| c == "cpuset") {
+                fs.join("cpuset").join(rel).join("cpuset.effective_cpus")
+            } else {
+                continue;
+            };
+            if let Some(set) = cpu_list(&file).filter(|s| !s.is_empty()) {
+                return Some(set);
+            }
+        }
+        None
+    }
+
+    /// The nearest directory at or above `dev` (a device's sysfs directory, links
+    /// resolved) that says which CPUs are local to it: the PCI function.
+    fn pci_function(dev: &Path) -> Option<PathBuf> {
+        let mut at = std::fs::canonicalize(dev).ok()?;
+        loop {
+            if at.join("local_cpulist").exists() {
+                return Some(at);
+            }
+            if !at.pop() || at.as_os_str().len() <= 1 {
+                return None;
+            }
+        }
+    }
+
+    impl Machine {
+        /// The machine whose sysfs and procfs are under `root` (`/`: this one).
+        pub fn from_sysfs(root: &Path) -> Result<Machine, String> {
+            let cpu_dir = root.join("sys/devices/system/cpu");
+            let online = cpu_list(&cpu_dir.join("online"))
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| format!("no online CPUs in {}", cpu_dir.display()))?;
+            let allowed = cgroup_cpus(root)
+                .map(|c| c.intersection(&online))
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| online.clone());
+            let node_dir = root.join("sys/devices/system/node");
+            let numa_ids = numbered(&node_dir, "node");
+            let mut numa_nodes: Vec<CpuSet> = numa_ids
+                .iter()
+                .map(|n| cpu_list(&node_dir.join(format!("node{n}/cpulist"))).unwrap_or_default())
+                .collect();
+            if numa_nodes.is_empty() {
+                numa_nodes.push(online.clone());
+            }
+            let mut machine = Machine {
+                cores: Vec::new(),
+                numa_nodes,
+                devices: Vec::new(),
+                allowed: allowed.clone(),
+            };
+            // (package, NUMA node, first CPU) of each core with an allowed CPU.
+            let mut cores: Vec<(i64, usize, CpuSet)> = Vec::new();
+            for cpu in online.iter() {
+                let topo = cpu_dir.join(format!("cpu{cpu}/topology"));
+                let siblings = cpu_list(&topo.join("core_cpus_list"))
+                    .or_else(|| cpu_list(&topo.join("thread_siblings_list")))
+                    .unwrap_or_else(|| [cpu].into_iter().collect());
+                let set = siblings.intersection(&allowed);
+                if set.iter().next() != Some(cpu) {
+                    continue; // not allowed, or its core was taken at a lower CPU
+                }
+                let package = read(&topo.join("physical_package_id"))
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                let numa = machine.numa_of(&set).unwrap_or(0);
+                cores.push((package, numa, set));
+            }
+            cores.sort_by_key(|(package, numa, set)| (*package, *numa, set.iter().next()));
+            machine.cores = cores
+                .into_iter()
+                .map(|(_, numa, cpus)| Core { cpus, numa })
+                .collect();
+            let packages = Self::package_cpus(&cpu_dir, &online);
+            for (class, kind) in [
+                ("infiniband", DeviceKind::OpenFabrics),
+                ("net", DeviceKind::Network),
+            ] {
+                let class_dir = root.join("sys/class").join(class);
+                let Ok(entries) = std::fs::read_dir(&class_dir) else {
+                    continue;
+                };
+                let mut names: Vec<String> = entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect();
+                names.sort();
+                for name in names {
+                    // Only devices on a bus (hwloc's I/O objects): not lo, bridges,
+                    // soft-RoCE.
+                    let Some(pci) = pci_function(&class_dir.join(&name).join("device")) else {
+                        continue;
+                    };
+                    let local = cpu_list(&pci.join("local_cpulist")).unwrap_or_default();
+                    let node: Option<usize> =
+                        read(&pci.join("numa_node")).and_then(|n| n.parse().ok());
+                    let mut near = Vec::new();
+                    if let Some(i) = node.and_then(|n| numa_ids.iter().position(|&id| id == n)) {
+                        near.push(machine.numa_nodes[i].clone());
+                    } else if !local.is_empty() && local != online {
+                        near.push(local.clone());
+                    }
+                    let anchor = near.first().unwrap_or(&local).clone();
+                    if let Some(p) = packages.iter().find(|p| p.intersects(&anchor)) {
+                        near.push(p.clone());
+                    }
+                    near.push(online.clone());
+                    near.dedup();
+                    machine.devices.push(Device { name, kind, near });
+                }
+            }
+            Ok(machine)
+        }
+
+        /// The CPUs of each package.
+        fn package_cpus(cpu_dir: &Path, online: &CpuSet) -> Vec<CpuSet> {
+            let mut by_id: std::collections::BTreeMap<i64, Vec<usize>> = Default::default();
+            for cpu in online.iter() {
+                let id = read(&cpu_dir.join(format!("cpu{cpu}/topology/physical_package_id")))
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                by_id.entry(id).or_default().push(cpu);
+            }
+            by_id
+                .into_values()
+                .map(|c| c.into_iter().collect())
+                .collect()
+        }
     }
 }
 
@@ -524,6 +723,130 @@ mod tests {
     use super::*;
     use rma_core::config::AgentStart;
     use rma_core::{Config, Error, ErrorKind, UsageError};
+
+    /// A made-up sysfs of 2 packages x 2 NUMA nodes x 4 cores x 2 hardware threads
+    /// (CPUs 0-15 the first threads, 16-31 their siblings, as Linux numbers them), a
+    /// cgroup v2 cpuset without package 1's last node, an RDMA device on node 3 and a
+    /// NIC on node 0 (both on PCI functions), `lo` and a soft-RoCE device on no bus.
+    fn made_up_sysfs(root: &std::path::Path) {
+        use std::fs::{create_dir_all, write};
+        let w = |rel: &str, text: &str| {
+            let path = root.join(rel);
+            create_dir_all(path.parent().unwrap()).unwrap();
+            write(path, text).unwrap();
+        };
+        w("sys/devices/system/cpu/online", "0-31\n");
+        for cpu in 0..32 {
+            let core = cpu % 16;
+            let t = format!("sys/devices/system/cpu/cpu{cpu}/topology");
+            w(
+                &format!("{t}/core_cpus_list"),
+                &format!("{core},{}\n", core + 16),
+            );
+            w(
+                &format!("{t}/physical_package_id"),
+                &format!("{}\n", core / 8),
+            );
+        }
+        for node in 0..4 {
+            let (a, b) = (4 * node, 4 * node + 3);
+            let list = format!("{a}-{b},{}-{}\n", a + 16, b + 16);
+            w(
+                &format!("sys/devices/system/node/node{node}/cpulist"),
+                &list,
+            );
+        }
+        w("proc/self/cgroup", "0::/job\n");
+        w("sys/fs/cgroup/job/cpuset.cpus.effective", "0-11,16-27\n");
+        let pci = |f: &str, node: usize| {
+            let dir = format!("sys/devices/pci0000:00/{f}");
+            w(&format!("{dir}/numa_node"), &format!("{node}\n"));
+            w(&format!("{dir}/local_cpulist"), "0-31\n");
+            root.join(dir)
+        };
+        let link = |target: &std::path::Path, class: &str, name: &str, sub: &str| {
+            let dev = root.join(format!("sys/class/{class}/{name}"));
+            create_dir_all(&dev).unwrap();
+            let to = target.join(sub);
+            create_dir_all(&to).unwrap();
+            std::os::unix::fs::symlink(to, dev.join("device")).unwrap();
+        };
+        link(&pci("0000:00:04.0", 3), "infiniband", "mlx5_0", "");
+        link(&pci("0000:00:03.0", 0), "net", "eth0", "virtio2");
+        create_dir_all(root.join("sys/class/net/lo")).unwrap();
+        create_dir_all(root.join("sys/class/infiniband/rxe0")).unwrap();
+    }
+
+    #[test]
+    fn sysfs_gives_cores_numa_nodes_the_cgroup_and_device_locality() {
+        let root = std::env::temp_dir().join(format!("rma-sysfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        made_up_sysfs(&root);
+        let m = Machine::from_sysfs(&root).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        let set = |l: &str| CpuSet::parse_list(l).unwrap();
+        assert_eq!(m.allowed, set("0-11,16-27"));
+        assert_eq!(m.numa_nodes.len(), 4);
+        assert_eq!(m.numa_nodes[3], set("12-15,28-31"));
+        // Node 3's cores are outside the cgroup: 12 cores, in package, node, CPU order,
+        // each with both its threads.
+        assert_eq!(m.cores.len(), 12);
+        for (i, core) in m.cores.iter().enumerate() {
+            assert_eq!(core.cpus, [i, i + 16].into_iter().collect::<CpuSet>());
+            assert_eq!(core.numa, i / 4);
+        }
+        let names: Vec<(&str, DeviceKind)> = m
+            .devices
+            .iter()
+            .map(|d| (d.name.as_str(), d.kind))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("mlx5_0", DeviceKind::OpenFabrics),
+                ("eth0", DeviceKind::Network)
+            ]
+        );
+        // Nearest first: the NUMA node, the package, the machine.
+        let hca = &m.devices[0];
+        assert_eq!(
+            hca.near,
+            [m.numa_nodes[3].clone(), set("8-15,24-31"), set("0-31")]
+        );
+        // Placement over it: ranks fill node 0 first; the agent gets a free core there.
+        let plan = m.plan(BindTo::Core, 2, &m.allowed);
+        assert_eq!(plan[0].cpus, Some(set("0,16")));
+        assert_eq!(plan[1].cpus, Some(set("1,17")));
+        assert_eq!(plan[0].agent, Some(set("2,18")));
+    }
+
+    #[test]
+    fn sysfs_describes_this_machine() {
+        let m = Machine::from_sysfs(std::path::Path::new("/")).unwrap();
+        assert!(!m.cores.is_empty() && !m.numa_nodes.is_empty());
+        let core_cpus: CpuSet = m.cores.iter().flat_map(|c| c.cpus.iter()).collect();
+        assert!(core_cpus.is_subset(&m.allowed), "{m:?}");
+        // This process runs inside the allowed CPUs.
+        assert!(current_affinity().unwrap().intersects(&m.allowed));
+    }
+
+    /// Both sources describe this machine alike: the facts placement uses.
+    #[cfg(feature = "hwloc")]
+    #[test]
+    fn sysfs_and_hwloc_agree_on_this_machine() {
+        let sysfs = Machine::from_sysfs(std::path::Path::new("/")).unwrap();
+        let hwloc = Machine::detect().unwrap();
+        assert_eq!(sysfs.allowed, hwloc.allowed);
+        assert_eq!(sysfs.cores, hwloc.cores);
+        assert_eq!(sysfs.numa_nodes, hwloc.numa_nodes);
+        let rdma = |m: &Machine| -> Vec<String> {
+            (m.devices.iter())
+                .filter(|d| d.kind == DeviceKind::OpenFabrics)
+                .map(|d| d.name.clone())
+                .collect()
+        };
+        assert_eq!(rdma(&sysfs), rdma(&hwloc));
+    }
 
     #[test]
     fn rma_agent_cpus_sets_the_agent_hook_and_a_bad_list_is_a_usage_error() {
