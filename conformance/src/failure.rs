@@ -618,6 +618,7 @@ pub fn large_ops(world: &World) -> Result<()> {
         win.unlock_all()?;
         world.barrier()?;
     }
+    request_forms_in_pieces(world, &win, big)?;
     let stats = win.stats();
     if std::env::var("RMA_NATIVE").as_deref() == Ok("0") {
         check(stats.ops_split > 0, "large ops went in pieces")?;
@@ -628,6 +629,71 @@ pub fn large_ops(world: &World) -> Result<()> {
     );
     world.barrier()?;
     win.free()?;
+    Ok(())
+}
+
+/// The request forms past one message (issue #25): rput, raccumulate (Replace and Sum),
+/// get and get_accumulate waited as requests, and fetch_and_op and compare_and_swap at
+/// the far end of the same span, on `n` elements of `win` (which holds `2n + 2`); then
+/// the issue's own case, raccumulate of 65,536 i32 with Replace on a window of bytes.
+/// Exact contents, every request waited before its data is read.
+fn request_forms_in_pieces(world: &World, win: &rma::Window<u64>, n: usize) -> Result<()> {
+    let (me, size) = (world.rank(), world.size() as Rank);
+    let right = (me + 1) % size;
+    let data: Vec<u64> = (0..n as u64).map(|i| i * 7 + u64::from(me)).collect();
+    win.lock_all(Assert::NONE)?;
+    let put = win.rput(&data, right, 0)?;
+    put.wait()?;
+    win.flush(right)?;
+    check(win.get(right, 0, n)?.wait()? == data, "rput in pieces")?;
+    let twos = vec![2u64; n];
+    win.raccumulate(&twos, rma::AccOp::Sum, right, 0)?.wait()?;
+    win.flush(right)?;
+    let plus2: Vec<u64> = data.iter().map(|v| v + 2).collect();
+    check(
+        win.get(right, 0, n)?.wait()? == plus2,
+        "raccumulate Sum in pieces",
+    )?;
+    let replaced: Vec<u64> = data.iter().map(|v| v ^ 0xff).collect();
+    win.raccumulate(&replaced, rma::AccOp::Replace, right, 0)?
+        .wait()?;
+    let fetched = win.get_accumulate(&twos, rma::AccOp::Sum, right, 0)?;
+    win.flush(right)?;
+    check(
+        fetched.wait()? == replaced,
+        "raccumulate Replace, then rget_accumulate",
+    )?;
+    // The fetching ops on the last elements of the span, after it.
+    let last = n as u64 - 1;
+    let old = win.fetch_and_op(5, rma::AccOp::Sum, right, last)?;
+    let was = replaced[n - 1] + 2;
+    let cas = win.compare_and_swap(was + 5, 1, right, last)?;
+    win.flush(right)?;
+    check(old.wait()? == was, "fetch_and_op after pieces")?;
+    check(cas.wait()? == was + 5, "compare_and_swap after pieces")?;
+    check(
+        win.get(right, last, 1)?.wait()? == [1],
+        "compare_and_swap swapped",
+    )?;
+    win.unlock_all()?;
+    world.barrier()?;
+    // 65,536 i32 by Replace through a view of a window of bytes (librma-mpi's path).
+    let count = 65_536usize;
+    let bytes = world.allocate::<u8>(4 * count)?;
+    let ints = bytes.elements::<i32>();
+    let mine: Vec<i32> = (0..count as i32).map(|i| -i - me as i32).collect();
+    ints.fence(Assert::NONE)?;
+    ints.raccumulate(&mine, rma::AccOp::Replace, right, 0)?
+        .wait()?;
+    ints.fence(Assert::NONE)?;
+    let left = (me + size - 1) % size;
+    let expected: Vec<i32> = (0..count as i32).map(|i| -i - left as i32).collect();
+    let mut got = vec![0i32; count];
+    ints.read_local(0, &mut got)?;
+    check(got == expected, "raccumulate of 65,536 i32 by Replace")?;
+    ints.fence(Assert::NONE)?;
+    drop(ints);
+    bytes.free()?;
     Ok(())
 }
 

@@ -843,6 +843,8 @@ mod ofi {
         // this provider's milliseconds per round trip it came close to its deadline on a
         // loaded machine.
         ok_on(p, 2, &["passive_target"], &[]);
+        // Every op and its request form past one message (issue #25).
+        ok_on(p, 2, &["large_ops"], &[("RMA_LARGE_MIB", "2")]);
     }
 
     /// A link that has just come up (here a bridge with a veth pair, as `ci/netns/up.sh`
@@ -1008,6 +1010,8 @@ mod hybrid {
         for (n, args) in cases {
             ok_on_two_hosts(*n, args, &[]);
         }
+        // Every op and its request form past one message, inside a host and across.
+        ok_on_two_hosts(4, &["large_ops"], &[("RMA_LARGE_MIB", "2")]);
         // Rank 0 locks, puts and unlocks on rank 1 of its host while rank 1 computes:
         // the node's lock word, no target progress (other nodes' ranks would need it).
         ok_on_two_hosts(4, &["passive_target"], &[]);

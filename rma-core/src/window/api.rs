@@ -382,9 +382,13 @@ impl<T: Element> Window<T> {
     pub fn rput(&self, data: &[T], target: Rank, disp: u64) -> Result<Request<()>> {
         self.raised("rput", || {
             let target = self.shared.world(target)?;
-            let extent =
-                self.shared
-                    .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
+                // One request for the whole: complete when every piece is.
+                let parts = self.post_pieces(OpKind::Put, None, target, p, data, true)?;
+                return Ok(Request::joined(parts, |_| ()));
+            }
             let posted = self.shared.post(Self::desc(
                 OpKind::Put,
                 target,
@@ -529,9 +533,13 @@ impl<T: Element> Window<T> {
         self.raised("raccumulate", || {
             let target = self.shared.world(target)?;
             Self::check_op(op)?;
-            let extent =
-                self.shared
-                    .extent(target, disp, Layout::contiguous(data.len()), Self::SIZE)?;
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let kind = OpKind::Accumulate;
+            if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+                let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
+                return Ok(Request::joined(parts, |_| ()));
+            }
             let posted = self.shared.post(Self::desc(
                 OpKind::Accumulate,
                 target,
