@@ -33,7 +33,7 @@ fn main() {
         Err(e) => {
             // Debug: the message and its causes (what `fn main() -> Result` prints).
             eprintln!("init failed: {e:?}");
-            let dead = matches!(e.peer(), Some(PeerError::Dead { .. }));
+            let dead = victim(case).is_some_and(|v| e.peer() == Some(&PeerError::Dead { rank: v }));
             std::process::exit(if dead && case == "kill_trial" { 3 } else { 1 });
         }
     };
@@ -84,17 +84,32 @@ fn main() {
     drop(world);
     match out {
         Ok(()) => std::process::exit(0),
-        Err(e)
-            if matches!(e.peer(), Some(PeerError::Dead { .. }))
-                && (case == "dead_peer" || case == "kill_trial") =>
-        {
-            eprintln!("rank {rank}: a peer is dead, as expected");
+        // Exit 3 only for the death of the rank the case kills: a survivor naming anyone
+        // else (a survivor that left after seeing the death, say) names the messenger.
+        Err(e) if victim(case).is_some_and(|v| e.peer() == Some(&PeerError::Dead { rank: v })) => {
+            eprintln!("rank {rank}: the killed peer is dead, as expected: {e}");
             std::process::exit(3);
         }
         Err(e) => {
             eprintln!("rank {rank}: case {case} failed: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+/// The rank the case kills (`dead_peer`: rank 1; `kill_trial`: the last rank), whose
+/// death every survivor must name.
+fn victim(case: &str) -> Option<Rank> {
+    let size = std::env::var("RMA_RUN_SIZE")
+        .or_else(|_| std::env::var("PMI_SIZE"))
+        .or_else(|_| std::env::var("SLURM_NTASKS"))
+        .or_else(|_| std::env::var("OMPI_COMM_WORLD_SIZE"))
+        .ok()
+        .and_then(|v| v.parse::<Rank>().ok());
+    match case {
+        "dead_peer" => Some(1),
+        "kill_trial" => size.map(|s| s - 1),
+        _ => None,
     }
 }
 

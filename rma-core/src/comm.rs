@@ -91,7 +91,10 @@ impl Comm {
     /// raised it.
     #[inline]
     fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
-        body().map_err(|e| e.raised_in(call, self.inner.engine.rank(), None))
+        body().map_err(|e| {
+            let e = self.inner.engine.shared.explained(e);
+            e.raised_in(call, self.inner.engine.rank(), None)
+        })
     }
 
     pub(crate) fn world(engine: Engine, calls: Arc<AtomicU32>) -> Comm {

@@ -30,6 +30,12 @@ pub(crate) const ENGINE_WINDOW: u32 = u32::MAX;
 /// A peer that left the job: the engine barriers it had started, and the peer it blamed.
 type Departed = (u32, Option<Rank>);
 
+/// How long a survivor told of a departure waits for the departed peer's own notice
+/// (which says whether it left because another rank died) before naming it: the notice
+/// is sent before the launcher is told, so it is normally in at once; over a network
+/// it may trail the launcher's word by a few round trips.
+const DEPARTURE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Bit of a blame word (a departure's done count): the blamed rank is dead.
 const BLAME_DEAD: u32 = 1 << 31;
 /// Bit of a blame word: the blamed rank was in another collective call, whose
@@ -127,7 +133,11 @@ impl Engine {
     /// raised it.
     #[inline]
     fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
-        body().map_err(|e| e.raised_in(call, self.shared.rank, None))
+        body().map_err(|e| {
+            self.shared
+                .explained(e)
+                .raised_in(call, self.shared.rank, None)
+        })
     }
 
     /// An engine over `transport`. Starts the progress thread if the config asks.
@@ -992,6 +1002,61 @@ impl EngineShared {
                 Ordering::Acquire,
             );
             self.transport.peer_gone(rank);
+        }
+    }
+
+    /// The cause rather than the messenger, for the errors a death elsewhere causes:
+    ///
+    /// - a peer that departed ([`PeerError::Departed`]) may have left because another
+    ///   rank died (its departure notice then blames the dead rank);
+    /// - a failure of the transport (a native operation's error completion, a
+    ///   connection reset) may be the target's death seen first by the network.
+    ///
+    /// Both become [`PeerError::Dead`] naming the dead rank when a death is known. A
+    /// survivor hears of a departure from the launcher or its own collective as soon as
+    /// from the peer's notice, and of a reset connection before the launcher or the
+    /// process table says who died, so before deciding it makes progress and checks its
+    /// peers until a death is known, the departed peer's notice is in (its blame, if
+    /// any, now known), or `DEPARTURE_GRACE` passes. The failure path only.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn explained(&self, e: Error) -> Error {
+        let departed = match e.peer() {
+            Some(&PeerError::Departed { rank, .. }) => Some(rank),
+            _ => None,
+        };
+        let transport = matches!(
+            e.kind(),
+            ErrorKind::Transport(TransportError::Backend(_) | TransportError::Failed(_))
+        );
+        if departed.is_none() && !transport {
+            return e;
+        }
+        let start = Instant::now();
+        loop {
+            let _ = self.progress();
+            let mut found = Vec::new();
+            self.transport.check_peers(&mut found);
+            for ev in found {
+                if let Event::PeerFailed { rank } = ev {
+                    let _ = self.failed.compare_exchange(
+                        0,
+                        u64::from(rank) + 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+            }
+            if let Some(dead) = self.failed_rank() {
+                let why: Error = PeerError::Dead { rank: dead }.into();
+                self.blame(&why);
+                return why;
+            }
+            let notice_in = departed.is_some_and(|rank| self.has_departed(rank));
+            if notice_in || start.elapsed() >= DEPARTURE_GRACE {
+                return e;
+            }
+            std::thread::yield_now();
         }
     }
 

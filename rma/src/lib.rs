@@ -297,11 +297,14 @@ impl Drop for World {
     /// Leaving normally: peers still finishing their part must not take our exit for a
     /// failure.
     fn drop(&mut self) {
-        // First the launcher: peers blocked in a bootstrap collective we will never join
+        // First the peers: one in a barrier this process never joins fails at once, and
+        // the notice says whom this process blames for leaving (a dead rank, say), so
+        // that a peer told of the departure by the launcher (next) finds the cause
+        // already in its transport and names the dead rank, not this one.
+        self.engine.depart();
+        // Then the launcher: peers blocked in a bootstrap collective we will never join
         // learn it now, and do not keep us lingering for their goodbyes below.
         self.bootstrap.depart();
-        // Then the peers: one in a barrier this process never joins fails at once.
-        self.engine.depart();
         match &self.backend {
             Backend::SharedMemory(shm) => shm.depart(),
             #[cfg(any(feature = "ofi", feature = "verbs"))]

@@ -323,6 +323,7 @@ impl WindowShared {
     #[cold]
     #[inline(never)]
     pub(super) fn raised(&self, call: &'static str, e: Error) -> Error {
+        let e = self.engine.explained(e);
         let e = match &self.group {
             Some(g) => e.map_usage_target(|world| g.rank_of(world).unwrap_or(world)),
             None => e,
