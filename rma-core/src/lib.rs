@@ -110,7 +110,7 @@ pub use request::Request;
 pub use stats::{Counters, Stats};
 pub use transport::{
     Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, SharedAmong,
-    Transport, UserMemory, Wake,
+    Transport, UserMemory, Wake, WindowOps,
 };
 pub use window::{Elements, FreeError, GetInto, Layout, Window, WindowKind};
 

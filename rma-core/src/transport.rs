@@ -131,6 +131,35 @@ pub enum NativeAtomic<'a> {
     },
 }
 
+/// The native operations of one window, bound to it (as a UCX endpoint holds its remote
+/// key): what [`Transport::window_ops`] gives for a backend whose operations complete
+/// within the call (shared memory), so that each of them skips the backend's lookup of
+/// the window by id (a lock and a reference count there). The same contract as the
+/// transport's methods of the same names; the handle keeps whatever the window's memory
+/// needs alive for as long as the engine holds it, so a call after the window is freed
+/// is checked like any other, never a use of unmapped memory.
+pub trait WindowOps: Send + Sync {
+    /// As [`Transport::put`].
+    fn put(&self, target: Rank, offset: u64, data: &[u8]) -> Result<Issued, TransportError>;
+    /// As [`Transport::get_into`].
+    fn get_into(&self, target: Rank, offset: u64, dst: &mut [u8]) -> Result<bool, TransportError>;
+    /// As [`Transport::atomic`].
+    fn atomic(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+    ) -> Result<Issued, TransportError>;
+    /// As [`Transport::try_lock`].
+    fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError>;
+    /// As [`Transport::unlock`].
+    fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError>;
+    /// As [`Transport::barrier_arrive`].
+    fn barrier_arrive(&self) -> Result<Option<u64>, TransportError>;
+    /// As [`Transport::barrier_done`].
+    fn barrier_done(&self, ticket: u64) -> Result<bool, TransportError>;
+}
+
 /// Bytes a native operation fetched (a get, a fetching atomic): up to
 /// [`Fetched::INLINE`] of them inline, without an allocation (an atomic's 8 bytes, a small
 /// get), more on the heap. A latency loop of small gets then allocates nothing per
@@ -544,6 +573,15 @@ pub trait Transport: Send + Sync {
     /// mapped or registered the window happens here (unlinking a segment's name).
     fn window_established(&self, win: u32, local: Option<&Arc<dyn Segment>>) {
         let _ = (win, local);
+    }
+    /// The native operations of window `win`, bound to it once ([`WindowOps`]), for a
+    /// backend that completes them within the call; the engine then calls them instead
+    /// of [`put`](Self::put), [`get_into`](Self::get_into) and [`atomic`](Self::atomic)
+    /// for this window. Asked once, after [`window_ready`](Self::window_ready). `None`
+    /// (the default): the engine uses the transport's methods.
+    fn window_ops(&self, win: u32) -> Option<Arc<dyn WindowOps>> {
+        let _ = win;
+        None
     }
     /// The window is freed (or dropped): forget it. May be called more than once.
     fn window_freed(&self, win: u32) {

@@ -67,6 +67,13 @@ pub fn accumulate(
     if !(ptr as usize).is_multiple_of(size) {
         return None;
     }
+    if operand.len() == 8 && size == 8 {
+        // One 8-byte element (fetch_and_op, a u64 or f64 accumulate): no slicing into
+        // chunks, the previous value straight into the inline result.
+        let mut old = [0u8; 8];
+        width!(AtomicU64, u64, ptr, op, dt, operand, &mut old[..]);
+        return Some(Fetched::copy_of(&old));
+    }
     let mut old = Fetched::zeroed(operand.len());
     let slots = old.as_mut_slice().chunks_exact_mut(size);
     for (i, (o, slot)) in operand.chunks_exact(size).zip(slots).enumerate() {

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, Transport,
-    UserMemory, Wake,
+    UserMemory, Wake, WindowOps,
 };
 use rma_core::{BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -180,7 +180,205 @@ struct ShmWindow {
     barrier: Option<Region>,
     /// Ranks of the window's communicator (the barrier's count).
     members: usize,
+    /// This process's rank: what its exclusive holds write into lock words.
+    rank: Rank,
     _mappings: Vec<Arc<Mapping>>,
+}
+
+/// A window's native operations, bound to it (what [`Transport::window_ops`] hands the
+/// engine, and what the transport's own methods run after looking the window up): every
+/// access checked against the target's mapping, whatever the engine checked before.
+impl WindowOps for ShmWindow {
+    fn put(&self, target: Rank, offset: u64, data: &[u8]) -> Result<Issued, TransportError> {
+        match &self.peers[target as usize].memory {
+            PeerMemory::Mapped(region) => {
+                let off = offset as usize;
+                if !region.contains(off, data.len()) {
+                    return Err(TransportError::Failed(
+                        "put outside the target's window".into(),
+                    ));
+                }
+                region.write(off, data);
+            }
+            PeerMemory::CrossMemory { pid, addr, len } => {
+                if offset as usize + data.len() > *len {
+                    return Err(TransportError::Failed(
+                        "put outside the target's window".into(),
+                    ));
+                }
+                sys::write_remote(*pid, addr + offset, data).map_err(|e| {
+                    fail(
+                        format!(
+                            "writing {} bytes to rank {target} (process_vm_writev)",
+                            data.len()
+                        ),
+                        e,
+                    )
+                })?;
+            }
+            PeerMemory::None => return Err(TransportError::Unsupported("put to unmapped memory")),
+        }
+        Ok(Issued::Complete(None))
+    }
+
+    fn get_into(&self, target: Rank, offset: u64, dst: &mut [u8]) -> Result<bool, TransportError> {
+        match &self.peers[target as usize].memory {
+            PeerMemory::Mapped(region) => {
+                if !region.contains(offset as usize, dst.len()) {
+                    return Err(TransportError::Failed(
+                        "get outside the target's window".into(),
+                    ));
+                }
+                region.read(offset as usize, dst);
+            }
+            PeerMemory::CrossMemory { pid, addr, len } => {
+                if offset as usize + dst.len() > *len {
+                    return Err(TransportError::Failed(
+                        "get outside the target's window".into(),
+                    ));
+                }
+                sys::read_remote(*pid, addr + offset, dst).map_err(|e| {
+                    fail(
+                        format!(
+                            "reading {} bytes from rank {target} (process_vm_readv)",
+                            dst.len()
+                        ),
+                        e,
+                    )
+                })?;
+            }
+            PeerMemory::None => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn atomic(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+    ) -> Result<Issued, TransportError> {
+        let old = match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch,
+            } => {
+                let old = self.with_mapped(target, offset, operand.len(), |region, off| {
+                    atomics::accumulate(region, off, op, datatype, operand)
+                        .ok_or(TransportError::Unsupported("misaligned atomic"))
+                })?;
+                fetch.then_some(old)
+            }
+            NativeAtomic::CompareAndSwap {
+                datatype,
+                compare,
+                swap,
+            } => {
+                debug_assert_eq!(compare.len(), DataType::size(datatype));
+                Some(
+                    self.with_mapped(target, offset, compare.len(), |region, off| {
+                        atomics::compare_and_swap(region, off, compare, swap)
+                            .ok_or(TransportError::Unsupported("misaligned atomic"))
+                    })?,
+                )
+            }
+        };
+        Ok(Issued::Complete(old))
+    }
+
+    fn barrier_arrive(&self) -> Result<Option<u64>, TransportError> {
+        let Some(b) = &self.barrier else {
+            return Ok(None);
+        };
+        let (count, generation) = (b.atomic_u64(0), b.atomic_u64(8));
+        // The generation before our arrival is the ticket: the barrier is over when it
+        // moves. The last to arrive resets the count before moving the generation, so
+        // nobody can arrive at the next barrier before the reset (seed 004's PROC_SYNC;
+        // the engine puts the MEM_SYNCs around it).
+        let ticket = generation.load(Ordering::Acquire);
+        if count.fetch_add(1, Ordering::AcqRel) + 1 == self.members as u64 {
+            count.store(0, Ordering::Relaxed);
+            generation.fetch_add(1, Ordering::Release);
+        }
+        Ok(Some(ticket))
+    }
+
+    fn barrier_done(&self, ticket: u64) -> Result<bool, TransportError> {
+        let b = self
+            .barrier
+            .as_ref()
+            .ok_or(TransportError::Unsupported("native barrier"))?;
+        Ok(b.atomic_u64(8).load(Ordering::Acquire) != ticket)
+    }
+
+    fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        let r = self.lock_word(target)?;
+        let word = r.atomic_u64(0);
+        let cur = word.load(Ordering::Acquire);
+        if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
+            return Ok(false);
+        }
+        // An exclusive word says who holds it (rank + 1 below the bit): a holder that
+        // dies can be told from a live one, and its lock revoked (`revoke_exclusive`).
+        let next = if exclusive {
+            EXCLUSIVE | (u64::from(self.rank) + 1)
+        } else {
+            cur + 1
+        };
+        // Acquire: the lock is taken before any access of the epoch (seed 004, passive
+        // row: PROC_SYNC "lock granted", then MEM_SYNC by the engine).
+        Ok(word
+            .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok())
+    }
+
+    fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        let word = self.lock_word(target)?.atomic_u64(0);
+        // Release: every access of the epoch happens before the lock is seen free (seed
+        // 004, passive row: MEM_SYNC by the engine, then PROC_SYNC "lock released").
+        if exclusive {
+            word.store(0, Ordering::Release);
+        } else {
+            word.fetch_sub(1, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl ShmWindow {
+    /// `target`'s lock word of this window.
+    #[inline]
+    fn lock_word(&self, target: Rank) -> Result<&Region, TransportError> {
+        self.peers[target as usize]
+            .lock
+            .as_ref()
+            .ok_or(TransportError::Unsupported("native locks"))
+    }
+
+    /// Runs `f` on `len` bytes at `offset` of `target`'s mapped window memory, checked
+    /// against the mapping.
+    #[inline]
+    fn with_mapped<R>(
+        &self,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&Region, usize) -> Result<R, TransportError>,
+    ) -> Result<R, TransportError> {
+        let region = match &self.peers[target as usize].memory {
+            PeerMemory::Mapped(r) => r,
+            _ => return Err(TransportError::Unsupported("window memory not mapped")),
+        };
+        let off = offset as usize;
+        if !region.contains(off, len) {
+            return Err(TransportError::Failed(
+                "access outside the target's window".into(),
+            ));
+        }
+        f(region, off)
+    }
 }
 
 /// The shared-memory transport of one process.
@@ -389,37 +587,20 @@ impl ShmTransport {
         ws[win as usize] = Some(Arc::new(w));
     }
 
-    fn mapped(
+    /// Runs `f` on window `win`, borrowed through the table's read guard: the hot paths
+    /// (every native op, lock word and notice) take no reference count of their own, two
+    /// atomic read-modify-writes fewer than cloning the `Arc` out.
+    #[inline]
+    fn with_window<R>(
         &self,
         win: u32,
-        target: Rank,
-        offset: u64,
-        len: usize,
-    ) -> Result<(Arc<ShmWindow>, Region, usize), TransportError> {
-        let w = self.window(win)?;
-        let region = match &w.peers[target as usize].memory {
-            PeerMemory::Mapped(r) => *r,
-            _ => return Err(TransportError::Unsupported("window memory not mapped")),
-        };
-        let off = offset as usize;
-        if !region.contains(off, len) {
-            return Err(TransportError::Failed(
-                "access outside the target's window".into(),
-            ));
+        f: impl FnOnce(&ShmWindow) -> Result<R, TransportError>,
+    ) -> Result<R, TransportError> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        match ws.get(win as usize) {
+            Some(Some(w)) => f(w),
+            _ => Err(unknown_window(win)),
         }
-        Ok((w, region, off))
-    }
-
-    fn lock_word(
-        &self,
-        win: u32,
-        target: Rank,
-    ) -> Result<(Arc<ShmWindow>, Region), TransportError> {
-        let w = self.window(win)?;
-        let r = w.peers[target as usize]
-            .lock
-            .ok_or(TransportError::Unsupported("native locks"))?;
-        Ok((w, r))
     }
 
     /// Frees every exclusive lock word of every window that `dead` holds (its own
@@ -659,6 +840,7 @@ impl Transport for ShmTransport {
                     peers,
                     barrier: None,
                     members: 0,
+                    rank: self.rank,
                     _mappings: Vec::new(),
                 },
             );
@@ -772,6 +954,7 @@ impl Transport for ShmTransport {
                 peers,
                 barrier,
                 members,
+                rank: self.rank,
                 _mappings: mappings,
             },
         );
@@ -837,6 +1020,12 @@ impl Transport for ShmTransport {
         Ok(())
     }
 
+    fn window_ops(&self, win: u32) -> Option<Arc<dyn WindowOps>> {
+        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
+        let w: Arc<dyn WindowOps> = ws.get(win as usize)?.clone()?;
+        Some(w)
+    }
+
     fn put(
         &self,
         win: u32,
@@ -845,40 +1034,7 @@ impl Transport for ShmTransport {
         data: &[u8],
         _token: u64,
     ) -> Result<Issued, TransportError> {
-        // Hot path: borrow through the read guard, no Arc clone.
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        let Some(Some(w)) = ws.get(win as usize) else {
-            return Err(unknown_window(win));
-        };
-        match &w.peers[target as usize].memory {
-            PeerMemory::Mapped(region) => {
-                let off = offset as usize;
-                if !region.contains(off, data.len()) {
-                    return Err(TransportError::Failed(
-                        "put outside the target's window".into(),
-                    ));
-                }
-                region.write(off, data);
-            }
-            PeerMemory::CrossMemory { pid, addr, len } => {
-                if offset as usize + data.len() > *len {
-                    return Err(TransportError::Failed(
-                        "put outside the target's window".into(),
-                    ));
-                }
-                sys::write_remote(*pid, addr + offset, data).map_err(|e| {
-                    fail(
-                        format!(
-                            "writing {} bytes to rank {target} (process_vm_writev)",
-                            data.len()
-                        ),
-                        e,
-                    )
-                })?;
-            }
-            PeerMemory::None => return Err(TransportError::Unsupported("put to unmapped memory")),
-        }
-        Ok(Issued::Complete(None))
+        self.with_window(win, |w| WindowOps::put(w, target, offset, data))
     }
 
     fn get(
@@ -935,38 +1091,7 @@ impl Transport for ShmTransport {
         offset: u64,
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
-        let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
-        let Some(Some(w)) = ws.get(win as usize) else {
-            return Err(unknown_window(win));
-        };
-        match &w.peers[target as usize].memory {
-            PeerMemory::Mapped(region) => {
-                if !region.contains(offset as usize, dst.len()) {
-                    return Err(TransportError::Failed(
-                        "get outside the target's window".into(),
-                    ));
-                }
-                region.read(offset as usize, dst);
-            }
-            PeerMemory::CrossMemory { pid, addr, len } => {
-                if offset as usize + dst.len() > *len {
-                    return Err(TransportError::Failed(
-                        "get outside the target's window".into(),
-                    ));
-                }
-                sys::read_remote(*pid, addr + offset, dst).map_err(|e| {
-                    fail(
-                        format!(
-                            "reading {} bytes from rank {target} (process_vm_readv)",
-                            dst.len()
-                        ),
-                        e,
-                    )
-                })?;
-            }
-            PeerMemory::None => return Ok(false),
-        }
-        Ok(true)
+        self.with_window(win, |w| w.get_into(target, offset, dst))
     }
 
     fn atomic(
@@ -977,95 +1102,29 @@ impl Transport for ShmTransport {
         atomic: NativeAtomic<'_>,
         _token: u64,
     ) -> Result<Issued, TransportError> {
-        let old = match atomic {
-            NativeAtomic::Accumulate {
-                op,
-                datatype,
-                operand,
-                fetch,
-            } => {
-                let (_w, region, off) = self.mapped(win, target, offset, operand.len())?;
-                let old = atomics::accumulate(&region, off, op, datatype, operand)
-                    .ok_or(TransportError::Unsupported("misaligned atomic"))?;
-                fetch.then_some(old)
-            }
-            NativeAtomic::CompareAndSwap {
-                datatype,
-                compare,
-                swap,
-            } => {
-                debug_assert_eq!(compare.len(), DataType::size(datatype));
-                let (_w, region, off) = self.mapped(win, target, offset, compare.len())?;
-                Some(
-                    atomics::compare_and_swap(&region, off, compare, swap)
-                        .ok_or(TransportError::Unsupported("misaligned atomic"))?,
-                )
-            }
-        };
-        Ok(Issued::Complete(old))
+        self.with_window(win, |w| w.atomic(target, offset, atomic))
     }
 
     fn barrier_arrive(&self, win: u32) -> Result<Option<u64>, TransportError> {
-        let w = self.window(win)?;
-        let Some(b) = w.barrier else { return Ok(None) };
-        let (count, generation) = (b.atomic_u64(0), b.atomic_u64(8));
-        // The generation before our arrival is the ticket: the barrier is over when it
-        // moves. The last to arrive resets the count before moving the generation, so
-        // nobody can arrive at the next barrier before the reset (seed 004's PROC_SYNC;
-        // the engine puts the MEM_SYNCs around it).
-        let ticket = generation.load(Ordering::Acquire);
-        if count.fetch_add(1, Ordering::AcqRel) + 1 == w.members as u64 {
-            count.store(0, Ordering::Relaxed);
-            generation.fetch_add(1, Ordering::Release);
-        }
-        Ok(Some(ticket))
+        self.with_window(win, |w| w.barrier_arrive())
     }
 
     fn barrier_done(&self, win: u32, ticket: u64) -> Result<bool, TransportError> {
-        let w = self.window(win)?;
-        let b = w
-            .barrier
-            .ok_or(TransportError::Unsupported("native barrier"))?;
-        Ok(b.atomic_u64(8).load(Ordering::Acquire) != ticket)
+        self.with_window(win, |w| w.barrier_done(ticket))
     }
 
     fn try_lock(&self, win: u32, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
-        let (_w, r) = self.lock_word(win, target)?;
-        let word = r.atomic_u64(0);
-        let cur = word.load(Ordering::Acquire);
-        if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
-            return Ok(false);
-        }
-        // An exclusive word says who holds it (rank + 1 below the bit): a holder that
-        // dies can be told from a live one, and its lock revoked (`revoke_exclusive`).
-        let next = if exclusive {
-            EXCLUSIVE | (u64::from(self.rank) + 1)
-        } else {
-            cur + 1
-        };
-        // Acquire: the lock is taken before any access of the epoch (seed 004, passive row:
-        // PROC_SYNC "lock granted", then MEM_SYNC by the engine).
-        Ok(word
-            .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok())
+        self.with_window(win, |w| w.try_lock(target, exclusive))
     }
 
     fn unlock(&self, win: u32, target: Rank, exclusive: bool) -> Result<(), TransportError> {
-        let (_w, r) = self.lock_word(win, target)?;
-        let word = r.atomic_u64(0);
-        // Release: every access of the epoch happens before the lock is seen free (seed 004,
-        // passive row: MEM_SYNC by the engine, then PROC_SYNC "lock released").
-        if exclusive {
-            word.store(0, Ordering::Release);
-        } else {
-            word.fetch_sub(1, Ordering::Release);
-        }
-        Ok(())
+        self.with_window(win, |w| WindowOps::unlock(w, target, exclusive))
     }
 
     fn notify(&self, win: u32, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
-        let w = self.window(win)?;
-        let Some(slot) = w.peers.get(rank as usize).and_then(|p| p.slot) else {
+        let slot =
+            self.with_window(win, |w| Ok(w.peers.get(rank as usize).and_then(|p| p.slot)))?;
+        let Some(slot) = slot else {
             return Ok(false);
         };
         // In `rank`'s inbox, at its slot for this window, our counter. Release: the
@@ -1084,9 +1143,10 @@ impl Transport for ShmTransport {
     }
 
     fn take_notices(&self, win: u32, from: Rank, notice: Notice) -> u64 {
-        let Ok(w) = self.window(win) else { return 0 };
         // Our own slot for this window is the one we gave the peers.
-        let Some(slot) = w.peers.get(self.rank as usize).and_then(|p| p.slot) else {
+        let me = self.rank as usize;
+        let slot = self.with_window(win, |w| Ok(w.peers.get(me).and_then(|p| p.slot)));
+        let Ok(Some(slot)) = slot else {
             return 0;
         };
         if from as usize >= self.size {

@@ -85,7 +85,7 @@ impl WinState {
         }
         self.background_barriers.retain(|b| !b.is_done());
         if let Some(Barrier::Native(ticket)) = self.barrier {
-            done = w.engine.transport.barrier_done(w.id, ticket)?;
+            done = w.barrier_done(ticket)?;
         }
         if done {
             self.barrier = None;
@@ -102,7 +102,7 @@ impl WinState {
             Some(Barrier::Native(_)) => unreachable!("fence waits for a native barrier first"),
             None => {}
         }
-        self.barrier = Some(match w.engine.transport.barrier_arrive(w.id)? {
+        self.barrier = Some(match w.barrier_arrive()? {
             Some(ticket) => Barrier::Native(ticket),
             None => Barrier::Messages(Dissemination::new(self.barrier_seq, w.member_count())),
         });
@@ -188,7 +188,7 @@ impl WinState {
         // Native locks: retry a lock the backend could not take yet.
         if elem.state == TargetState::LockIssued && Self::native_locks(w, rank) {
             let exclusive = self.lock_is_exclusive(rank);
-            if w.engine.transport.try_lock(w.id, rank, exclusive)? {
+            if w.try_lock_word(rank, exclusive)? {
                 self.table.get_mut(rank).expect("exists").state = TargetState::LockGranted;
                 if let Some(l) = self.locks.get_mut(&rank) {
                     l.granted = true;
@@ -335,7 +335,7 @@ impl WinState {
     pub(super) fn request_lock(&mut self, w: &WindowShared, rank: Rank) -> Result<()> {
         let exclusive = self.lock_is_exclusive(rank);
         let granted = if Self::native_locks(w, rank) {
-            w.engine.transport.try_lock(w.id, rank, exclusive)?
+            w.try_lock_word(rank, exclusive)?
         } else {
             let fl = if exclusive {
                 flags::LOCK_EXCLUSIVE

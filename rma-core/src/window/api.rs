@@ -52,6 +52,12 @@ pub(super) fn to_vec<T: Element>(bytes: Fetched) -> Vec<T> {
 pub(super) fn to_one<T: Element>(bytes: Fetched) -> T {
     // Replies are checked against their request's length when they arrive; a short one
     // (never expected here) reads as zero rather than panicking.
+    if let Fetched::Inline { len, bytes } = &bytes {
+        if usize::from(*len) == std::mem::size_of::<T>() {
+            // The usual case (a fetching atomic's element, inline): one unaligned read.
+            return bytemuck::pod_read_unaligned(&bytes[..std::mem::size_of::<T>()]);
+        }
+    }
     let mut one = T::zeroed();
     let out: &mut [u8] = bytemuck::bytes_of_mut(&mut one);
     let n = out.len().min(bytes.len());

@@ -232,7 +232,7 @@ impl WinState {
         }
         if let Some(exclusive) = reply.released {
             if Self::own_lock_is_native(w) {
-                w.engine.transport.unlock(w.id, w.engine.rank, exclusive)?;
+                w.unlock_word(w.engine.rank, exclusive)?;
             }
             for g in self.target.locks.grant_waiting(&mut Self::own_lock(w)) {
                 self.apply_granted(w, g)?;
@@ -251,7 +251,7 @@ impl WinState {
         tracing::warn!(origin, win = w.id, "locks of a rank that is gone revoked");
         for exclusive in released {
             if Self::own_lock_is_native(w) {
-                w.engine.transport.unlock(w.id, w.engine.rank, exclusive)?;
+                w.unlock_word(w.engine.rank, exclusive)?;
             }
         }
         for g in self.target.locks.grant_waiting(&mut Self::own_lock(w)) {

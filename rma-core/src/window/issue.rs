@@ -112,7 +112,7 @@ impl WinState {
     pub(super) fn release_native_locks(&mut self, w: &WindowShared) {
         let unlock = |rank: Rank, exclusive: bool| {
             if Self::native_locks(w, rank) {
-                let _ = w.engine.transport.unlock(w.id, rank, exclusive);
+                let _ = w.unlock_word(rank, exclusive);
             }
         };
         match self.epoch {
@@ -293,8 +293,41 @@ pub(super) fn native_call_desc(
     d: &OpDesc<'_>,
     token: u64,
 ) -> std::result::Result<Issued, TransportError> {
-    let t = &w.engine.transport;
     let off = d.extent.offset;
+    if let Some(ops) = &w.ops {
+        // Bound to the window: no lookup of it by id in the backend.
+        return match d.kind {
+            OpKind::Put => ops.put(d.target, off, d.data),
+            OpKind::Get => {
+                w.engine
+                    .transport
+                    .get(w.id, d.target, off, d.extent.bytes() as usize, token)
+            }
+            OpKind::Accumulate | OpKind::GetAccumulate => ops.atomic(
+                d.target,
+                off,
+                NativeAtomic::Accumulate {
+                    op: d.op.unwrap_or(AccOp::Replace),
+                    datatype: d.datatype,
+                    operand: d.data,
+                    fetch: d.kind == OpKind::GetAccumulate,
+                },
+            ),
+            OpKind::CompareAndSwap => {
+                let (c, s) = d.data.split_at(d.datatype.size());
+                ops.atomic(
+                    d.target,
+                    off,
+                    NativeAtomic::CompareAndSwap {
+                        datatype: d.datatype,
+                        compare: c,
+                        swap: s,
+                    },
+                )
+            }
+        };
+    }
+    let t = &w.engine.transport;
     match d.kind {
         OpKind::Put => t.put(w.id, d.target, off, d.data, token),
         OpKind::Get => t.get(w.id, d.target, off, d.extent.bytes() as usize, token),

@@ -58,7 +58,7 @@ impl WindowShared {
                         self.lock_state().make_progress(self)?;
                     }
                     first = false;
-                    if self.engine.transport.try_lock(self.id, target, exclusive)? {
+                    if self.try_lock_word(target, exclusive)? {
                         let mut st = self.lock_state();
                         if let Some(l) = st.locks.get_mut(&target) {
                             l.granted = true;
@@ -173,9 +173,7 @@ impl WinState {
             .remove(&target)
             .filter(|l| l.granted && !l.nocheck);
         let released = match held {
-            Some(l) if Self::native_locks(w, target) => {
-                w.engine.transport.unlock(w.id, target, l.exclusive)
-            }
+            Some(l) if Self::native_locks(w, target) => w.unlock_word(target, l.exclusive),
             _ => Ok(()),
         };
         if self.locks.is_empty() && self.table.active == 0 {

@@ -104,7 +104,7 @@ impl WindowShared {
                         .get(rank)
                         .is_some_and(|t| t.state == TargetState::LockGranted);
                     if held && !window_protocol && WinState::native_locks(self, rank) {
-                        self.engine.transport.unlock(self.id, rank, false)?;
+                        self.unlock_word(rank, false)?;
                     }
                     st.free_target(self, rank);
                 }
@@ -115,7 +115,7 @@ impl WindowShared {
                     // Window protocol: every target was locked; unlock them all.
                     for rank in self.members() {
                         if WinState::native_locks(self, rank) {
-                            self.engine.transport.unlock(self.id, rank, false)?;
+                            self.unlock_word(rank, false)?;
                         } else {
                             st.window_acks += 1;
                             st.send_control(self, rank, Kind::Done, flags::UNLOCK, 0)?;

@@ -130,6 +130,9 @@ pub(crate) struct WindowShared {
     classes: Vec<crate::transport::Capabilities>,
     /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
     shares_memory: bool,
+    /// The backend's native operations bound to this window
+    /// ([`Transport::window_ops`](crate::Transport::window_ops)), where it has them.
+    pub(crate) ops: Option<Arc<dyn crate::transport::WindowOps>>,
     /// A `create` window's user buffer, kept aside while its bytes live in backend
     /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,

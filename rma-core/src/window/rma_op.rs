@@ -43,10 +43,13 @@ impl WinState {
             if granted && d.kind == OpKind::Get && w.caps(rank).get_in_call {
                 if let Some(dst) = &d.into {
                     let mut dst = dst.borrow_mut();
-                    if w.engine
-                        .transport
-                        .get_into(w.id, rank, d.extent.offset, &mut dst)?
-                    {
+                    let done = match &w.ops {
+                        Some(ops) => ops.get_into(rank, d.extent.offset, &mut dst)?,
+                        None => {
+                            (w.engine.transport).get_into(w.id, rank, d.extent.offset, &mut dst)?
+                        }
+                    };
+                    if done {
                         w.counters.op(true);
                         return Ok(Step::Done(Posted::Done(None)));
                     }
@@ -316,7 +319,7 @@ impl WinState {
         while (self.native_lock_cursor as usize) < w.member_count() {
             let rank = w.member(self.native_lock_cursor as usize);
             if self.table.get(rank).is_none() && Self::native_locks(w, rank) {
-                if !w.engine.transport.try_lock(w.id, rank, false)? {
+                if !w.try_lock_word(rank, false)? {
                     return Ok(());
                 }
                 self.window_grants -= 1;

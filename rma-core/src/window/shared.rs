@@ -29,7 +29,9 @@ impl WindowShared {
             })
             .collect();
         let shares_memory = classes.iter().any(|c| c.shared_memory);
+        let ops = engine.transport.window_ops(id);
         WindowShared {
+            ops,
             routes,
             classes,
             shares_memory,
@@ -182,6 +184,19 @@ impl WindowShared {
         // `target` is a World rank the public call translated and checked already
         // (`world`), once per op.
         debug_assert!((target as usize) < self.engine.size);
+        if layout.count == 1 && self.kind != WindowKind::Dynamic {
+            // Hot path, one block (every contiguous op): in 128 bits nothing overflows
+            // (64-bit displacement times 32-bit unit, 64-bit count times element size),
+            // so one comparison with the window's length is the whole check. A block
+            // inside the window fits in 64 bits and in the address space (the window
+            // does); anything else goes the checked way below, which names the error.
+            let r = &self.remote[target as usize];
+            let offset = u128::from(disp) * u128::from(r.disp_unit);
+            let len = layout.block as u128 * elem as u128;
+            if offset + len <= u128::from(r.len) {
+                return Ok(Extent::contiguous(offset as u64, len as usize));
+            }
+        }
         if !layout.valid() {
             return Err(UsageError::BadLayout.into());
         }
@@ -230,6 +245,51 @@ impl WindowShared {
             .into());
         }
         extent(offset)
+    }
+
+    /// Takes `target`'s lock word of this window natively: through the window's bound
+    /// operations where the backend gives them, else the transport.
+    #[inline]
+    pub(super) fn try_lock_word(
+        &self,
+        target: Rank,
+        exclusive: bool,
+    ) -> std::result::Result<bool, TransportError> {
+        match &self.ops {
+            Some(ops) => ops.try_lock(target, exclusive),
+            None => self.engine.transport.try_lock(self.id, target, exclusive),
+        }
+    }
+
+    /// Releases `target`'s lock word of this window (see [`try_lock_word`](Self::try_lock_word)).
+    #[inline]
+    pub(super) fn unlock_word(
+        &self,
+        target: Rank,
+        exclusive: bool,
+    ) -> std::result::Result<(), TransportError> {
+        match &self.ops {
+            Some(ops) => ops.unlock(target, exclusive),
+            None => self.engine.transport.unlock(self.id, target, exclusive),
+        }
+    }
+
+    /// Arrives at the window's native barrier, if it has one (fence).
+    #[inline]
+    pub(super) fn barrier_arrive(&self) -> std::result::Result<Option<u64>, TransportError> {
+        match &self.ops {
+            Some(ops) => ops.barrier_arrive(),
+            None => self.engine.transport.barrier_arrive(self.id),
+        }
+    }
+
+    /// Whether the native barrier entered with `ticket` is over.
+    #[inline]
+    pub(super) fn barrier_done(&self, ticket: u64) -> std::result::Result<bool, TransportError> {
+        match &self.ops {
+            Some(ops) => ops.barrier_done(ticket),
+            None => self.engine.transport.barrier_done(self.id, ticket),
+        }
     }
 
     /// The backend's native capabilities toward `target` on this window.
