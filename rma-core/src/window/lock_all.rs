@@ -4,6 +4,53 @@
 use super::*;
 
 impl WindowShared {
+    /// UNLOCK_ALL's hot path, in one hold of the window's state: per-target locks (not
+    /// the window protocol), every one of them native, and nothing of the epoch queued,
+    /// under way or awaited (every op completed in its call, as on shared memory). Then
+    /// MEM_SYNC, each lock word held released (PROC_SYNC), the elements freed: no
+    /// progress pass, no message. `None`: the full algorithm below is needed.
+    fn unlock_all_settled(&self) -> Option<Result<()>> {
+        let mut st = self.lock_state();
+        let per_target = matches!(
+            st.epoch,
+            WindowEpoch::LockAllCalled | WindowEpoch::LockAllGranted { nocheck: true }
+        );
+        let nocheck = matches!(st.epoch, WindowEpoch::LockAllGranted { nocheck: true });
+        let settled = |t: &TargetElem| {
+            t.is_idle()
+                && t.am_since_done == 0
+                && (nocheck && t.state == TargetState::Ready
+                    || matches!(t.state, TargetState::LockCalled | TargetState::LockGranted)
+                        && WinState::native_locks(self, t.rank))
+        };
+        if !per_target || !st.outbox.is_empty() || !st.table.iter().all(settled) {
+            return None;
+        }
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
+        let mut ranks = std::mem::take(&mut st.work);
+        ranks.clear();
+        ranks.extend(st.table.iter().map(|t| t.rank));
+        let mut released = Ok(());
+        for &rank in &ranks {
+            let held = st
+                .table
+                .get(rank)
+                .is_some_and(|t| t.state == TargetState::LockGranted);
+            if held && !nocheck {
+                released = released.and(self.unlock_word(rank, false));
+            }
+            st.free_target(self, rank);
+        }
+        st.work = ranks;
+        st.epoch = WindowEpoch::Unset;
+        st.restoring = false;
+        Some(match (released, st.deferred.take()) {
+            (Err(e), _) => Err(e.into()),
+            (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(()),
+        })
+    }
+
     pub(super) fn lock_all(&self, assert: Assert) -> Result<()> {
         let _span = tracing::debug_span!("rma_sync", call = "lock_all", win = self.id).entered();
         if !assert.only(Assert::NOCHECK) {
@@ -44,6 +91,9 @@ impl WindowShared {
 
     pub(super) fn unlock_all(&self) -> Result<()> {
         self.sync_call("unlock_all", || {
+            if let Some(done) = self.unlock_all_settled() {
+                return done;
+            }
             let nocheck = {
                 let st = self.lock_state();
                 match st.epoch {

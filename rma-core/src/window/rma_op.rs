@@ -30,6 +30,19 @@ impl WinState {
         if matches!(self.epoch, WindowEpoch::FenceIssued) && self.advance_barrier(w)? {
             self.epoch = WindowEpoch::FenceGranted;
         }
+        if native
+            && matches!(self.epoch, WindowEpoch::LockAllCalled)
+            && self.table.get(rank).is_none()
+            && Self::native_locks(w, rank)
+            && !self.target_pool_empty(w)
+        {
+            // LOCK_ALL's lazy lock of a target with a native lock word, taken in the op's
+            // call (what ISSUE_OPS would do a step later, for a queued op element): the op
+            // then goes the fast path below. A lock not free now leaves the element
+            // LOCK_ISSUED, and the op the queued path that retries it.
+            self.target_elem(w, rank).expect("pool checked");
+            self.request_lock(w, rank)?;
+        }
         // Fast path: native, access granted, nothing queued before it.
         let elem_state = self
             .table
