@@ -24,6 +24,58 @@ fn run(n: usize, profile: Profile, seed: u64, config: Config, f: fn(Engine) -> R
 
 // ----- message counts -------------------------------------------------------------------
 
+/// Issue #26's hot paths, on a backend whose ops complete in the call and whose locks and
+/// fence barrier are native (the shared-memory profile): LOCK_ALL's lazy locks taken in
+/// the ops' own calls, UNLOCK_ALL and FENCE with nothing under way. Epochs of puts and
+/// fetch_and_ops to every rank send no message and queue no op, and the contents are
+/// exact.
+#[test]
+fn shared_memory_lock_all_and_fence_epochs_send_nothing_and_queue_nothing() {
+    run(3, Profile::SharedMemory, 7, config(), |e| {
+        const ROUNDS: u64 = 50;
+        let win = e.allocate::<u64>(4)?;
+        let (me, n) = (e.rank(), e.size() as u32);
+        let before = win.stats();
+        for round in 1..=ROUNDS {
+            win.lock_all(Assert::NONE)?;
+            for t in 0..n {
+                win.put(&[round], t, u64::from(me))?;
+                win.flush(t)?;
+            }
+            win.unlock_all()?;
+        }
+        // Each put went straight to its target: the lazy lock was taken in its call, not
+        // through a queued op element and ISSUE_OPS.
+        let puts = win.stats();
+        assert_eq!(puts.op_elements_high_water, 0, "{puts:?}");
+        for _ in 1..=ROUNDS {
+            win.lock_all(Assert::NONE)?;
+            for t in 0..n {
+                let old = win.fetch_and_op(1, AccOp::Sum, t, 3)?;
+                win.flush(t)?;
+                old.wait()?;
+            }
+            win.unlock_all()?;
+        }
+        e.barrier()?;
+        let mut expected: Vec<u64> = vec![ROUNDS; n as usize];
+        expected.push(ROUNDS * u64::from(n));
+        assert_eq!(win.local_to_vec(), expected);
+        win.fence(Assert::NONE)?;
+        win.put(&[100 + u64::from(me)], (me + 1) % n, 0)?;
+        win.fence(Assert::NONE)?;
+        assert_eq!(win.local_to_vec()[0], 100 + u64::from((me + n - 1) % n));
+        win.fence(Assert::NOSUCCEED)?;
+        let s = win.stats().since(&before);
+        assert_eq!(s.total_messages(), 0, "{s:?}");
+        assert_eq!(s.ops_queued, 0, "{s:?}");
+        assert_eq!(s.ops_active_message, 0, "{s:?}");
+        assert_eq!(s.ops_native, 2 * ROUNDS * u64::from(n) + 1, "{s:?}");
+        win.free()?;
+        Ok(())
+    });
+}
+
 #[test]
 fn single_op_lock_put_unlock_is_one_request_and_one_ack() {
     for profile in [Profile::ActiveMessages, Profile::Rdma] {
