@@ -32,12 +32,18 @@ impl Counters {
         self.messages[kind as usize].fetch_add(1, Relaxed);
         self.bytes[kind as usize].fetch_add(bytes as u64, Relaxed);
     }
-    pub(crate) fn op(&self, native: bool) {
-        if native {
-            self.ops_native.fetch_add(1, Relaxed);
+    /// An op took the native path (or the active-message one). For a window's own
+    /// counters, whose ops are counted by their window's state, under its lock: the
+    /// lock orders the writers, so a load and a store count exactly, without the locked
+    /// add that every op paid (readers may see a count one behind, as with any relaxed
+    /// counter).
+    pub(crate) fn op_under_lock(&self, native: bool) {
+        let counter = if native {
+            &self.ops_native
         } else {
-            self.ops_active_message.fetch_add(1, Relaxed);
-        }
+            &self.ops_active_message
+        };
+        counter.store(counter.load(Relaxed) + 1, Relaxed);
     }
     pub(crate) fn queued(&self) {
         self.ops_queued.fetch_add(1, Relaxed);

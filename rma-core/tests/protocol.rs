@@ -34,7 +34,7 @@ fn shared_memory_lock_all_and_fence_epochs_send_nothing_and_queue_nothing() {
     run(3, Profile::SharedMemory, 7, config(), |e| {
         const ROUNDS: u64 = 50;
         let win = e.allocate::<u64>(4)?;
-        let (me, n) = (e.rank(), e.size() as u32);
+        let (me, n) = (e.rank(), e.size());
         let before = win.stats();
         for round in 1..=ROUNDS {
             win.lock_all(Assert::NONE)?;

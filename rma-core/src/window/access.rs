@@ -380,7 +380,7 @@ impl WinState {
         encode_op(&mut self.enc, w.id, &op, fl, done_count);
         let kind = op_kind_wire(op.kind);
         self.send_encoded(w, rank, kind)?;
-        w.counters.op(false);
+        w.counters.op_under_lock(false);
         let elem = self.table.get_mut(rank).expect("target element exists");
         if fl & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
             elem.am_since_done = 0;
@@ -409,14 +409,14 @@ impl WinState {
         op.token = token;
         match native_call(w, rank, &op, token) {
             Ok(Issued::Complete(data)) => {
-                w.counters.op(true);
+                w.counters.op_under_lock(true);
                 if let Some(r) = op.request.take() {
                     r.complete(Ok(data.unwrap_or_default()));
                 }
                 self.free_op(w, op);
             }
             Ok(Issued::Pending) => {
-                w.counters.op(true);
+                w.counters.op_under_lock(true);
                 self.native_index.insert(token, rank);
                 let elem = self.table.get_mut(rank).expect("target element exists");
                 elem.native_in_flight += 1;

@@ -63,7 +63,7 @@ impl WinState {
                         }
                     };
                     if done {
-                        w.counters.op(true);
+                        w.counters.op_under_lock(true);
                         return Ok(Step::Done(Posted::Done(None)));
                     }
                 }
@@ -77,11 +77,11 @@ impl WinState {
                 let token = untracked_token(w.id, rank);
                 return match native_call_desc(w, d, token) {
                     Ok(Issued::Complete(_)) => {
-                        w.counters.op(true);
+                        w.counters.op_under_lock(true);
                         Ok(Step::Done(Posted::Done(None)))
                     }
                     Ok(Issued::Pending) => {
-                        w.counters.op(true);
+                        w.counters.op_under_lock(true);
                         let elem = self.target_elem(w, rank).expect("room checked");
                         elem.native_in_flight += 1;
                         Ok(Step::Done(Posted::Later(None)))
@@ -112,7 +112,7 @@ impl WinState {
                 };
                 match issued {
                     Ok(Issued::Complete(data)) => {
-                        w.counters.op(true);
+                        w.counters.op_under_lock(true);
                         // A get into the caller's buffer, complete in the call: the bytes
                         // go there now (no request to make and wait on).
                         if let (Some(dst), Some(bytes)) = (&d.into, &data) {
@@ -196,7 +196,7 @@ impl WinState {
         token: u64,
         mut op: Box<OpElem>,
     ) -> Result<Step<Posted>> {
-        w.counters.op(true);
+        w.counters.op_under_lock(true);
         self.native_index.insert(token, d.target);
         op.kind = d.kind;
         op.token = token;
