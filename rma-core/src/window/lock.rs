@@ -50,7 +50,16 @@ impl WindowShared {
             if !nocheck && WinState::native_locks(self, target) && st.table.get(target).is_none() {
                 // Native locks cost no message: take the lock now, so the epoch's ops go
                 // straight to the target (seed 004's LOCK, "do PROGRESS_WAIT until I got
-                // the lock", for every target).
+                // the lock", for every target). A free lock is taken at the first try,
+                // still holding the state: nothing else to wait for.
+                if self.try_lock_word(target, exclusive)? {
+                    if let Some(l) = st.locks.get_mut(&target) {
+                        l.granted = true;
+                    }
+                    drop(st);
+                    self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+                    return Ok(());
+                }
                 drop(st);
                 let mut first = true;
                 self.engine.wait_until("lock", || {
