@@ -301,6 +301,9 @@ impl Engine {
             e.transport.check_peers(&mut found);
             for ev in found {
                 if let Event::PeerFailed { rank } = ev {
+                    if e.has_departed(rank) {
+                        continue; // its exit, after its departure notice
+                    }
                     let _ = e.failed.compare_exchange(
                         0,
                         u64::from(rank) + 1,
@@ -844,6 +847,7 @@ impl EngineShared {
             return Ok(());
         };
         self.transport.poll(&mut events)?;
+        let mut failed_now: Vec<Rank> = Vec::new();
         let windows = self.windows.read().unwrap_or_else(|x| x.into_inner());
         let mut held = HeldState::default();
         for ev in events.drain(..) {
@@ -864,12 +868,18 @@ impl EngineShared {
                         );
                     }
                 }
-                Event::PeerFailed { rank } => {
-                    self.failed.store(u64::from(rank) + 1, Ordering::Release);
-                }
+                Event::PeerFailed { rank } => failed_now.push(rank),
             }
         }
         drop(events);
+        // After the batch's packets: a peer whose departure notice came in the same poll
+        // (or before) left the job; that its process is gone now (a pid check, a closed
+        // connection) is its exit, not a death. Its notice names whom it blamed.
+        for rank in failed_now {
+            if !self.has_departed(rank) {
+                self.failed.store(u64::from(rank) + 1, Ordering::Release);
+            }
+        }
         // A rank known dead (from its transport, the launcher or a peer) never unlocks:
         // every window takes its locks away, once.
         let failed = self.failed.load(Ordering::Acquire);
@@ -1039,6 +1049,9 @@ impl EngineShared {
             self.transport.check_peers(&mut found);
             for ev in found {
                 if let Event::PeerFailed { rank } = ev {
+                    if self.has_departed(rank) {
+                        continue; // its exit, after its departure notice
+                    }
                     let _ = self.failed.compare_exchange(
                         0,
                         u64::from(rank) + 1,
