@@ -297,21 +297,7 @@ impl Engine {
                 return Ok(());
             };
             let _ = e.progress();
-            let mut found = Vec::new();
-            e.transport.check_peers(&mut found);
-            for ev in found {
-                if let Event::PeerFailed { rank } = ev {
-                    if e.has_departed(rank) {
-                        continue; // its exit, after its departure notice
-                    }
-                    let _ = e.failed.compare_exchange(
-                        0,
-                        u64::from(rank) + 1,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                }
-            }
+            e.check_peers();
             if let Some(rank) = e.failed_rank() {
                 e.transport.peer_gone(rank);
             }
@@ -1045,21 +1031,7 @@ impl EngineShared {
         let start = Instant::now();
         loop {
             let _ = self.progress();
-            let mut found = Vec::new();
-            self.transport.check_peers(&mut found);
-            for ev in found {
-                if let Event::PeerFailed { rank } = ev {
-                    if self.has_departed(rank) {
-                        continue; // its exit, after its departure notice
-                    }
-                    let _ = self.failed.compare_exchange(
-                        0,
-                        u64::from(rank) + 1,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    );
-                }
-            }
+            self.check_peers();
             if let Some(dead) = self.failed_rank() {
                 let why: Error = PeerError::Dead { rank: dead }.into();
                 self.blame(&why);
@@ -1070,6 +1042,27 @@ impl EngineShared {
                 return e;
             }
             std::thread::yield_now();
+        }
+    }
+
+    /// Asks the transport which peers it finds dead now (for a process blocked outside
+    /// the engine's own waits) and takes the first for failed, unless it departed: a
+    /// process gone after its departure notice exited, it did not die.
+    fn check_peers(&self) {
+        let mut found = Vec::new();
+        self.transport.check_peers(&mut found);
+        for ev in found {
+            if let Event::PeerFailed { rank } = ev {
+                if self.has_departed(rank) {
+                    continue;
+                }
+                let _ = self.failed.compare_exchange(
+                    0,
+                    u64::from(rank) + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
         }
     }
 

@@ -294,68 +294,33 @@ pub(super) fn native_call_desc(
     token: u64,
 ) -> std::result::Result<Issued, TransportError> {
     let off = d.extent.offset;
-    if let Some(ops) = &w.ops {
-        // Bound to the window: no lookup of it by id in the backend.
-        return match d.kind {
-            OpKind::Put => ops.put(d.target, off, d.data),
-            OpKind::Get => {
-                w.engine
-                    .transport
-                    .get(w.id, d.target, off, d.extent.bytes() as usize, token)
-            }
-            OpKind::Accumulate | OpKind::GetAccumulate => ops.atomic(
-                d.target,
-                off,
-                NativeAtomic::Accumulate {
-                    op: d.op.unwrap_or(AccOp::Replace),
-                    datatype: d.datatype,
-                    operand: d.data,
-                    fetch: d.kind == OpKind::GetAccumulate,
-                },
-            ),
-            OpKind::CompareAndSwap => {
-                let (c, s) = d.data.split_at(d.datatype.size());
-                ops.atomic(
-                    d.target,
-                    off,
-                    NativeAtomic::CompareAndSwap {
-                        datatype: d.datatype,
-                        compare: c,
-                        swap: s,
-                    },
-                )
-            }
-        };
-    }
     let t = &w.engine.transport;
-    match d.kind {
-        OpKind::Put => t.put(w.id, d.target, off, d.data, token),
-        OpKind::Get => t.get(w.id, d.target, off, d.extent.bytes() as usize, token),
-        OpKind::Accumulate | OpKind::GetAccumulate => t.atomic(
-            w.id,
-            d.target,
-            off,
-            NativeAtomic::Accumulate {
-                op: d.op.unwrap_or(AccOp::Replace),
-                datatype: d.datatype,
-                operand: d.data,
-                fetch: d.kind == OpKind::GetAccumulate,
-            },
-            token,
-        ),
-        OpKind::CompareAndSwap => {
-            let (c, s) = d.data.split_at(d.datatype.size());
-            t.atomic(
-                w.id,
-                d.target,
-                off,
-                NativeAtomic::CompareAndSwap {
-                    datatype: d.datatype,
-                    compare: c,
-                    swap: s,
-                },
-                token,
-            )
+    let atomic = match d.kind {
+        OpKind::Put => {
+            return match &w.ops {
+                // Bound to the window: no lookup of it by id in the backend.
+                Some(ops) => ops.put(d.target, off, d.data),
+                None => t.put(w.id, d.target, off, d.data, token),
+            };
         }
+        OpKind::Get => return t.get(w.id, d.target, off, d.extent.bytes() as usize, token),
+        OpKind::Accumulate | OpKind::GetAccumulate => NativeAtomic::Accumulate {
+            op: d.op.unwrap_or(AccOp::Replace),
+            datatype: d.datatype,
+            operand: d.data,
+            fetch: d.kind == OpKind::GetAccumulate,
+        },
+        OpKind::CompareAndSwap => {
+            let (compare, swap) = d.data.split_at(d.datatype.size());
+            NativeAtomic::CompareAndSwap {
+                datatype: d.datatype,
+                compare,
+                swap,
+            }
+        }
+    };
+    match &w.ops {
+        Some(ops) => ops.atomic(d.target, off, atomic),
+        None => t.atomic(w.id, d.target, off, atomic, token),
     }
 }
