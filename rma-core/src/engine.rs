@@ -1017,6 +1017,11 @@ impl EngineShared {
     #[cold]
     #[inline(never)]
     pub(crate) fn explained(&self, e: Error) -> Error {
+        if e.call().is_some() {
+            // Raised by a public call inside this one (get through get_strided, allocate
+            // through Comm::allocate): explained there already, not waited for twice.
+            return e;
+        }
         let departed = match e.peer() {
             Some(&PeerError::Departed { rank, .. }) => Some(rank),
             _ => None,
