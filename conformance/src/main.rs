@@ -621,7 +621,63 @@ fn bad_input(world: &World) -> Result<()> {
         ),
         "compare_and_swap on floats",
     )?;
+    // Valid ops (zeros: the window must stay as it was) before and after each epoch's
+    // end: on shared memory they go straight to the target, past the window's state,
+    // and the epoch's end must still be seen by the next op and flush.
+    let direct_before = win.stats().ops_direct;
+    win.put(&[0.0], peer, 1)?;
+    win.accumulate(&[0.0], AccOp::Sum, peer, 2)?;
+    win.flush(peer)?;
+    win.put(&[0.0], peer, 3)?;
     win.unlock(peer)?;
+    check(
+        matches!(usage(win.put(&[0.0], peer, 0))?, UsageError::NoEpoch { .. }),
+        "an op after unlock, its epoch's ops direct",
+    )?;
+    check(
+        matches!(
+            usage(win.flush(peer))?,
+            UsageError::NotLocked { .. } | UsageError::EpochConflict { .. }
+        ),
+        "a flush after unlock",
+    )?;
+    win.fence(Assert::NONE)?;
+    win.put(&[0.0], peer, 1)?;
+    win.put(&[0.0], peer, 1)?;
+    check(
+        matches!(usage(win.flush(peer))?, UsageError::EpochConflict { .. }),
+        "a flush in a fence epoch, its ops direct",
+    )?;
+    win.fence(Assert::NOSUCCEED)?;
+    check(
+        matches!(usage(win.get(peer, 0, 1))?, UsageError::NoEpoch { .. }),
+        "an op after the last fence",
+    )?;
+    win.lock_all(Assert::NONE)?;
+    win.put(&[0.0], peer, 0)?;
+    win.put(&[0.0], peer, 0)?;
+    check(
+        matches!(
+            usage(win.put(&[0.0; 2], peer, 3))?,
+            UsageError::OutOfBounds { .. }
+        ),
+        "a displacement past the window, toward a direct target",
+    )?;
+    win.unlock_all()?;
+    check(
+        matches!(usage(win.put(&[0.0], peer, 0))?, UsageError::NoEpoch { .. }),
+        "an op after unlock_all",
+    )?;
+    let pure_shared_memory = world.route(peer) == rma::Route::SharedMemory
+        && world.traffic(peer).is_none()
+        && std::env::var("RMA_NATIVE").as_deref() != Ok("0");
+    if pure_shared_memory {
+        let direct = win.stats().ops_direct - direct_before;
+        check(
+            direct >= 4,
+            &format!("ops went directly to the target on shared memory: {direct}"),
+        )?;
+    }
     world.barrier()?;
     check(
         matches!(

@@ -90,6 +90,10 @@ impl WindowEpoch {
             WindowEpoch::PerTarget => "PER_TARGET",
         }
     }
+    /// Whether a passive-target epoch is open (lock or lock_all): flush is its call.
+    pub(crate) fn is_passive(&self) -> bool {
+        matches!(self, WindowEpoch::PerTarget) || self.is_lock_all()
+    }
     /// Whether a lock_all epoch is open (in any of its states).
     pub(crate) fn is_lock_all(&self) -> bool {
         matches!(

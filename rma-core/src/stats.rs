@@ -11,6 +11,7 @@ pub struct Counters {
     messages: [AtomicU64; Kind::COUNT],
     bytes: [AtomicU64; Kind::COUNT],
     ops_native: AtomicU64,
+    ops_direct: AtomicU64,
     ops_active_message: AtomicU64,
     ops_queued: AtomicU64,
     op_elements_high_water: AtomicU64,
@@ -45,6 +46,12 @@ impl Counters {
         };
         counter.store(counter.load(Relaxed) + 1, Relaxed);
     }
+    /// An op went straight to the backend, past the window's state
+    /// ([`direct`](crate::window)): from any thread, so a locked add.
+    #[inline]
+    pub(crate) fn op_direct(&self) {
+        self.ops_direct.fetch_add(1, Relaxed);
+    }
     pub(crate) fn queued(&self) {
         self.ops_queued.fetch_add(1, Relaxed);
     }
@@ -69,7 +76,9 @@ impl Counters {
         Stats {
             messages: load(&self.messages),
             bytes: load(&self.bytes),
-            ops_native: self.ops_native.load(Relaxed),
+            // Direct ops are native ones that skipped the lock their count took.
+            ops_native: self.ops_native.load(Relaxed) + self.ops_direct.load(Relaxed),
+            ops_direct: self.ops_direct.load(Relaxed),
             ops_active_message: self.ops_active_message.load(Relaxed),
             ops_queued: self.ops_queued.load(Relaxed),
             op_elements_high_water: self.op_elements_high_water.load(Relaxed),
@@ -90,6 +99,10 @@ pub struct Stats {
     bytes: [u64; Kind::COUNT],
     /// Operations done through the backend's native path.
     pub ops_native: u64,
+    /// Of those, the ones that went straight to the backend without the window's state
+    /// lock or op table: toward a granted target with nothing outstanding, on a backend
+    /// whose ops complete in the call (shared memory).
+    pub ops_direct: u64,
     /// Operations sent as active messages.
     pub ops_active_message: u64,
     /// Operations queued in the op table before issue (piggyback, single-op, waiting for
@@ -131,6 +144,7 @@ impl Stats {
             messages: std::array::from_fn(|i| self.messages[i] - earlier.messages[i]),
             bytes: std::array::from_fn(|i| self.bytes[i] - earlier.bytes[i]),
             ops_native: self.ops_native - earlier.ops_native,
+            ops_direct: self.ops_direct - earlier.ops_direct,
             ops_active_message: self.ops_active_message - earlier.ops_active_message,
             ops_queued: self.ops_queued - earlier.ops_queued,
             restores: self.restores - earlier.restores,

@@ -158,6 +158,14 @@ pub trait WindowOps: Send + Sync {
     fn barrier_arrive(&self) -> Result<Option<u64>, TransportError>;
     /// As [`Transport::barrier_done`].
     fn barrier_done(&self, ticket: u64) -> Result<bool, TransportError>;
+    /// Every native op on this window (these methods and the transport's `get` for
+    /// it) completes in its call: never [`Issued::Pending`], never
+    /// [`TransportError::Busy`] for lack of room. The engine then lets ops toward a
+    /// granted, settled target go straight here, without its op table (a promise
+    /// broken is reported as the op's failure, not tracked).
+    fn completes_in_call(&self) -> bool {
+        false
+    }
 }
 
 /// Bytes a native operation fetched (a get, a fetching atomic): up to

@@ -122,17 +122,34 @@ fn by_words(
             // during epochs MPI declares conflicting (as in `width!`).
             let a = unsafe { AtomicU64::from_ptr(p.cast()) };
             let word_operand = &operand[i..i + 8];
-            let prev = if op == AccOp::NoOp {
-                a.load(SeqCst)
-            } else {
-                let mut cur = a.load(SeqCst);
-                loop {
-                    let mut next = cur.to_ne_bytes();
-                    rma_core::apply_accumulate(op, dt, &mut next, word_operand);
-                    let next = u64::from_ne_bytes(next);
-                    match a.compare_exchange_weak(cur, next, SeqCst, SeqCst) {
-                        Ok(prev) => break prev,
-                        Err(now) => cur = now,
+            let o = u64::from_ne_bytes(word_operand.try_into().expect("8 bytes"));
+            let prev = match op {
+                AccOp::NoOp => a.load(SeqCst),
+                // Lane-wise by nature: one locked instruction for the whole word.
+                AccOp::Replace => a.swap(o, SeqCst),
+                AccOp::Band => a.fetch_and(o, SeqCst),
+                AccOp::Bor => a.fetch_or(o, SeqCst),
+                AccOp::Bxor => a.fetch_xor(o, SeqCst),
+                AccOp::Sum if dt.is_integer() => {
+                    let mut cur = a.load(SeqCst);
+                    loop {
+                        let next = lanes_wrapping_add(cur, o, size);
+                        match a.compare_exchange_weak(cur, next, SeqCst, SeqCst) {
+                            Ok(prev) => break prev,
+                            Err(now) => cur = now,
+                        }
+                    }
+                }
+                _ => {
+                    let mut cur = a.load(SeqCst);
+                    loop {
+                        let mut next = cur.to_ne_bytes();
+                        rma_core::apply_accumulate(op, dt, &mut next, word_operand);
+                        let next = u64::from_ne_bytes(next);
+                        match a.compare_exchange_weak(cur, next, SeqCst, SeqCst) {
+                            Ok(prev) => break prev,
+                            Err(now) => cur = now,
+                        }
                     }
                 }
             };
@@ -149,6 +166,20 @@ fn by_words(
             i += size;
         }
     }
+}
+
+/// The wrapping sums of the `lane`-byte integers packed in `a` and `b` (1, 2 or 4 bytes
+/// per lane), lane by lane, no carry crossing into the next lane: the sums of the lanes
+/// without their top bits cannot carry out of them, and the top bits are then the
+/// exclusive or of both top bits and the carry into them. A lane is a contiguous run of
+/// bits in either byte order, so this holds on little- and big-endian machines alike.
+fn lanes_wrapping_add(a: u64, b: u64, lane: usize) -> u64 {
+    let top = match lane {
+        1 => 0x8080_8080_8080_8080,
+        2 => 0x8000_8000_8000_8000,
+        _ => 0x8000_0000_8000_0000,
+    };
+    ((a & !top).wrapping_add(b & !top)) ^ ((a ^ b) & top)
 }
 
 macro_rules! cas_width {
@@ -225,6 +256,35 @@ pub fn update_element(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lane_sums_wrap_inside_each_lane() {
+        let pick = |seed: u64| seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17);
+        for k in 0..10_000u64 {
+            let (a, b) = (pick(k), pick(k ^ 0xdead_beef));
+            let (ab, bb) = (a.to_ne_bytes(), b.to_ne_bytes());
+            let bytes: Vec<u8> = (0..8).map(|i| ab[i].wrapping_add(bb[i])).collect();
+            assert_eq!(lanes_wrapping_add(a, b, 1).to_ne_bytes().to_vec(), bytes);
+            let halves: Vec<u8> = (0..4)
+                .flat_map(|i| {
+                    let x = u16::from_ne_bytes([ab[2 * i], ab[2 * i + 1]]);
+                    let y = u16::from_ne_bytes([bb[2 * i], bb[2 * i + 1]]);
+                    x.wrapping_add(y).to_ne_bytes()
+                })
+                .collect();
+            assert_eq!(lanes_wrapping_add(a, b, 2).to_ne_bytes().to_vec(), halves);
+            let words: Vec<u8> = (0..2)
+                .flat_map(|i| {
+                    let x = u32::from_ne_bytes(ab[4 * i..4 * i + 4].try_into().unwrap());
+                    let y = u32::from_ne_bytes(bb[4 * i..4 * i + 4].try_into().unwrap());
+                    x.wrapping_add(y).to_ne_bytes()
+                })
+                .collect();
+            assert_eq!(lanes_wrapping_add(a, b, 4).to_ne_bytes().to_vec(), words);
+        }
+        // Every lane at its maximum plus one wraps to zero without touching the next.
+        assert_eq!(lanes_wrapping_add(u64::MAX, 0x0101_0101_0101_0101, 1), 0);
+    }
 
     #[test]
     fn signed_max_and_float_sum() {

@@ -313,6 +313,11 @@ impl WindowOps for ShmWindow {
         Ok(b.atomic_u64(8).load(Ordering::Acquire) != ticket)
     }
 
+    fn completes_in_call(&self) -> bool {
+        // Every op is a copy, a process_vm call or a CPU atomic, done when it returns.
+        true
+    }
+
     fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
         let r = self.lock_word(target)?;
         let word = r.atomic_u64(0);

@@ -481,14 +481,28 @@ impl<T: Element> Window<T> {
     /// with respect to other accumulates.
     pub fn accumulate(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
         self.raised("accumulate", || {
-            self.accumulate_strided(
-                data,
-                Layout::contiguous(data.len()),
-                op,
-                target,
-                disp,
-                Layout::contiguous(data.len()),
-            )
+            let target = self.shared.world(target)?;
+            Self::check_op(op)?;
+            // Contiguous on both sides: nothing to gather, the caller's elements go as
+            // they are.
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let kind = OpKind::Accumulate;
+            if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+                return self
+                    .post_pieces(kind, Some(op), target, p, data, false)
+                    .map(drop);
+            }
+            self.shared
+                .post(Self::desc(
+                    kind,
+                    target,
+                    extent,
+                    Some(op),
+                    bytemuck::cast_slice(data),
+                    false,
+                ))
+                .map(drop)
         })
     }
 
@@ -633,14 +647,17 @@ impl<T: Element> Window<T> {
             let extent = self
                 .shared
                 .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-            let mut data = bytemuck::bytes_of(&compare).to_vec();
-            data.extend_from_slice(bytemuck::bytes_of(&swap));
+            // Compare then swap, side by side on the stack (elements are at most 8
+            // bytes).
+            let mut pair = [0u8; 16];
+            pair[..Self::SIZE].copy_from_slice(bytemuck::bytes_of(&compare));
+            pair[Self::SIZE..2 * Self::SIZE].copy_from_slice(bytemuck::bytes_of(&swap));
             let posted = self.shared.post(Self::desc(
                 OpKind::CompareAndSwap,
                 target,
                 extent,
                 None,
-                &data,
+                &pair[..2 * Self::SIZE],
                 true,
             ))?;
             Ok(self.request(posted, target, to_one::<T>))

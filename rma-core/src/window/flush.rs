@@ -20,6 +20,15 @@ impl WindowShared {
     }
 
     pub(super) fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
+        if let Some(t) = target {
+            if self.direct.allows_flush(t) {
+                // A direct target in a passive epoch: every op to it completed in its
+                // call, nothing is awaited (see `direct`). MEM_SYNC is all that is left.
+                self.engine.activity.bump();
+                self.flush_memory_sync();
+                return Ok(());
+            }
+        }
         let call = if remote { "flush" } else { "flush_local" };
         let _span =
             tracing::debug_span!("rma_sync", call, win = self.id, target = ?target).entered();

@@ -156,7 +156,7 @@ impl WinState {
 
     pub(super) fn handle_ack(&mut self, from: Rank, fl: u16) {
         if fl & flags::REFUSED != 0 {
-            self.deferred = Some(PeerError::Refused { rank: from }.into());
+            self.defer(PeerError::Refused { rank: from }.into());
         }
         match self.table.get_mut(from) {
             Some(t) if t.acks_awaited > 0 => t.acks_awaited -= 1,
@@ -305,7 +305,7 @@ impl WinState {
                 elem.native_in_flight = elem.native_in_flight.saturating_sub(1);
             }
             if let Err(e) = result {
-                self.deferred = Some(e);
+                self.defer(e);
             }
             return;
         }
@@ -325,7 +325,7 @@ impl WinState {
             if let Some(r) = &op.request {
                 r.complete(result.map(Option::unwrap_or_default));
             } else if let Err(e) = result {
-                self.deferred = Some(e);
+                self.defer(e);
             }
             self.free_op(w, op);
         }

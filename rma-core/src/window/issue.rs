@@ -91,6 +91,7 @@ impl WinState {
     /// Fails every op of `rank` still queued or under way with `err` and frees its
     /// target element (its native ops' late completions find nothing and are ignored).
     pub(super) fn abandon_target(&mut self, w: &WindowShared, rank: Rank, err: &Error) {
+        self.direct.close(rank);
         let Some(t) = self.table.get_mut(rank) else {
             return;
         };
@@ -110,6 +111,7 @@ impl WinState {
     /// locks, and a lock_all's shared locks (per target, or on every target by the
     /// window protocol). For a window that is dropped, or whose epoch failed.
     pub(super) fn release_native_locks(&mut self, w: &WindowShared) {
+        self.direct.close_all();
         let unlock = |rank: Rank, exclusive: bool| {
             if Self::native_locks(w, rank) {
                 let _ = w.unlock_word(rank, exclusive);

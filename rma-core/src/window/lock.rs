@@ -56,6 +56,11 @@ impl WindowShared {
                     if let Some(l) = st.locks.get_mut(&target) {
                         l.granted = true;
                     }
+                    // Granted with nothing of the target outstanding: the epoch's ops
+                    // go direct from the first.
+                    if st.deferred.is_none() {
+                        self.direct.open(target, true);
+                    }
                     drop(st);
                     self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
                     return Ok(());
@@ -74,6 +79,8 @@ impl WindowShared {
                         }
                         if let Some(t) = st.table.get_mut(target) {
                             t.state = TargetState::LockGranted;
+                        } else if st.deferred.is_none() {
+                            self.direct.open(target, true);
                         }
                         return Ok(true);
                     }
@@ -122,6 +129,8 @@ impl WindowShared {
         self.check_rank(target)?;
         let info = {
             let mut st = self.lock_state();
+            // Whatever follows, the lock's ops go no more past the state.
+            self.direct.close(target);
             if !matches!(st.epoch, WindowEpoch::PerTarget) {
                 return Err(UsageError::NotLocked { target }.into());
             }

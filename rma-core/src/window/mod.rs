@@ -37,6 +37,7 @@ use crate::Rank;
 
 mod access;
 mod api;
+mod direct;
 mod elements;
 mod fence;
 mod flush;
@@ -49,6 +50,7 @@ mod rma_op;
 mod shared;
 
 pub use api::{Elements, FreeError, GetInto, Window};
+use direct::DirectAccess;
 use issue::{encode_op, native_call, native_call_desc, op_kind_wire, sync_flags};
 use rma_op::short_op;
 
@@ -133,6 +135,8 @@ pub(crate) struct WindowShared {
     /// The backend's native operations bound to this window
     /// ([`Transport::window_ops`](crate::Transport::window_ops)), where it has them.
     pub(crate) ops: Option<Arc<dyn crate::transport::WindowOps>>,
+    /// The targets ops may reach without this state's lock ([`direct`]).
+    direct: Arc<DirectAccess>,
     /// A `create` window's user buffer, kept aside while its bytes live in backend
     /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,
@@ -228,8 +232,12 @@ pub(crate) struct WinState {
     sync_call: Option<&'static str>,
     /// Resource pressure: free idle target elements eagerly.
     restoring: bool,
-    /// Errors found asynchronously (refused ops), reported by the next sync call.
+    /// Errors found asynchronously (refused ops), reported by the next sync call (set
+    /// through [`WinState::defer`]).
     deferred: Option<Error>,
+    /// The window's direct targets (the same as [`WindowShared`]'s), whose marks every
+    /// change of this state that could break them takes away.
+    direct: Arc<DirectAccess>,
     pub target: TargetSide,
     outbox: VecDeque<(Rank, Kind, Vec<u8>)>,
     enc: Encoder,
@@ -319,7 +327,7 @@ pub(crate) enum Posted {
 }
 
 impl WinState {
-    pub(crate) fn new(engine: &EngineShared) -> Self {
+    pub(crate) fn new(engine: &EngineShared, direct: Arc<DirectAccess>) -> Self {
         let c = &engine.config;
         WinState {
             epoch: WindowEpoch::Unset,
@@ -339,10 +347,18 @@ impl WinState {
             sync_call: None,
             restoring: false,
             deferred: None,
+            direct,
             target: TargetSide::default(),
             outbox: VecDeque::new(),
             enc: Encoder::default(),
             departures: PeerDepartures::default(),
         }
+    }
+
+    /// Keeps `e` for the next synchronization call to report; no target is direct
+    /// until then (the next op takes the locked path, which reports it).
+    pub(super) fn defer(&mut self, e: Error) {
+        self.direct.close_all();
+        self.deferred = Some(e);
     }
 }

@@ -14,6 +14,9 @@ impl WinState {
             return Err(e);
         }
         let rank = d.target;
+        // Whatever this op comes to (queued, under way), the next one to its target must
+        // not overtake it: direct again only once it is found settled below.
+        self.direct.close(rank);
         // Which epoch grants access to this target?
         match &self.epoch {
             WindowEpoch::Unset => return Err(UsageError::NoEpoch { target: rank }.into()),
@@ -64,6 +67,7 @@ impl WinState {
                     };
                     if done {
                         w.counters.op_under_lock(true);
+                        self.open_direct_if_settled(rank);
                         return Ok(Step::Done(Posted::Done(None)));
                     }
                 }
@@ -78,6 +82,7 @@ impl WinState {
                 return match native_call_desc(w, d, token) {
                     Ok(Issued::Complete(_)) => {
                         w.counters.op_under_lock(true);
+                        self.open_direct_if_settled(rank);
                         Ok(Step::Done(Posted::Done(None)))
                     }
                     Ok(Issued::Pending) => {
@@ -113,6 +118,7 @@ impl WinState {
                 match issued {
                     Ok(Issued::Complete(data)) => {
                         w.counters.op_under_lock(true);
+                        self.open_direct_if_settled(rank);
                         // A get into the caller's buffer, complete in the call: the bytes
                         // go there now (no request to make and wait on).
                         if let (Some(dst), Some(bytes)) = (&d.into, &data) {
@@ -185,6 +191,20 @@ impl WinState {
             w.counters.queued();
         }
         Ok(Step::Done(Posted::Later(request)))
+    }
+
+    /// After a native op toward `rank` completed in its call, access granted: the next
+    /// ones go [direct](super::direct) if nothing of the target is outstanding (and no
+    /// error waits to be reported).
+    fn open_direct_if_settled(&self, rank: Rank) {
+        let settled = self.table.get(rank).is_none_or(|t| {
+            t.is_idle()
+                && t.am_since_done == 0
+                && matches!(t.state, TargetState::LockGranted | TargetState::Ready)
+        });
+        if settled && self.deferred.is_none() {
+            self.direct.open(rank, self.epoch.is_passive());
+        }
     }
 
     /// Tracks a native op that is under way, in the element reserved for it, so that its

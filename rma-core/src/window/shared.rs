@@ -13,7 +13,12 @@ impl WindowShared {
         memory: Memory,
         group: Option<Group>,
     ) -> Self {
-        let state = Mutex::new(WinState::new(&engine));
+        let ops = engine.transport.window_ops(id);
+        let direct = Arc::new(DirectAccess::new(
+            engine.size,
+            ops.as_ref().is_some_and(|o| o.completes_in_call()),
+        ));
+        let state = Mutex::new(WinState::new(&engine, direct.clone()));
         // Capabilities per target, once: a byte per rank and the few distinct classes.
         let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
         let routes = (0..engine.size as Rank)
@@ -29,9 +34,9 @@ impl WindowShared {
             })
             .collect();
         let shares_memory = classes.iter().any(|c| c.shared_memory);
-        let ops = engine.transport.window_ops(id);
         WindowShared {
             ops,
+            direct,
             routes,
             classes,
             shares_memory,
@@ -323,6 +328,11 @@ impl WindowShared {
 
     pub(super) fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
+        if native && self.direct.allows(d.target) {
+            if let Some(posted) = self.post_direct(&d) {
+                return posted;
+            }
+        }
         if !native {
             self.check_active_message(d.target, d.extent)?;
         }
@@ -350,6 +360,48 @@ impl WindowShared {
             }
         })?;
         result
+    }
+
+    /// A native op toward a [direct](super::direct) target: the backend's call is its
+    /// issue and its completion. `None`: the backend had no room now (nothing was
+    /// done); the locked path retries it.
+    #[inline(always)]
+    fn post_direct(&self, d: &OpDesc<'_>) -> Option<Result<Posted>> {
+        let ops = self.ops.as_deref()?;
+        if let (OpKind::Get, Some(dst)) = (d.kind, &d.into) {
+            // Into the caller's buffer, no copy of ours.
+            let mut dst = dst.borrow_mut();
+            return match ops.get_into(d.target, d.extent.offset, &mut dst) {
+                Ok(true) => {
+                    self.counters.op_direct();
+                    Some(Ok(Posted::Done(None)))
+                }
+                Ok(false) => None,
+                Err(e) => Some(Err(e.into())),
+            };
+        }
+        // The token names nothing: no completion of a direct op ever comes.
+        match native_call_desc(self, d, untracked_token(self.id, d.target)) {
+            Ok(Issued::Complete(data)) => {
+                self.counters.op_direct();
+                if let (Some(dst), Some(bytes)) = (&d.into, &data) {
+                    let mut dst = dst.borrow_mut();
+                    if bytes.len() == dst.len() {
+                        dst.copy_from_slice(bytes);
+                        return Some(Ok(Posted::Done(None)));
+                    }
+                }
+                Some(Ok(Posted::Done(
+                    d.wants_result.then(|| data.unwrap_or_default()),
+                )))
+            }
+            Ok(Issued::Pending) => Some(Err(TransportError::Failed(
+                "the backend left an op pending after saying its ops complete in the call".into(),
+            )
+            .into())),
+            Err(TransportError::Busy) => None,
+            Err(e) => Some(Err(e.into())),
+        }
     }
 
     /// An op that goes as an active message must fit in one (its request, or its reply
@@ -401,6 +453,9 @@ impl WindowShared {
         {
             let mut st = self.lock_state();
             self.enter_sync(&mut st, call)?;
+            // Every call through here ends or changes an epoch: no op goes past the
+            // state until the new epoch's first op finds its target granted.
+            self.direct.close_all();
         }
         let span = tracing::debug_span!("rma_sync", call, win = self.id);
         let _g = span.enter();
@@ -425,6 +480,7 @@ impl WindowShared {
     pub(super) fn close_after_failure(&self, call: &'static str, err: &Error) {
         tracing::warn!(call, win = self.id, error = %err, "synchronization failed: epoch closed");
         let mut st = self.lock_state();
+        self.direct.close_all();
         st.release_native_locks(self);
         for rank in st.table.ranks() {
             st.abandon_target(self, rank, err);

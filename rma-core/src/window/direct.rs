@@ -1,0 +1,153 @@
+//! Direct access: ops that go straight to the backend, past the window's state lock,
+//! op table and pools, where nothing of the design is left for them to do.
+//!
+//! Seed 004 queues an op (RMA_OP) so that ISSUE_OPS can hold it until its target's lock
+//! or post arrives, piggyback a synchronization on it, or track it until its completion
+//! comes back. On a backend whose every native op on the window completes in its call
+//! (shared memory: a store, a copy, a CPU atomic), toward a target whose access is
+//! granted and that has nothing queued, under way or awaited, none of that has work: the
+//! op's call is its issue and its completion, and a flush of that target is MEM_SYNC
+//! alone. Taking the window's mutex, finding the target element and counting the op
+//! under it was then the op's whole cost on top of the copy (callgrind: most of a put
+//! + flush).
+//!
+//! The window marks such targets, one bit each, and the op's and flush's public calls
+//! look at the bit without the lock. The invariant, kept under the window's state lock:
+//! **a target's bit is set only while its access is granted in the current epoch, nothing
+//! of it is queued, issued, in flight or awaited (no active message since its last
+//! completion), no error is deferred, and the window's ops all complete in the call.**
+//!
+//! - Set by the locked path once it finds that so: a native op completed in its call
+//!   toward a settled, granted target ([`rma_op`](super::rma_op)), or a lock taken
+//!   natively in `lock`'s call ([`lock`](super::lock)).
+//! - Cleared before anything can break it: every op that takes the locked path clears
+//!   its target's bit first (whatever it queues, the next op must not overtake it);
+//!   every synchronization call that ends or changes an epoch (fence, start, complete,
+//!   unlock_all, on entry) clears them all, `unlock` its target's; a deferred error, a
+//!   failed epoch, an abandoned target, a dropped or freed window clear them all.
+//!
+//! Every check MPI asks for stays on the direct path or is implied by the bit: the
+//! displacement against the target's window (the public call's extent, and the backend's
+//! own check of its mapping); the epoch (the bit exists only inside a granted one; a
+//! flush also needs it passive, recorded beside the bits). An op racing the call that
+//! ends its epoch in another thread is erroneous in MPI (an RMA call belongs to the epoch
+//! its process's synchronization calls delimit, and threads order those themselves); here
+//! it then lands in the target's memory as it would have a moment
+//! earlier: no memory of this process is touched unsafely, the mapping lives as long as
+//! the window.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::Rank;
+
+/// The targets of one window that ops may reach directly (see the module's docs).
+#[derive(Debug)]
+pub(crate) struct DirectAccess {
+    /// One bit per World rank; empty where the backend's ops do not all complete in
+    /// their call (no target is ever direct).
+    bits: Box<[AtomicU64]>,
+    /// The bits were set in a passive epoch (lock, lock_all): a flush may take them.
+    passive: AtomicBool,
+}
+
+impl DirectAccess {
+    /// For a window of `ranks` World ranks; `enabled`: every native op of the window's
+    /// backend completes in its call.
+    pub(crate) fn new(ranks: usize, enabled: bool) -> Self {
+        let words = if enabled { ranks.div_ceil(64) } else { 0 };
+        DirectAccess {
+            bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            passive: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether an op toward `rank` may go directly (a rank past the window: no).
+    #[inline(always)]
+    pub(crate) fn allows(&self, rank: Rank) -> bool {
+        let (word, bit) = Self::at(rank);
+        // Acquire: pairs with the Release of `open`, whose thread held the state that
+        // granted access (a lock word taken, a post seen) before it set the bit.
+        self.bits
+            .get(word)
+            .is_some_and(|w| w.load(Ordering::Acquire) & bit != 0)
+    }
+
+    /// Whether a flush of `rank` is MEM_SYNC alone: the rank is direct, in a passive
+    /// epoch.
+    #[inline(always)]
+    pub(crate) fn allows_flush(&self, rank: Rank) -> bool {
+        self.allows(rank) && self.passive.load(Ordering::Acquire)
+    }
+
+    /// Marks `rank` direct, in a passive epoch or not. Under the window's state lock only
+    /// (which orders every writer: a load and a store, no locked add).
+    pub(super) fn open(&self, rank: Rank, passive: bool) {
+        let (word, bit) = Self::at(rank);
+        if let Some(w) = self.bits.get(word) {
+            self.passive.store(passive, Ordering::Relaxed);
+            let now = w.load(Ordering::Relaxed);
+            if now & bit == 0 {
+                w.store(now | bit, Ordering::Release);
+            }
+        }
+    }
+
+    /// Takes `rank`'s mark away. Under the window's state lock only.
+    #[inline]
+    pub(super) fn close(&self, rank: Rank) {
+        let (word, bit) = Self::at(rank);
+        if let Some(w) = self.bits.get(word) {
+            let now = w.load(Ordering::Relaxed);
+            if now & bit != 0 {
+                w.store(now & !bit, Ordering::Release);
+            }
+        }
+    }
+
+    /// Takes every mark away. Under the window's state lock only.
+    pub(super) fn close_all(&self) {
+        for w in self.bits.iter() {
+            if w.load(Ordering::Relaxed) != 0 {
+                w.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    fn at(rank: Rank) -> (usize, u64) {
+        ((rank / 64) as usize, 1 << (rank % 64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_open_and_close_per_rank_and_all_at_once() {
+        let d = DirectAccess::new(130, true);
+        assert!(!d.allows(0) && !d.allows(129) && !d.allows(130) && !d.allows(u32::MAX));
+        d.open(129, true);
+        d.open(3, true);
+        assert!(d.allows(129) && d.allows(3) && !d.allows(2) && !d.allows(65));
+        assert!(d.allows_flush(3));
+        d.close(3);
+        assert!(!d.allows(3) && d.allows(129));
+        d.open(64, false);
+        assert!(
+            d.allows(64) && !d.allows_flush(64),
+            "an active epoch has no flush"
+        );
+        d.close_all();
+        assert!(!d.allows(129) && !d.allows(64));
+        // Past the window: never direct, opening it changes nothing.
+        d.open(500, true);
+        assert!(!d.allows(500));
+    }
+
+    #[test]
+    fn a_backend_whose_ops_may_stay_pending_has_no_direct_target() {
+        let d = DirectAccess::new(4, false);
+        d.open(1, true);
+        assert!(!d.allows(1) && !d.allows_flush(1));
+    }
+}
