@@ -119,6 +119,7 @@ enum Pending<'b, T: Element> {
 }
 
 impl<T: Element> Pending<'_, T> {
+    #[inline(always)]
     fn finish(self) -> Result<()> {
         match self {
             Pending::Nothing => {}
@@ -136,6 +137,20 @@ impl<T: Element> Pending<'_, T> {
     }
 }
 
+/// The operation a latency loop is specialized for (a const parameter: the loop calls the
+/// library's function itself, as OSU's C loop does, with no dispatch per iteration).
+const fn operation(code: u8) -> Operation {
+    match code {
+        0 => Operation::Put,
+        1 => Operation::Get,
+        2 => Operation::Accumulate,
+        3 => Operation::GetAccumulate,
+        4 => Operation::FetchAndOp,
+        _ => Operation::CompareAndSwap,
+    }
+}
+
+#[inline(always)]
 fn issue<'b, T: Elem>(
     op: Operation,
     win: &Window<T>,
@@ -454,7 +469,28 @@ fn latency_loop<T: Elem>(
     iterations: usize,
     skip: usize,
 ) -> Result<Duration> {
-    let (win, disp, op) = (&w.win, w.disp, bench.operation);
+    let run = match bench.operation {
+        Operation::Put => latency_loop_of::<T, 0>,
+        Operation::Get => latency_loop_of::<T, 1>,
+        Operation::Accumulate => latency_loop_of::<T, 2>,
+        Operation::GetAccumulate => latency_loop_of::<T, 3>,
+        Operation::FetchAndOp => latency_loop_of::<T, 4>,
+        Operation::CompareAndSwap => latency_loop_of::<T, 5>,
+    };
+    run(engine, bench, sync, w, buf, iterations, skip)
+}
+
+fn latency_loop_of<T: Elem, const OP: u8>(
+    engine: &Engine,
+    bench: &Benchmark,
+    sync: SyncMode,
+    w: &BenchWindow<T>,
+    buf: &[T],
+    iterations: usize,
+    skip: usize,
+) -> Result<Duration> {
+    let (win, disp, op) = (&w.win, w.disp, operation(OP));
+    debug_assert_eq!(op, bench.operation);
     let total = skip + iterations;
     let me = engine.rank();
     let lock = bench.lock_type(sync);

@@ -304,9 +304,12 @@ impl<T: Element> Window<T> {
         }
     }
 
+    #[inline]
     fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Fetched) -> R) -> Request<R> {
         match posted {
-            Posted::Done(data) => Request::ready(data.unwrap_or_default(), convert),
+            // Complete in the call: the value now (a fetch_and_op's old value; a get's
+            // vector, allocated now instead of at the wait).
+            Posted::Done(data) => Request::value(convert(data.unwrap_or_default())),
             Posted::Later(Some(state)) => Request::new(state, self.shared.clone(), target, convert),
             Posted::Later(None) => Request::ready(Fetched::default(), convert),
         }
