@@ -23,19 +23,13 @@ use rma_core::sim::{self, Network};
 use rma_core::{Config, TransportError};
 
 use crate::kernels::{self, Context, Sink};
-use crate::osu::{self, Backend, Benchmark, Command, Operation, Options, WindowCreation};
+use crate::osu::{self, Backend, Benchmark, Command, Options};
 
 /// Seed of the simulated network (its delivery order is reproducible for a given seed).
 const SEED: u64 = 0x05EED;
 /// The whole simulated run's deadline; a stuck call fails sooner, at the engine's own
 /// timeout.
 const SIM_DEADLINE: Duration = Duration::from_secs(6 * 3600);
-/// Bytes the engine reserves for the packet header when it checks an active-message put
-/// against the transport's largest message (see `WindowShared::post` in rma-core).
-const AM_HEADER_ALLOWANCE: usize = 64;
-/// Largest active message of rma-shm (half its 256 KiB control ring, less a length
-/// word): what it carries of ops that cannot go natively.
-const SHM_MAX_MESSAGE: usize = 256 * 1024 / 2 - 8;
 /// Variables whose presence says a launcher started this process (rma-run's socket,
 /// PMI's descriptor and rank as MPICH's Hydra sets them) or that the user forced a
 /// bootstrap: then it never starts processes of its own.
@@ -105,7 +99,7 @@ fn should_self_launch(opts: &Options) -> bool {
 
 fn run_shm(
     bench: &'static Benchmark,
-    mut opts: Options,
+    opts: Options,
     args: Vec<String>,
 ) -> Result<ExitCode, String> {
     if opts.backend == Backend::Ofi {
@@ -129,7 +123,7 @@ fn run_shm(
         return Ok(ExitCode::from(out.code().clamp(0, 255) as u8));
     }
     let config = Config::from_env().map_err(|e| e.to_string())?;
-    let world = rma::World::init_with(config.clone()).map_err(|e| format!("init: {e}"))?;
+    let world = rma::World::init_with(config).map_err(|e| format!("init: {e}"))?;
     let rank = world.rank();
     if world.size() != 2 {
         if rank == 0 {
@@ -145,7 +139,6 @@ fn run_shm(
         }
         return Ok(ExitCode::FAILURE);
     }
-    fit_to_path(bench, &mut opts, &config, rank == 0)?;
     if opts.pin {
         pin_to_nth_cpu(rank as usize)?;
     }
@@ -170,11 +163,10 @@ fn run_shm(
     }
 }
 
-fn run_sim(bench: &'static Benchmark, mut opts: Options) -> Result<ExitCode, String> {
+fn run_sim(bench: &'static Benchmark, opts: Options) -> Result<ExitCode, String> {
     let profile = opts.backend.profile().expect("a simulated backend");
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let net = Network::new(2, profile, SEED);
-    fit_to_path(bench, &mut opts, &config, true)?;
     let sink = Sink::open(&opts)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -223,78 +215,6 @@ fn record(
         }
     }
     out
-}
-
-/// The largest message the path of `bench`'s op carries, if the op goes as an active
-/// message there (the engine does not split those): dynamic windows, `-b sim-am`,
-/// `RMA_NATIVE=0`, byte accumulates on `sim-rdma` (its atomics are 4- and 8-byte), and
-/// accumulates and atomics on shm windows over user memory (`-w create`), which rma-shm
-/// reaches by cross-memory attach, not by mapping.
-fn active_message_limit(bench: &Benchmark, opts: &Options, config: &Config) -> Option<usize> {
-    let op = bench.operation;
-    let by_message = !config.native_ops
-        || opts.window == WindowCreation::Dynamic
-        || match opts.backend {
-            Backend::SimAm => true,
-            Backend::SimRdma => matches!(op, Operation::Accumulate | Operation::GetAccumulate),
-            Backend::Shm => false,
-            // What runs natively depends on the provider: assume messages.
-            Backend::Ofi => !matches!(op, Operation::Put | Operation::Get),
-            // Put, get, u64 sum and compare-and-swap are native; the rest are messages.
-            Backend::Verbs => !matches!(op, Operation::Put | Operation::Get),
-        };
-    if !by_message {
-        return None;
-    }
-    let max_message = match opts.backend {
-        Backend::Shm => SHM_MAX_MESSAGE,
-        // rma-ofi's default active-message size (RMA_OFI_MAX_MESSAGE).
-        Backend::Ofi => 64 * 1024,
-        // rma-verbs's default active-message size (RMA_VERBS_MAX_MESSAGE).
-        Backend::Verbs => 64 * 1024,
-        Backend::SimAm | Backend::SimRdma => 1 << 20,
-    };
-    Some(max_message - AM_HEADER_ALLOWANCE)
-}
-
-/// Cuts a defaulted size range to what the op's path carries (with a note on stderr from
-/// `speak`ing ranks); an explicit range beyond it is an error.
-fn fit_to_path(
-    bench: &Benchmark,
-    opts: &mut Options,
-    config: &Config,
-    speak: bool,
-) -> Result<(), String> {
-    if bench.operation.is_atomic() {
-        return Ok(());
-    }
-    let Some(largest) = active_message_limit(bench, opts, config) else {
-        return Ok(());
-    };
-    if opts.max_size <= largest {
-        return Ok(());
-    }
-    if opts.max_size_given || opts.min_size > largest {
-        return Err(format!(
-            "with -b {} -w {} the engine sends these ops as active messages of at most \
-             {largest} bytes and does not split larger ones: use -m MIN:MAX with MAX <= {largest}",
-            opts.backend.name(),
-            opts.window.name(),
-        ));
-    }
-    opts.max_size = largest;
-    if speak {
-        let last = opts.sizes(bench).last().copied().unwrap_or(largest);
-        let _ = writeln!(
-            std::io::stderr(),
-            "{}: note: with -b {} -w {} ops go as active messages of at most {largest} bytes; \
-             sizes stop at {last}",
-            bench.name,
-            opts.backend.name(),
-            opts.window.name(),
-        );
-    }
-    Ok(())
 }
 
 /// Pins the calling thread to the `n`-th CPU (modulo their number) of those it may run
