@@ -620,8 +620,18 @@ pub fn large_ops(world: &World) -> Result<()> {
     }
     request_forms_in_pieces(world, &win, big)?;
     let stats = win.stats();
-    if std::env::var("RMA_NATIVE").as_deref() == Ok("0") {
+    let am_only = std::env::var("RMA_NATIVE").as_deref() == Ok("0");
+    if am_only {
         check(stats.ops_split > 0, "large ops went in pieces")?;
+    }
+    let pure_shared_memory =
+        world.route(right) == rma::Route::SharedMemory && world.traffic(right).is_none();
+    if pure_shared_memory && !am_only {
+        // Strided ones included: block by block in their own call.
+        check(
+            win.strided_is_native(right) && stats.ops_active_message == 0 && stats.ops_split == 0,
+            &format!("every op native on shared memory: {stats:?}"),
+        )?;
     }
     eprintln!(
         "rank {me}: {} ops in {} pieces",

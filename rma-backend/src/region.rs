@@ -66,6 +66,77 @@ impl Region {
         };
     }
 
+    /// Whether `count` blocks of `block` bytes, `stride` bytes apart from `offset`, lie
+    /// inside (all of them: the last block's end is checked, nothing wraps).
+    pub fn contains_blocks(
+        &self,
+        offset: usize,
+        count: usize,
+        block: usize,
+        stride: usize,
+    ) -> bool {
+        match count {
+            0 => true,
+            n => (n - 1)
+                .checked_mul(stride)
+                .and_then(|last| offset.checked_add(last))
+                .is_some_and(|last| self.contains(last, block)),
+        }
+    }
+
+    /// Copies `src` in as blocks of `block` bytes, `stride` bytes apart from `offset`
+    /// (a strided put: one range check for all of them). Panics if out of range (callers
+    /// check first).
+    pub fn write_blocks(&self, offset: usize, stride: usize, block: usize, src: &[u8]) {
+        let count = src.len().checked_div(block).unwrap_or(0);
+        assert!(
+            block > 0 && src.len() == count * block && stride >= block || src.is_empty(),
+            "blocks that overlap or do not fill the data"
+        );
+        assert!(
+            self.contains_blocks(offset, count, block, stride),
+            "write outside the region"
+        );
+        // SAFETY: every block in range (checked above: the last one's end is, and they
+        // ascend) of memory that stays mapped (constructor contract); `src` is not window
+        // memory handed out as a slice.
+        unsafe {
+            copy_blocks(
+                src.as_ptr(),
+                block,
+                self.base.add(offset),
+                stride,
+                block,
+                count,
+            )
+        };
+    }
+
+    /// Copies out blocks of `block` bytes, `stride` bytes apart from `offset`, into `dst`
+    /// packed (a strided get).
+    pub fn read_blocks(&self, offset: usize, stride: usize, block: usize, dst: &mut [u8]) {
+        let count = dst.len().checked_div(block).unwrap_or(0);
+        assert!(
+            block > 0 && dst.len() == count * block && stride >= block || dst.is_empty(),
+            "blocks that overlap or do not fill the data"
+        );
+        assert!(
+            self.contains_blocks(offset, count, block, stride),
+            "read outside the region"
+        );
+        // SAFETY: as in `write_blocks`.
+        unsafe {
+            copy_blocks(
+                self.base.add(offset),
+                stride,
+                dst.as_mut_ptr(),
+                block,
+                block,
+                count,
+            )
+        };
+    }
+
     /// Read-modify-write of `len` bytes at `offset` through a copy, on the stack for an
     /// element (this runs once per element of every accumulate that arrives as an active
     /// message). Not atomic: the caller serializes it against other writers (the engine's
@@ -114,9 +185,76 @@ impl Region {
     }
 }
 
+/// Copies `count` blocks of `block` bytes from `src` (blocks `src_stride` apart) to `dst`
+/// (`dst_stride` apart). The usual element sizes get a fixed-size copy each (no call to
+/// memcpy per block: a strided op of 1,024 doubles is 1,024 moves).
+///
+/// # Safety
+/// Every block of both sides must be valid for the copy, and no block of one side may
+/// overlap a block of the other.
+unsafe fn copy_blocks(
+    src: *const u8,
+    src_stride: usize,
+    dst: *mut u8,
+    dst_stride: usize,
+    block: usize,
+    count: usize,
+) {
+    /// # Safety
+    /// As `copy_blocks`, with `N == block`.
+    unsafe fn fixed<const N: usize>(src: *const u8, ss: usize, dst: *mut u8, ds: usize, n: usize) {
+        for i in 0..n {
+            // SAFETY: the caller's contract, block by block; unaligned reads and writes
+            // of N bytes.
+            unsafe {
+                let v = std::ptr::read_unaligned(src.add(i * ss).cast::<[u8; N]>());
+                std::ptr::write_unaligned(dst.add(i * ds).cast::<[u8; N]>(), v);
+            }
+        }
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        match block {
+            4 => fixed::<4>(src, src_stride, dst, dst_stride, count),
+            8 => fixed::<8>(src, src_stride, dst, dst_stride, count),
+            16 => fixed::<16>(src, src_stride, dst, dst_stride, count),
+            _ => {
+                for i in 0..count {
+                    std::ptr::copy_nonoverlapping(
+                        src.add(i * src_stride),
+                        dst.add(i * dst_stride),
+                        block,
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_are_checked_whole_and_copied_in_place() {
+        let mut buf = [0u8; 32];
+        // SAFETY: `buf` outlives the region, which is used only in this test.
+        let r = unsafe { Region::new(buf.as_mut_ptr(), buf.len()) };
+        r.write_blocks(1, 10, 3, &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        let mut all = [0u8; 32];
+        r.read(0, &mut all);
+        assert_eq!(
+            &all[..24],
+            &[0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 7, 8, 9]
+        );
+        let mut back = [0u8; 9];
+        r.read_blocks(1, 10, 3, &mut back);
+        assert_eq!(back, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert!(r.contains_blocks(1, 3, 3, 10) && !r.contains_blocks(10, 3, 3, 10));
+        assert!(!r.contains_blocks(0, usize::MAX, 1, 2), "no wrap");
+        let past = std::panic::catch_unwind(|| r.write_blocks(12, 10, 3, &[0; 9]));
+        assert!(past.is_err(), "the last block past the end is refused");
+    }
 
     #[test]
     fn updates_go_through_a_copy_of_any_size() {

@@ -166,6 +166,73 @@ pub trait WindowOps: Send + Sync {
     fn completes_in_call(&self) -> bool {
         false
     }
+    /// A strided put (asked only where [`completes_in_call`](Self::completes_in_call)):
+    /// `data` in blocks of `block` bytes, `stride` bytes apart from `offset`. By default a
+    /// [`put`](Self::put) per block; a backend may check the span once and copy.
+    fn put_blocks(
+        &self,
+        target: Rank,
+        offset: u64,
+        stride: u64,
+        block: usize,
+        data: &[u8],
+    ) -> Result<Issued, TransportError> {
+        for (i, chunk) in data.chunks(block.max(1)).enumerate() {
+            if let Issued::Pending = self.put(target, offset + i as u64 * stride, chunk)? {
+                return Err(TransportError::Failed(
+                    "a put left pending by a backend whose ops complete in the call".into(),
+                ));
+            }
+        }
+        Ok(Issued::Complete(None))
+    }
+    /// A strided accumulate that fetches nothing: `op` on `datatype` elements, `operand`
+    /// in blocks of `block` bytes, `stride` bytes apart from `offset` (as
+    /// [`put_blocks`](Self::put_blocks)). By default an [`atomic`](Self::atomic) per
+    /// block.
+    #[allow(clippy::too_many_arguments)] // the strided extent's parts and the atomic's
+    fn accumulate_blocks(
+        &self,
+        target: Rank,
+        offset: u64,
+        stride: u64,
+        block: usize,
+        op: AccOp,
+        datatype: DataType,
+        operand: &[u8],
+    ) -> Result<(), TransportError> {
+        for (i, chunk) in operand.chunks(block.max(1)).enumerate() {
+            let atomic = NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand: chunk,
+                fetch: false,
+            };
+            if let Issued::Pending = self.atomic(target, offset + i as u64 * stride, atomic)? {
+                return Err(TransportError::Failed(
+                    "an atomic left pending by a backend whose ops complete in the call".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+    /// A strided get into `dst`, packed (as [`put_blocks`](Self::put_blocks)); `false`:
+    /// not possible in the call. By default a [`get_into`](Self::get_into) per block.
+    fn get_blocks(
+        &self,
+        target: Rank,
+        offset: u64,
+        stride: u64,
+        block: usize,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        for (i, chunk) in dst.chunks_mut(block.max(1)).enumerate() {
+            if !self.get_into(target, offset + i as u64 * stride, chunk)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// Bytes a native operation fetched (a get, a fetching atomic): up to

@@ -28,9 +28,55 @@ pub struct Flat {
     /// The rma element code of its basic elements (1 u8 .. 10 f64, as
     /// `rma::DataType::from_code`); 0 when bytes only (no rma element, or mixed).
     pub code: u8,
+    /// The blocks of one item as one regular pattern, found once when the datatype is
+    /// decoded (vectors, subarrays of one dimension's stride, regular indexed types):
+    /// the first block's offset, the blocks' length and their stride.
+    pub pattern: Option<Pattern>,
 }
 
+/// Blocks of one length at one stride: (first offset, length, stride).
+pub type Pattern = (isize, usize, isize);
+
 impl Flat {
+    /// A flat of `blocks`, its regular pattern found.
+    pub fn new(size: usize, extent: isize, blocks: Vec<(isize, usize)>, code: u8) -> Flat {
+        let pattern = Self::pattern_of(&blocks);
+        Flat {
+            size,
+            extent,
+            blocks,
+            code,
+            pattern,
+        }
+    }
+
+    fn pattern_of(blocks: &[(isize, usize)]) -> Option<Pattern> {
+        let &(first, len) = blocks.first()?;
+        let stride = match blocks.get(1) {
+            Some(b) => b.0.checked_sub(first)?,
+            None => len as isize,
+        };
+        let regular = blocks
+            .windows(2)
+            .all(|w| w[1].1 == len && w[1].0.checked_sub(w[0].0) == Some(stride));
+        (regular && len > 0 && stride >= len as isize).then_some((first, len, stride))
+    }
+
+    /// The runs of `count` items as one strided pattern of two runs or more, found
+    /// without listing them: (first offset, runs, length, stride). `None` when they are
+    /// one run, or not regular (items that do not continue their blocks' stride).
+    #[inline]
+    pub fn regular(&self, count: usize) -> Option<(isize, usize, usize, isize)> {
+        let (first, len, stride) = self.pattern?;
+        let per_item = self.blocks.len();
+        let runs = per_item.checked_mul(count)?;
+        if runs < 2 || stride == len as isize {
+            return None;
+        }
+        // The next item's first block must fall where the pattern puts it.
+        let continues = count <= 1 || self.extent == stride.checked_mul(per_item as isize)?;
+        continues.then_some((first, runs, len, stride))
+    }
     /// Whether `count` items are one run of bytes from the buffer's start.
     #[inline]
     pub fn contiguous(&self, count: usize) -> bool {
@@ -191,6 +237,7 @@ pub fn nothing() -> FlatRef {
         extent: 0,
         blocks: Vec::new(),
         code: 0,
+        pattern: None,
     };
     FlatRef::Predefined(&NOTHING)
 }
@@ -264,12 +311,7 @@ pub fn flat(datatype: MPI_Datatype) -> MpiResult<FlatRef> {
         1 => codes.into_iter().next().unwrap_or(0),
         _ => 0,
     };
-    let f = Flat {
-        size,
-        extent,
-        blocks,
-        code,
-    };
+    let f = Flat::new(size, extent, blocks, code);
     if code_is_predefined(datatype) {
         return Ok(FlatRef::Predefined(predefined().insert(key, f)));
     }

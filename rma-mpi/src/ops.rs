@@ -83,13 +83,19 @@ pub struct Target {
 enum Runs {
     One([(u64, usize); 1]),
     Many(Vec<(u64, usize)>),
+    /// Regular: listed only if an op per run is wanted after all.
+    Regular(Strided),
 }
 
 impl Runs {
-    fn as_slice(&self) -> &[(u64, usize)] {
+    fn as_slice(&self) -> std::borrow::Cow<'_, [(u64, usize)]> {
         match self {
-            Runs::One(one) => one,
-            Runs::Many(many) => many,
+            Runs::One(one) => one[..].into(),
+            Runs::Many(many) => many[..].into(),
+            Runs::Regular(v) => (0..v.count)
+                .map(|i| (v.disp + (i * v.stride) as u64, v.block))
+                .collect::<Vec<_>>()
+                .into(),
         }
     }
 }
@@ -104,13 +110,20 @@ struct Strided {
     stride: usize,
 }
 
+/// Blocks up to this many bytes go as one strided op even where that op is an active
+/// message (its blocks packed in it) and each block could be a native op of its own:
+/// below it one message beats a native op per block on every network path.
+const SMALL_BLOCK: usize = 1024;
+
 impl Runs {
-    /// The runs as one strided pattern, if they are one and one op is better than one
-    /// per run: on windows whose ops are active messages anyway (over the application's
-    /// memory, dynamic), where a run each would be a message each.
-    fn strided(&self, messages_anyway: bool) -> Option<Strided> {
+    /// The runs as one strided pattern, if they are one (two runs or more, of one length,
+    /// evenly spaced).
+    fn strided(&self) -> Option<Strided> {
+        if let Runs::Regular(v) = self {
+            return Some(*v);
+        }
         let runs = self.as_slice();
-        if !messages_anyway || runs.len() < 2 {
+        if runs.len() < 2 {
             return None;
         }
         let (first, block) = runs[0];
@@ -240,14 +253,8 @@ fn bits_of(size: usize) -> &'static Flat {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    runs.entry(size).or_insert_with(|| {
-        Box::leak(Box::new(Flat {
-            size,
-            extent: size as isize,
-            blocks: vec![(0, size)],
-            code: 0,
-        }))
-    })
+    runs.entry(size)
+        .or_insert_with(|| Box::leak(Box::new(Flat::new(size, size as isize, vec![(0, size)], 0))))
 }
 
 /// Elements of `bytes` (copied when not aligned for `E`).
@@ -300,6 +307,22 @@ impl Win {
         if t.flat.contiguous(t.count) {
             // The common case, without an allocation.
             return Ok(Runs::One([(base, t.count.saturating_mul(t.flat.size))]));
+        }
+        if let Some((first, count, block, stride)) = t.flat.regular(t.count) {
+            // A vector, a subarray's rows, a regular indexed type: the pattern found when
+            // the datatype was decoded, no list of its runs.
+            let at = u64::try_from(base as i128 + first as i128).map_err(|_| {
+                MpiError::new(
+                    int!(MPI_ERR_DISP),
+                    "the target datatype reaches below byte 0",
+                )
+            })?;
+            return Ok(Runs::Regular(Strided {
+                disp: at,
+                count,
+                block,
+                stride: stride as usize,
+            }));
         }
         t.flat
             .runs(t.count)
@@ -358,7 +381,7 @@ impl Win {
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
         let runs = self.target_runs(target)?;
-        if let Some(v) = runs.strided(self.messages_anyway()) {
+        if let Some(v) = runs.strided().filter(|v| self.one_op_for(target.rank, v)) {
             let layout = Layout::strided(v.count, v.block, v.stride);
             let all = Layout::contiguous(data.len());
             return Ok(self
@@ -366,17 +389,23 @@ impl Win {
                 .put_strided(&data, all, target.rank, v.disp, layout)?);
         }
         let mut at = 0;
-        for &(disp, len) in runs.as_slice() {
+        for &(disp, len) in runs.as_slice().iter() {
             self.rma.put(&data[at..at + len], target.rank, disp)?;
             at += len;
         }
         Ok(())
     }
 
-    /// Whether this window's ops travel as active messages whatever their shape (a
-    /// window over the application's memory, or dynamic).
-    fn messages_anyway(&self) -> bool {
-        self.is_dynamic() || self.flavor() == int!(MPI_WIN_FLAVOR_CREATE)
+    /// Whether one strided op beats one op per block for the pattern `v` toward
+    /// `target`: where strided ops run natively in their call (shared memory), where
+    /// every op travels as active messages anyway (windows over the application's
+    /// memory, dynamic ones: a block each would be a message each), and for small blocks
+    /// (one message instead of a native op per block).
+    fn one_op_for(&self, target: Rank, v: &Strided) -> bool {
+        v.block <= SMALL_BLOCK
+            || self.rma.strided_is_native(target)
+            || self.is_dynamic()
+            || self.flavor() == int!(MPI_WIN_FLAVOR_CREATE)
     }
 
     /// MPI_Rput: a put whose request completes with the window's ops (rma completes
@@ -391,15 +420,18 @@ impl Win {
         let n = origin.bytes()?;
         Self::same_size(n, target)?;
         let all_runs = self.target_runs(target)?;
-        let regular = all_runs.strided(self.messages_anyway());
-        let runs = all_runs.as_slice();
-        if origin.flat.contiguous(origin.count) && runs.len() == 1 && n > 0 {
+        let regular = all_runs
+            .strided()
+            .filter(|v| self.one_op_for(target.rank, v));
+        if let (true, Runs::One([(disp, _)])) =
+            (origin.flat.contiguous(origin.count) && n > 0, &all_runs)
+        {
             // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at
             // `addr`, not accessed by the application until the get completes (the
             // borrow lives in the completion until then).
             let buf: &'static mut [u8] =
                 unsafe { std::slice::from_raw_parts_mut(origin.addr as *mut u8, n) };
-            let into = self.rma.get_into(target.rank, runs[0].0, buf)?;
+            let into = self.rma.get_into(target.rank, *disp, buf)?;
             if into.test()? {
                 into.wait()?;
                 return Ok(None);
@@ -408,14 +440,31 @@ impl Win {
                 self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
             ));
         }
-        let mut requests = Vec::with_capacity(runs.len());
+        if let (true, Some(v)) = (origin.flat.contiguous(origin.count) && n > 0, regular) {
+            // SAFETY: as above: `n` writable bytes at `addr`, the application's until the
+            // get completes.
+            let buf: &'static mut [u8] =
+                unsafe { std::slice::from_raw_parts_mut(origin.addr as *mut u8, n) };
+            let layout = Layout::strided(v.count, v.block, v.stride);
+            let into = self
+                .rma
+                .get_strided_into(target.rank, v.disp, layout, buf)?;
+            if into.test()? {
+                into.wait()?;
+                return Ok(None);
+            }
+            return Ok(Some(
+                self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
+            ));
+        }
+        let mut requests = Vec::new();
         match regular {
             Some(v) => {
                 let layout = Layout::strided(v.count, v.block, v.stride);
                 requests.push(self.rma.get_strided(target.rank, v.disp, layout)?);
             }
             None => {
-                for &(disp, len) in runs {
+                for &(disp, len) in all_runs.as_slice().iter() {
                     requests.push(self.rma.get(target.rank, disp, len)?);
                 }
             }
@@ -443,7 +492,7 @@ impl Win {
         Self::same_size(data.len(), target)?;
         let code = bitwise(Self::element_code(&origin.flat, &target.flat)?, op, &data);
         let runs = self.target_runs(target)?;
-        let regular = runs.strided(self.messages_anyway());
+        let regular = runs.strided().filter(|v| self.one_op_for(target.rank, v));
         by_element!(self, code, |view: E| {
             let size = std::mem::size_of::<E>();
             if let Some(v) = regular.filter(|v| v.block % size == 0 && v.stride % size == 0) {
@@ -455,7 +504,7 @@ impl Win {
                 return Ok(());
             }
             let mut at = 0;
-            for &(disp, len) in runs.as_slice() {
+            for &(disp, len) in runs.as_slice().iter() {
                 let chunk = elements::<E>(&data[at..at + len]);
                 view.accumulate(&chunk, op, target.rank, disp)?;
                 at += len;
@@ -493,7 +542,7 @@ impl Win {
         by_element!(self, code, |view: E| {
             let mut requests = Vec::with_capacity(runs.as_slice().len());
             let mut at = 0;
-            for &(disp, len) in runs.as_slice() {
+            for &(disp, len) in runs.as_slice().iter() {
                 let chunk = elements::<E>(&data[at..at + len]);
                 requests.push(view.get_accumulate(&chunk, op, target.rank, disp)?);
                 at += len;

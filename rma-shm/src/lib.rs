@@ -42,7 +42,7 @@ use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, Transport,
     UserMemory, Wake, WindowOps,
 };
-use rma_core::{BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
+use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
 use ring::Ring;
 use rma_backend::{process_alive, Collectives, PeerWatch, Region};
@@ -318,6 +318,77 @@ impl WindowOps for ShmWindow {
         true
     }
 
+    fn put_blocks(
+        &self,
+        target: Rank,
+        offset: u64,
+        stride: u64,
+        block: usize,
+        data: &[u8],
+    ) -> Result<Issued, TransportError> {
+        let PeerMemory::Mapped(region) = &self.peers[target as usize].memory else {
+            return blocks_one_by_one_put(self, target, offset, stride, block, data);
+        };
+        let (off, stride) = (offset as usize, stride as usize);
+        let count = data.len().checked_div(block).unwrap_or(0);
+        if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
+            return Err(TransportError::Failed(
+                "strided put outside the target's window".into(),
+            ));
+        }
+        region.write_blocks(off, stride, block, &data[..count * block]);
+        Ok(Issued::Complete(None))
+    }
+
+    fn accumulate_blocks(
+        &self,
+        target: Rank,
+        offset: u64,
+        stride: u64,
+        block: usize,
+        op: AccOp,
+        datatype: DataType,
+        operand: &[u8],
+    ) -> Result<(), TransportError> {
+        let (off, stride) = (offset as usize, stride as usize);
+        let count = operand.len().checked_div(block).unwrap_or(0);
+        let region = match &self.peers[target as usize].memory {
+            PeerMemory::Mapped(r) => r,
+            _ => return Err(TransportError::Unsupported("window memory not mapped")),
+        };
+        if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
+            return Err(TransportError::Failed(
+                "strided accumulate outside the target's window".into(),
+            ));
+        }
+        let operand = &operand[..count * block];
+        atomics::accumulate_blocks(region, off, stride, block, op, datatype, operand)
+            .ok_or(TransportError::Unsupported("misaligned atomic"))
+    }
+
+    fn get_blocks(
+        &self,
+        target: Rank,
+        offset: u64,
+        stride: u64,
+        block: usize,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let PeerMemory::Mapped(region) = &self.peers[target as usize].memory else {
+            return blocks_one_by_one_get(self, target, offset, stride, block, dst);
+        };
+        let (off, stride) = (offset as usize, stride as usize);
+        let count = dst.len().checked_div(block).unwrap_or(0);
+        if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
+            return Err(TransportError::Failed(
+                "strided get outside the target's window".into(),
+            ));
+        }
+        let n = count * block;
+        region.read_blocks(off, stride, block, &mut dst[..n]);
+        Ok(true)
+    }
+
     fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
         let r = self.lock_word(target)?;
         let word = r.atomic_u64(0);
@@ -384,6 +455,39 @@ impl ShmWindow {
         }
         f(region, off)
     }
+}
+
+/// A strided put to memory reached by cross-memory attach: a put per block (the trait's
+/// default, which the override cannot call).
+fn blocks_one_by_one_put(
+    w: &ShmWindow,
+    target: Rank,
+    offset: u64,
+    stride: u64,
+    block: usize,
+    data: &[u8],
+) -> Result<Issued, TransportError> {
+    for (i, chunk) in data.chunks(block.max(1)).enumerate() {
+        WindowOps::put(w, target, offset + i as u64 * stride, chunk)?;
+    }
+    Ok(Issued::Complete(None))
+}
+
+/// A strided get from memory reached by cross-memory attach: a get per block.
+fn blocks_one_by_one_get(
+    w: &ShmWindow,
+    target: Rank,
+    offset: u64,
+    stride: u64,
+    block: usize,
+    dst: &mut [u8],
+) -> Result<bool, TransportError> {
+    for (i, chunk) in dst.chunks_mut(block.max(1)).enumerate() {
+        if !WindowOps::get_into(w, target, offset + i as u64 * stride, chunk)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The shared-memory transport of one process.

@@ -315,6 +315,18 @@ impl<T: Element> Window<T> {
         }
     }
 
+    /// Whether strided ops toward `target` ([`put_strided`](Self::put_strided),
+    /// [`get_strided`](Self::get_strided), [`accumulate_strided`](Self::accumulate_strided))
+    /// run natively, every block in the op's own call (shared memory): one strided op is
+    /// then cheaper than one op per block, whatever the blocks' size. Elsewhere a strided
+    /// op travels as active messages (its blocks packed), which beats one native op per
+    /// block for small blocks only.
+    pub fn strided_is_native(&self, target: Rank) -> bool {
+        self.shared
+            .world(target)
+            .is_ok_and(|t| self.shared.strided_native(t))
+    }
+
     /// The window's kind.
     pub fn kind(&self) -> WindowKind {
         self.shared.kind
@@ -462,6 +474,40 @@ impl<T: Element> Window<T> {
         self.raised("get_into", || {
             let target = self.shared.world(target)?;
             let layout = Layout::contiguous(buf.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+                let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+                let pending = Some(Request::joined(parts, |bytes| bytes));
+                return Ok(GetInto { buf, pending });
+            }
+            let posted = self.shared.post(OpDesc {
+                into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
+                ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+            })?;
+            let pending = match posted {
+                Posted::Done(None) => None,
+                other => Some(self.request(other, target, |bytes| bytes)),
+            };
+            Ok(GetInto { buf, pending })
+        })
+    }
+
+    /// Gets the elements `layout` selects at `disp` of `target`'s window into `buf`,
+    /// packed (`buf.len()` must be the layout's element count), as
+    /// [`get_into`](Self::get_into) does for a contiguous range: where the backend completes
+    /// the get in the call (shared memory) every block lands in `buf` directly.
+    pub fn get_strided_into<'b>(
+        &self,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        buf: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        self.raised("get_strided_into", || {
+            if layout.elements() != buf.len() {
+                return Err(UsageError::BadLayout.into());
+            }
+            let target = self.shared.world(target)?;
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
             if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
                 let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;

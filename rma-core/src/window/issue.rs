@@ -268,6 +268,86 @@ pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_
     }
 }
 
+/// A native op on a strided extent, on a window whose ops complete in their call
+/// (`native_allowed` allows no other): the window's native call for each block in turn,
+/// its data (or fetched bytes) the op's packed ones. Atomic per element, as MPI asks of
+/// accumulates; every block checked by the backend against its mapping.
+#[inline(never)]
+pub(super) fn native_blocks(
+    w: &WindowShared,
+    d: &OpDesc<'_>,
+) -> std::result::Result<Issued, TransportError> {
+    let ops = w.ops.as_deref().ok_or(TransportError::Unsupported(
+        "strided native ops without the window's bound ops",
+    ))?;
+    let e = d.extent;
+    let (count, block) = (e.count as usize, e.block as usize);
+    let at = |i: usize| e.offset + i as u64 * e.stride;
+    let pending = || {
+        TransportError::Failed(
+            "the backend left a block pending after saying its ops complete in the call".into(),
+        )
+    };
+    match d.kind {
+        OpKind::Put => {
+            let data = &d.data[..(count * block).min(d.data.len())];
+            match ops.put_blocks(d.target, e.offset, e.stride, block, data)? {
+                Issued::Pending => Err(pending()),
+                done => Ok(done),
+            }
+        }
+        OpKind::Get => {
+            let mut out = vec![0u8; count * block];
+            if !ops.get_blocks(d.target, e.offset, e.stride, block, &mut out)? {
+                return Err(TransportError::Unsupported(
+                    "a strided get the backend cannot complete in the call",
+                ));
+            }
+            Ok(Issued::Complete(Some(Fetched::from(out))))
+        }
+        OpKind::Accumulate if !d.data.is_empty() => {
+            let op = d.op.unwrap_or(AccOp::Replace);
+            let data = &d.data[..(count * block).min(d.data.len())];
+            ops.accumulate_blocks(d.target, e.offset, e.stride, block, op, d.datatype, data)?;
+            Ok(Issued::Complete(None))
+        }
+        OpKind::Accumulate | OpKind::GetAccumulate => {
+            let fetch = d.kind == OpKind::GetAccumulate;
+            let mut old = Vec::with_capacity(if fetch { count * block } else { 0 });
+            let op = d.op.unwrap_or(AccOp::Replace);
+            for i in 0..count {
+                // A get_accumulate with NO_OP carries no operand: zeros of the block's size
+                // stand in for it (the backend reads, leaves the target as it is).
+                let zeros;
+                let operand = if d.data.is_empty() {
+                    zeros = vec![0u8; block];
+                    &zeros[..]
+                } else {
+                    &d.data[i * block..(i + 1) * block]
+                };
+                let atomic = NativeAtomic::Accumulate {
+                    op,
+                    datatype: d.datatype,
+                    operand,
+                    fetch,
+                };
+                match ops.atomic(d.target, at(i), atomic)? {
+                    Issued::Complete(data) => {
+                        if fetch {
+                            old.extend_from_slice(data.as_ref().map_or(&[][..], |f| f));
+                        }
+                    }
+                    Issued::Pending => return Err(pending()),
+                }
+            }
+            Ok(Issued::Complete(fetch.then(|| Fetched::from(old))))
+        }
+        OpKind::CompareAndSwap => Err(TransportError::Unsupported(
+            "compare-and-swap of more than one element",
+        )),
+    }
+}
+
 /// The transport call of a native op issued from its element (queued first).
 pub(super) fn native_call(
     w: &WindowShared,
@@ -297,6 +377,9 @@ pub(super) fn native_call_desc(
 ) -> std::result::Result<Issued, TransportError> {
     let off = d.extent.offset;
     let t = &w.engine.transport;
+    if d.extent.count > 1 {
+        return native_blocks(w, d);
+    }
     let atomic = match d.kind {
         OpKind::Put => {
             return match &w.ops {

@@ -137,6 +137,12 @@ pub(crate) struct WindowShared {
     pub(crate) ops: Option<Arc<dyn crate::transport::WindowOps>>,
     /// The targets ops may reach without this state's lock ([`direct`]).
     direct: Arc<DirectAccess>,
+    /// The window's ops complete in their call ([`WindowOps::completes_in_call`]): a
+    /// strided op runs natively, block by block, in its own call
+    /// ([`native_blocks`](issue::native_blocks)).
+    ///
+    /// [`WindowOps::completes_in_call`]: crate::transport::WindowOps::completes_in_call
+    blocks_in_call: bool,
     /// A `create` window's user buffer, kept aside while its bytes live in backend
     /// memory ([`Transport::copies_user_memory`](crate::Transport::copies_user_memory)).
     pub(crate) user_copy: Mutex<Option<Box<dyn UserMemory>>>,

@@ -59,11 +59,15 @@ impl WinState {
             if granted && d.kind == OpKind::Get && w.caps(rank).get_in_call {
                 if let Some(dst) = &d.into {
                     let mut dst = dst.borrow_mut();
+                    let e = d.extent;
                     let done = match &w.ops {
-                        Some(ops) => ops.get_into(rank, d.extent.offset, &mut dst)?,
-                        None => {
-                            (w.engine.transport).get_into(w.id, rank, d.extent.offset, &mut dst)?
+                        Some(ops) if e.count > 1 => {
+                            ops.get_blocks(rank, e.offset, e.stride, e.block as usize, &mut dst)?
                         }
+                        Some(ops) => ops.get_into(rank, e.offset, &mut dst)?,
+                        // Strided extents are native only where the window has its ops
+                        // (`native_allowed`): this get is contiguous.
+                        None => (w.engine.transport).get_into(w.id, rank, e.offset, &mut dst)?,
                     };
                     if done {
                         w.counters.op_under_lock(true);

@@ -14,10 +14,8 @@ impl WindowShared {
         group: Option<Group>,
     ) -> Self {
         let ops = engine.transport.window_ops(id);
-        let direct = Arc::new(DirectAccess::new(
-            engine.size,
-            ops.as_ref().is_some_and(|o| o.completes_in_call()),
-        ));
+        let blocks_in_call = ops.as_ref().is_some_and(|o| o.completes_in_call());
+        let direct = Arc::new(DirectAccess::new(engine.size, blocks_in_call));
         let state = Mutex::new(WinState::new(&engine, direct.clone()));
         // Capabilities per target, once: a byte per rank and the few distinct classes.
         let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
@@ -37,6 +35,7 @@ impl WindowShared {
         WindowShared {
             ops,
             direct,
+            blocks_in_call,
             routes,
             classes,
             shares_memory,
@@ -177,6 +176,17 @@ impl WindowShared {
         }
     }
 
+    /// Whether a strided op toward `target` runs natively in its call (shared memory):
+    /// one op for all its blocks beats one op per block; elsewhere a strided op is one
+    /// active message, and large blocks may be better off as native ops each.
+    pub(crate) fn strided_native(&self, target: Rank) -> bool {
+        self.blocks_in_call
+            && self.kind != WindowKind::Dynamic
+            && self.engine.config.native_ops
+            && (target as usize) < self.engine.size
+            && self.caps(target).rdma_write
+    }
+
     /// Origin-side bounds check and conversion of a displacement to a byte extent.
     #[inline]
     pub(super) fn extent(
@@ -310,7 +320,9 @@ impl WindowShared {
         target: Rank,
         extent: Extent,
     ) -> bool {
-        let contiguous = extent.count <= 1;
+        // A strided extent runs natively where every op completes in its call: one
+        // call per block, inside this op's (see `native_blocks`).
+        let contiguous = extent.count <= 1 || self.blocks_in_call;
         if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
             return false;
         }
@@ -371,7 +383,13 @@ impl WindowShared {
         if let (OpKind::Get, Some(dst)) = (d.kind, &d.into) {
             // Into the caller's buffer, no copy of ours.
             let mut dst = dst.borrow_mut();
-            return match ops.get_into(d.target, d.extent.offset, &mut dst) {
+            let e = d.extent;
+            let done = if e.count > 1 {
+                ops.get_blocks(d.target, e.offset, e.stride, e.block as usize, &mut dst)
+            } else {
+                ops.get_into(d.target, e.offset, &mut dst)
+            };
+            return match done {
                 Ok(true) => {
                     self.counters.op_direct();
                     Some(Ok(Posted::Done(None)))
