@@ -381,6 +381,10 @@ impl Win {
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
         let runs = self.target_runs(target)?;
+        if let Runs::One([(disp, len)]) = runs {
+            // Contiguous at the target: one put, nothing to list.
+            return Ok(self.rma.put(&data[..len], target.rank, disp)?);
+        }
         if let Some(v) = runs.strided().filter(|v| self.one_op_for(target.rank, v)) {
             let layout = Layout::strided(v.count, v.block, v.stride);
             let all = Layout::contiguous(data.len());

@@ -19,6 +19,7 @@ impl WindowShared {
         }
     }
 
+    #[inline]
     pub(super) fn flush(&self, target: Option<Rank>, remote: bool) -> Result<()> {
         if let Some(t) = target {
             if self.direct.allows_flush(t) {
@@ -29,6 +30,12 @@ impl WindowShared {
                 return Ok(());
             }
         }
+        self.flush_locked(target, remote)
+    }
+
+    /// [`flush`](Self::flush) through the window's state (seed 004's FLUSH).
+    #[inline(never)]
+    fn flush_locked(&self, target: Option<Rank>, remote: bool) -> Result<()> {
         let call = if remote { "flush" } else { "flush_local" };
         let _span =
             tracing::debug_span!("rma_sync", call, win = self.id, target = ?target).entered();

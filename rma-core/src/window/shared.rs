@@ -164,16 +164,23 @@ impl WindowShared {
             })
     }
 
+    #[inline]
     pub(super) fn check_rank(&self, rank: Rank) -> Result<()> {
         if (rank as usize) < self.engine.size {
             Ok(())
         } else {
-            Err(UsageError::RankOutOfRange {
-                rank,
-                size: self.engine.size as Rank,
-            }
-            .into())
+            Err(self.rank_out_of_range(rank))
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rank_out_of_range(&self, rank: Rank) -> Error {
+        UsageError::RankOutOfRange {
+            rank,
+            size: self.engine.size as Rank,
+        }
+        .into()
     }
 
     /// Whether a strided op toward `target` runs natively in its call (shared memory):
@@ -212,6 +219,18 @@ impl WindowShared {
                 return Ok(Extent::contiguous(offset as u64, len as usize));
             }
         }
+        self.checked_extent(target, disp, layout, elem)
+    }
+
+    /// [`extent`](Self::extent) past its hot path: every size checked, the error named.
+    #[inline(never)]
+    fn checked_extent(
+        &self,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        elem: usize,
+    ) -> Result<Extent> {
         if !layout.valid() {
             return Err(UsageError::BadLayout.into());
         }
@@ -338,6 +357,7 @@ impl WindowShared {
         }
     }
 
+    #[inline]
     pub(super) fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
         if native && self.direct.allows(d.target) {
@@ -345,6 +365,12 @@ impl WindowShared {
                 return posted;
             }
         }
+        self.post_locked(d, native)
+    }
+
+    /// [`post`](Self::post) through the window's state: RMA_OP with the op table.
+    #[inline(never)]
+    fn post_locked(&self, d: OpDesc<'_>, native: bool) -> Result<Posted> {
         if !native {
             self.check_active_message(d.target, d.extent)?;
         }
