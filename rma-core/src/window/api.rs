@@ -350,6 +350,11 @@ impl<T: Element> Window<T> {
             // Contiguous on both sides: nothing to gather.
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            if let Some(done) =
+                (self.shared).put_direct(target, extent.offset, bytemuck::cast_slice(data))
+            {
+                return done;
+            }
             if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
                 return self
                     .post_pieces(OpKind::Put, None, target, p, data, false)
@@ -475,6 +480,10 @@ impl<T: Element> Window<T> {
             let target = self.shared.world(target)?;
             let layout = Layout::contiguous(buf.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *buf);
+            if let Some(done) = self.shared.get_direct(target, extent.offset, dst) {
+                return done.map(|()| GetInto { buf, pending: None });
+            }
             if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
                 let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
                 let pending = Some(Request::joined(parts, |bytes| bytes));
@@ -536,6 +545,15 @@ impl<T: Element> Window<T> {
             // they are.
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let atomic = NativeAtomic::Accumulate {
+                op,
+                datatype: T::DATATYPE,
+                operand: bytemuck::cast_slice(data),
+                fetch: false,
+            };
+            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+                return done.map(drop);
+            }
             let kind = OpKind::Accumulate;
             if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
                 return self
@@ -661,6 +679,15 @@ impl<T: Element> Window<T> {
             let extent = self
                 .shared
                 .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+            let atomic = NativeAtomic::Accumulate {
+                op,
+                datatype: T::DATATYPE,
+                operand: bytemuck::bytes_of(&value),
+                fetch: true,
+            };
+            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+                return done.map(|old| Request::value(to_one(old.unwrap_or_default())));
+            }
             let posted = self.shared.post(Self::desc(
                 OpKind::GetAccumulate,
                 target,
@@ -698,6 +725,14 @@ impl<T: Element> Window<T> {
                 .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
             // Compare then swap, side by side on the stack (elements are at most 8
             // bytes).
+            let atomic = NativeAtomic::CompareAndSwap {
+                datatype: T::DATATYPE,
+                compare: bytemuck::bytes_of(&compare),
+                swap: bytemuck::bytes_of(&swap),
+            };
+            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+                return done.map(|old| Request::value(to_one(old.unwrap_or_default())));
+            }
             let mut pair = [0u8; 16];
             pair[..Self::SIZE].copy_from_slice(bytemuck::bytes_of(&compare));
             pair[Self::SIZE..2 * Self::SIZE].copy_from_slice(bytemuck::bytes_of(&swap));

@@ -400,6 +400,101 @@ impl WindowShared {
         result
     }
 
+    /// A put toward a [direct](super::direct) target, contiguous, native: the
+    /// backend's call is all of it ([`post_direct`](Self::post_direct) for a put, without
+    /// the descriptor every other kind of op needs). `None`: not direct, or no room in the
+    /// backend now; the general path takes it.
+    #[inline(always)]
+    pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
+        if !self.direct.allows(target)
+            || !self.engine.config.native_ops
+            || self.kind == WindowKind::Dynamic
+            || !self.caps(target).rdma_write
+        {
+            return None;
+        }
+        match self.ops.as_deref()?.put(target, offset, data) {
+            Ok(Issued::Complete(_)) => {
+                self.counters.op_direct();
+                Some(Ok(()))
+            }
+            Ok(Issued::Pending) => Some(Err(TransportError::Failed(
+                "the backend left an op pending after saying its ops complete in the call".into(),
+            )
+            .into())),
+            Err(TransportError::Busy) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// A contiguous get into `dst` toward a [direct](super::direct) target, as
+    /// [`put_direct`](Self::put_direct).
+    #[inline(always)]
+    pub(super) fn get_direct(
+        &self,
+        target: Rank,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Option<Result<()>> {
+        if !self.direct.allows(target)
+            || !self.engine.config.native_ops
+            || self.kind == WindowKind::Dynamic
+            || !self.caps(target).rdma_read
+        {
+            return None;
+        }
+        match self.ops.as_deref()?.get_into(target, offset, dst) {
+            Ok(true) => {
+                self.counters.op_direct();
+                Some(Ok(()))
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// A native atomic of one element toward a [direct](super::direct) target, as
+    /// [`put_direct`](Self::put_direct): what it fetched.
+    #[inline(always)]
+    pub(super) fn atomic_direct(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+    ) -> Option<Result<Option<Fetched>>> {
+        if !self.direct.allows(target) || !self.engine.config.native_ops {
+            return None;
+        }
+        let caps = self.caps(target);
+        let native = match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                ..
+            } => {
+                caps.has_atomic(op, datatype)
+                    && operand.len() / datatype.size() <= caps.max_atomic_elements
+            }
+            NativeAtomic::CompareAndSwap { datatype, .. } => caps.has_compare_and_swap(datatype),
+        };
+        if !native || self.kind == WindowKind::Dynamic {
+            return None;
+        }
+        match self.ops.as_deref()?.atomic(target, offset, atomic) {
+            Ok(Issued::Complete(fetched)) => {
+                self.counters.op_direct();
+                Some(Ok(fetched))
+            }
+            Ok(Issued::Pending) => Some(Err(TransportError::Failed(
+                "the backend left an op pending after saying its ops complete in the call".into(),
+            )
+            .into())),
+            Err(TransportError::Busy) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
     /// A native op toward a [direct](super::direct) target: the backend's call is its
     /// issue and its completion. `None`: the backend had no room now (nothing was
     /// done); the locked path retries it.
