@@ -150,9 +150,13 @@ pub trait WindowOps: Send + Sync {
         offset: u64,
         atomic: NativeAtomic<'_>,
     ) -> Result<Issued, TransportError>;
-    /// As [`Transport::try_lock`].
+    /// As [`Transport::try_lock`], with acquire ordering: this process's accesses after
+    /// a lock taken here cannot move before it (the engine takes it as the MEM_SYNC
+    /// that seed 004 puts after PROC_SYNC in WIN_LOCK: no fence of its own).
     fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError>;
-    /// As [`Transport::unlock`].
+    /// As [`Transport::unlock`], with release ordering: this process's accesses before it
+    /// are visible to whoever takes the lock next (the MEM_SYNC before PROC_SYNC in
+    /// WIN_UNLOCK).
     fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError>;
     /// As [`Transport::barrier_arrive`].
     fn barrier_arrive(&self) -> Result<Option<u64>, TransportError>;

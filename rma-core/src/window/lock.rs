@@ -62,7 +62,7 @@ impl WindowShared {
                         self.direct.open(target, true);
                     }
                     drop(st);
-                    self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+                    self.lock_word_memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
                     return Ok(());
                 }
                 drop(st);
@@ -86,7 +86,7 @@ impl WindowShared {
                     }
                     Ok(false)
                 })?;
-                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+                self.lock_word_memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
                 return Ok(());
             }
             !nocheck && st.must_take_lock(self, target)
@@ -144,7 +144,13 @@ impl WindowShared {
                 .get(target)
                 .is_none_or(|t| t.is_idle() && t.am_since_done == 0);
             if WinState::native_locks(self, target) && settled && st.outbox.is_empty() {
-                self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
+                // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
+                // (a NOCHECK lock holds no word whose release would carry it).
+                if info.nocheck {
+                    self.engine.transport.memory_sync();
+                } else {
+                    self.lock_word_memory_sync();
+                }
                 st.free_target(self, target);
                 st.release_lock(self, target)?;
                 return st.deferred.take().map_or(Ok(()), Err);

@@ -26,7 +26,13 @@ impl WindowShared {
         if !per_target || !st.outbox.is_empty() || !st.table.iter().all(settled) {
             return None;
         }
-        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
+        // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL (with
+        // NOCHECK there is no lock word to release, so no atomic to carry it).
+        if nocheck {
+            self.engine.transport.memory_sync();
+        } else {
+            self.lock_word_memory_sync();
+        }
         let mut ranks = std::mem::take(&mut st.work);
         ranks.clear();
         ranks.extend(st.table.iter().map(|t| t.rank));
@@ -85,7 +91,13 @@ impl WindowShared {
             drop(st);
             self.wait_for("lock_all", |st| Ok(st.lock_all_issued_done()))?;
         }
-        self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: LOCK_ALL as LOCK
+        // seed 004 RMA+shm, passive row: LOCK_ALL as LOCK. Each lock word taken (now, or
+        // lazily before the first op to its target) carries it; NOCHECK takes none.
+        if assert.contains(Assert::NOCHECK) {
+            self.engine.transport.memory_sync();
+        } else {
+            self.lock_word_memory_sync();
+        }
         Ok(())
     }
 

@@ -183,6 +183,18 @@ impl WindowShared {
         .into()
     }
 
+    /// Seed 004's MEM_SYNC beside the PROC_SYNC of a native lock word (after taking it,
+    /// before releasing it): the word's own atomic where the window's ops hold the words
+    /// (their `try_lock` acquires and their `unlock` releases: `WindowOps`), a full
+    /// fence otherwise. The fence cost the shared-memory lock row two of its slowest
+    /// instructions per epoch for nothing the atomics do not already order.
+    #[inline]
+    pub(super) fn lock_word_memory_sync(&self) {
+        if self.ops.is_none() {
+            self.engine.transport.memory_sync();
+        }
+    }
+
     /// Whether a strided op toward `target` runs natively in its call (shared memory):
     /// one op for all its blocks beats one op per block; elsewhere a strided op is one
     /// active message, and large blocks may be better off as native ops each.
