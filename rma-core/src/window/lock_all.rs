@@ -9,21 +9,26 @@ impl WindowShared {
     /// under way or awaited (every op completed in its call, as on shared memory). Then
     /// MEM_SYNC, each lock word held released (PROC_SYNC), the elements freed: no
     /// progress pass, no message. `None`: the full algorithm below is needed.
-    fn unlock_all_settled(&self) -> Option<Result<()>> {
-        let mut st = self.lock_state();
+    fn unlock_all_settled(&self, st: &mut WinState) -> Option<Result<()>> {
         let per_target = matches!(
             st.epoch,
             WindowEpoch::LockAllCalled | WindowEpoch::LockAllGranted { nocheck: true }
         );
         let nocheck = matches!(st.epoch, WindowEpoch::LockAllGranted { nocheck: true });
+        // The window protocol over native words only (`lock_all` took them all at once,
+        // or progress did): every member's word is held, no message was involved.
+        let every_word = matches!(st.epoch, WindowEpoch::LockAllGranted { nocheck: false })
+            && st.window_acks == 0
+            && self.members().all(|r| WinState::native_locks(self, r));
         let settled = |t: &TargetElem| {
             t.is_idle()
                 && t.am_since_done == 0
                 && (nocheck && t.state == TargetState::Ready
+                    || every_word
                     || matches!(t.state, TargetState::LockCalled | TargetState::LockGranted)
                         && WinState::native_locks(self, t.rank))
         };
-        if !per_target || !st.outbox.is_empty() || !st.table.iter().all(settled) {
+        if !(per_target || every_word) || !st.outbox.is_empty() || !st.table.iter().all(settled) {
             return None;
         }
         // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL (with
@@ -42,12 +47,17 @@ impl WindowShared {
                 .table
                 .get(rank)
                 .is_some_and(|t| t.state == TargetState::LockGranted);
-            if held && !nocheck {
+            if held && !nocheck && !every_word {
                 released = released.and(self.unlock_word(rank, false));
             }
             st.free_target(self, rank);
         }
         st.work = ranks;
+        if every_word {
+            for rank in self.members() {
+                released = released.and(self.unlock_word(rank, false));
+            }
+        }
         st.epoch = WindowEpoch::Unset;
         st.restoring = false;
         Some(match (released, st.deferred.take()) {
@@ -55,6 +65,18 @@ impl WindowShared {
             (Ok(()), Some(e)) => Err(e),
             (Ok(()), None) => Ok(()),
         })
+    }
+
+    /// Whether `lock_all` takes every target's lock word in its call: the window's ops
+    /// (and lock words) are CPU atomics of this node, every member has a native lock word,
+    /// nothing is left of an earlier epoch, and the members are few enough that one
+    /// atomic each costs less than a lazy lock per target touched.
+    fn takes_every_word_at_once(&self, st: &WinState) -> bool {
+        const EAGER_UP_TO: usize = 64;
+        self.ops.is_some()
+            && self.member_count() <= EAGER_UP_TO
+            && st.table.iter().next().is_none()
+            && self.members().all(|r| WinState::native_locks(self, r))
     }
 
     pub(super) fn lock_all(&self, assert: Assert) -> Result<()> {
@@ -83,6 +105,44 @@ impl WindowShared {
             };
             st.table.get_mut(rank).expect("listed").state = state;
         }
+        if !assert.contains(Assert::NOCHECK) && self.takes_every_word_at_once(&st) {
+            // Every lock word free now is taken now, one atomic each (as Open MPI's
+            // osc/sm does): then the epoch holds the window protocol's locks and its ops
+            // go direct from the first, with no target element or lazy lock per target.
+            // One word not free, and the lazy locks of seed 004 take over: nothing waits.
+            let (mut taken, mut failed) = (0, None);
+            for rank in self.members() {
+                match self.try_lock_word(rank, false) {
+                    Ok(true) => taken += 1,
+                    Ok(false) => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                // No epoch after a failed lock_all, and no word of it held.
+                for rank in self.members().take(taken) {
+                    let _ = self.unlock_word(rank, false);
+                }
+                st.epoch = WindowEpoch::Unset;
+                return Err(e.into());
+            }
+            if taken == self.member_count() {
+                st.epoch = WindowEpoch::LockAllGranted { nocheck: false };
+                if st.deferred.is_none() {
+                    // Granted everywhere, nothing queued anywhere: every target is direct.
+                    for rank in self.members() {
+                        self.direct.open(rank, true);
+                    }
+                }
+            } else {
+                for rank in self.members().take(taken) {
+                    self.unlock_word(rank, false)?;
+                }
+            }
+        }
         drop(st);
         if self.kind == WindowKind::Shared && !assert.contains(Assert::NOCHECK) {
             // Shared memory may be touched by load/store: hold every lock before returning.
@@ -102,8 +162,24 @@ impl WindowShared {
     }
 
     pub(super) fn unlock_all(&self) -> Result<()> {
+        {
+            // The hot path in one hold of the state, outside `sync_call` (which would take
+            // it twice more): no other synchronization call under way, the epoch settled.
+            let _span =
+                tracing::debug_span!("rma_sync", call = "unlock_all", win = self.id).entered();
+            let mut st = self.lock_state();
+            if st.sync_call.is_none() {
+                // The epoch ends here if it is settled: no op goes direct from now on
+                // (before its words are released).
+                self.direct.close_all();
+                if let Some(done) = self.unlock_all_settled(&mut st) {
+                    self.engine.activity.bump();
+                    return done;
+                }
+            }
+        }
         self.sync_call("unlock_all", || {
-            if let Some(done) = self.unlock_all_settled() {
+            if let Some(done) = self.unlock_all_settled(&mut self.lock_state()) {
                 return done;
             }
             let nocheck = {
