@@ -595,6 +595,14 @@ impl ShmTransport {
         })();
         // Every peer has opened it (or the job failed): the descriptor can go.
         own.unpublish();
+        if joined.is_err() {
+            // This process leaves the job here. Peers that mapped our inbox already (the
+            // barrier passed, then a peer died before we opened its inbox) take our exit
+            // for a departure, not a death of ours: they name the rank that died.
+            Self::region_of(&own)
+                .atomic_u64(DEPARTURE_SLOT * 64)
+                .store(DEPARTED, Ordering::Release);
+        }
         let (pids, inboxes) = joined?;
         Ok(ShmTransport {
             collectives: Collectives::new(boot, "shm-ag"),
