@@ -112,7 +112,6 @@ impl Elem for u64 {
 /// An operation's result still to collect after the synchronization that completes it.
 enum Pending<'b, T: Element> {
     Nothing,
-    Many(Request<Vec<T>>),
     One(Request<T>),
     /// A get into the caller's buffer (MPI_Get's pattern: no buffer per op).
     Into(GetInto<'b, T>),
@@ -123,9 +122,6 @@ impl<T: Element> Pending<'_, T> {
     fn finish(self) -> Result<()> {
         match self {
             Pending::Nothing => {}
-            Pending::Many(r) => {
-                black_box(r.wait()?);
-            }
             Pending::One(r) => {
                 black_box(r.wait()?);
             }
@@ -169,9 +165,14 @@ fn issue<'b, T: Elem>(
             win.accumulate(data, AccOp::Sum, target, disp)?;
             Pending::Nothing
         }
-        Operation::GetAccumulate => {
-            Pending::Many(win.get_accumulate(data, AccOp::Sum, target, disp)?)
-        }
+        // The result into the caller's buffer, as MPI_Get_accumulate's.
+        Operation::GetAccumulate => Pending::Into(win.get_accumulate_into(
+            data,
+            AccOp::Sum,
+            target,
+            disp,
+            &mut dst[..data.len()],
+        )?),
         Operation::FetchAndOp => {
             Pending::One(win.fetch_and_op(data[0], AccOp::Sum, target, disp)?)
         }

@@ -598,6 +598,15 @@ pub fn large_ops(world: &World) -> Result<()> {
             win.get_into(right, 0, &mut back)?.wait()? == plus3.as_slice(),
             &format!("accumulates of {n}"),
         )?;
+        // The result into a buffer of ours (MPI_Get_accumulate's form); adding zeros.
+        let mut result = vec![0u64; n];
+        let into =
+            win.get_accumulate_into(&vec![0u64; n], rma::AccOp::Sum, right, 0, &mut result)?;
+        win.flush(right)?;
+        check(
+            into.wait()? == plus3.as_slice(),
+            &format!("get_accumulate_into of {n}"),
+        )?;
         // Strided: every other element of the target.
         let every_other = rma::Layout::strided(n, 1, 2);
         win.put_strided(&data, rma::Layout::contiguous(n), right, 0, every_other)?;

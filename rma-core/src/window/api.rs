@@ -654,6 +654,15 @@ impl<T: Element> Window<T> {
             Self::check_op(op)?;
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let atomic = NativeAtomic::Accumulate {
+                op,
+                datatype: T::DATATYPE,
+                operand: bytemuck::cast_slice(data),
+                fetch: true,
+            };
+            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+                return done.map(|old| Request::value(to_vec(old.unwrap_or_default())));
+            }
             let kind = OpKind::GetAccumulate;
             if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
                 let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
@@ -668,6 +677,71 @@ impl<T: Element> Window<T> {
                 true,
             ))?;
             Ok(self.request(posted, target, to_vec::<T>))
+        })
+    }
+
+    /// As [`get_accumulate`](Self::get_accumulate), the target's previous elements landing
+    /// in `result` (of `data.len()` elements; MPI_Get_accumulate's result buffer), which
+    /// stays borrowed by the returned [`GetInto`] until it is waited on. Where the
+    /// backend completes the op in the call (shared memory) nothing is allocated.
+    pub fn get_accumulate_into<'b>(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        result: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        self.raised("get_accumulate_into", || {
+            if result.len() != data.len() {
+                return Err(UsageError::BadLayout.into());
+            }
+            let target = self.shared.world(target)?;
+            Self::check_op(op)?;
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let atomic = NativeAtomic::Accumulate {
+                op,
+                datatype: T::DATATYPE,
+                operand: bytemuck::cast_slice(data),
+                fetch: true,
+            };
+            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+                let old = done?.unwrap_or_default();
+                let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *result);
+                if old.len() != dst.len() {
+                    return Err(
+                        TransportError::Failed("an atomic fetched a short result".into()).into(),
+                    );
+                }
+                dst.copy_from_slice(&old);
+                return Ok(GetInto {
+                    buf: result,
+                    pending: None,
+                });
+            }
+            let kind = OpKind::GetAccumulate;
+            if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+                let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
+                let pending = Some(Request::joined(parts, |bytes| bytes));
+                return Ok(GetInto {
+                    buf: result,
+                    pending,
+                });
+            }
+            let posted = self.shared.post(Self::desc(
+                kind,
+                target,
+                extent,
+                Some(op),
+                bytemuck::cast_slice(data),
+                true,
+            ))?;
+            let pending = Some(self.request(posted, target, |bytes| bytes));
+            Ok(GetInto {
+                buf: result,
+                pending,
+            })
         })
     }
 
