@@ -10,7 +10,8 @@
 //! [`WinState`] and their parts); [`rma_op`] posts an op (RMA_OP); [`issue`] puts ops
 //! and control on the wire (ISSUE_OPS); [`elements`] takes and gives back op and target
 //! elements (CLEANUP_OPS, RESTORE); [`access`] says when ops to a target may go and
-//! runs one window's progress; [`incoming`] handles packets and completions; [`shared`]
+//! runs one window's progress; [`incoming`] handles packets and completions; [`direct`]
+//! lets ops toward granted, settled targets past the state (shared memory); [`shared`]
 //! waits and checks; [`fence`], [`pscw`], [`lock`], [`lock_all`] and [`flush`] are the
 //! synchronization algorithms; [`api`] is the public [`Window`].
 
