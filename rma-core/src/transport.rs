@@ -181,14 +181,7 @@ pub trait WindowOps: Send + Sync {
         block: usize,
         data: &[u8],
     ) -> Result<Issued, TransportError> {
-        for (i, chunk) in data.chunks(block.max(1)).enumerate() {
-            if let Issued::Pending = self.put(target, offset + i as u64 * stride, chunk)? {
-                return Err(TransportError::Failed(
-                    "a put left pending by a backend whose ops complete in the call".into(),
-                ));
-            }
-        }
-        Ok(Issued::Complete(None))
+        put_block_by_block(self, target, offset, stride, block, data)
     }
     /// A strided accumulate that fetches nothing: `op` on `datatype` elements, `operand`
     /// in blocks of `block` bytes, `stride` bytes apart from `offset` (as
@@ -230,13 +223,45 @@ pub trait WindowOps: Send + Sync {
         block: usize,
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
-        for (i, chunk) in dst.chunks_mut(block.max(1)).enumerate() {
-            if !self.get_into(target, offset + i as u64 * stride, chunk)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        get_block_by_block(self, target, offset, stride, block, dst)
     }
+}
+
+/// [`WindowOps::put_blocks`] by default: a [`WindowOps::put`] per block (for a backend's
+/// override to fall back on where it has no faster way).
+pub fn put_block_by_block<W: WindowOps + ?Sized>(
+    ops: &W,
+    target: Rank,
+    offset: u64,
+    stride: u64,
+    block: usize,
+    data: &[u8],
+) -> Result<Issued, TransportError> {
+    for (i, chunk) in data.chunks(block.max(1)).enumerate() {
+        if let Issued::Pending = ops.put(target, offset + i as u64 * stride, chunk)? {
+            return Err(TransportError::Failed(
+                "a put left pending by a backend whose ops complete in the call".into(),
+            ));
+        }
+    }
+    Ok(Issued::Complete(None))
+}
+
+/// [`WindowOps::get_blocks`] by default: a [`WindowOps::get_into`] per block.
+pub fn get_block_by_block<W: WindowOps + ?Sized>(
+    ops: &W,
+    target: Rank,
+    offset: u64,
+    stride: u64,
+    block: usize,
+    dst: &mut [u8],
+) -> Result<bool, TransportError> {
+    for (i, chunk) in dst.chunks_mut(block.max(1)).enumerate() {
+        if !ops.get_into(target, offset + i as u64 * stride, chunk)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Bytes a native operation fetched (a get, a fetching atomic): up to

@@ -102,7 +102,22 @@ pub fn accumulate(
         by_words(region, offset, op, dt, operand, old.as_mut_slice());
         return Some(old);
     }
-    let slots = old.as_mut_slice().chunks_exact_mut(size);
+    each_element(region, offset, op, dt, operand, old.as_mut_slice());
+    Some(old)
+}
+
+/// Applies `op` to the `dt` elements of `operand` at `offset` (aligned, checked by the
+/// caller), one atomic each; their previous values into `old` (as long as `operand`).
+fn each_element(
+    region: &Region,
+    offset: usize,
+    op: AccOp,
+    dt: DataType,
+    operand: &[u8],
+    old: &mut [u8],
+) {
+    let size = dt.size();
+    let slots = old.chunks_exact_mut(size);
     for (i, (o, slot)) in operand.chunks_exact(size).zip(slots).enumerate() {
         let p = region.at(offset + i * size, size);
         match size {
@@ -112,7 +127,6 @@ pub fn accumulate(
             _ => width!(AtomicU64, u64, p, op, dt, o, slot),
         }
     }
-    Some(old)
 }
 
 /// Applies `op` element-wise to blocks of `block` bytes, `stride` bytes apart from
@@ -151,17 +165,8 @@ pub fn accumulate_blocks(
         let at = offset + i * stride;
         if size < 8 && block >= 8 {
             by_words(region, at, op, dt, chunk, &mut scratch);
-            continue;
-        }
-        for (j, o) in chunk.chunks_exact(size).enumerate() {
-            let p = region.at(at + j * size, size);
-            let slot = &mut scratch[j * size..(j + 1) * size];
-            match size {
-                1 => width!(AtomicU8, u8, p, op, dt, o, slot),
-                2 => width!(AtomicU16, u16, p, op, dt, o, slot),
-                4 => width!(AtomicU32, u32, p, op, dt, o, slot),
-                _ => width!(AtomicU64, u64, p, op, dt, o, slot),
-            }
+        } else {
+            each_element(region, at, op, dt, chunk, &mut scratch);
         }
     }
     Some(())

@@ -39,8 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, Transport,
-    UserMemory, Wake, WindowOps,
+    get_block_by_block, put_block_by_block, Event, Fetched, Issued, NativeAtomic, Notice,
+    RemoteSegment, Segment, SharedAmong, Transport, UserMemory, Wake, WindowOps,
 };
 use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -327,16 +327,10 @@ impl WindowOps for ShmWindow {
         data: &[u8],
     ) -> Result<Issued, TransportError> {
         let PeerMemory::Mapped(region) = &self.peers[target as usize].memory else {
-            return blocks_one_by_one_put(self, target, offset, stride, block, data);
+            return put_block_by_block(self, target, offset, stride, block, data);
         };
-        let (off, stride) = (offset as usize, stride as usize);
-        let count = data.len().checked_div(block).unwrap_or(0);
-        if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
-            return Err(TransportError::Failed(
-                "strided put outside the target's window".into(),
-            ));
-        }
-        region.write_blocks(off, stride, block, &data[..count * block]);
+        let (off, stride, n) = blocks_inside(region, offset, stride, block, data.len(), "put")?;
+        region.write_blocks(off, stride, block, &data[..n]);
         Ok(Issued::Complete(None))
     }
 
@@ -350,18 +344,13 @@ impl WindowOps for ShmWindow {
         datatype: DataType,
         operand: &[u8],
     ) -> Result<(), TransportError> {
-        let (off, stride) = (offset as usize, stride as usize);
-        let count = operand.len().checked_div(block).unwrap_or(0);
         let region = match &self.peers[target as usize].memory {
             PeerMemory::Mapped(r) => r,
             _ => return Err(TransportError::Unsupported("window memory not mapped")),
         };
-        if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
-            return Err(TransportError::Failed(
-                "strided accumulate outside the target's window".into(),
-            ));
-        }
-        let operand = &operand[..count * block];
+        let (off, stride, n) =
+            blocks_inside(region, offset, stride, block, operand.len(), "accumulate")?;
+        let operand = &operand[..n];
         atomics::accumulate_blocks(region, off, stride, block, op, datatype, operand)
             .ok_or(TransportError::Unsupported("misaligned atomic"))
     }
@@ -375,16 +364,9 @@ impl WindowOps for ShmWindow {
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
         let PeerMemory::Mapped(region) = &self.peers[target as usize].memory else {
-            return blocks_one_by_one_get(self, target, offset, stride, block, dst);
+            return get_block_by_block(self, target, offset, stride, block, dst);
         };
-        let (off, stride) = (offset as usize, stride as usize);
-        let count = dst.len().checked_div(block).unwrap_or(0);
-        if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
-            return Err(TransportError::Failed(
-                "strided get outside the target's window".into(),
-            ));
-        }
-        let n = count * block;
+        let (off, stride, n) = blocks_inside(region, offset, stride, block, dst.len(), "get")?;
         region.read_blocks(off, stride, block, &mut dst[..n]);
         Ok(true)
     }
@@ -457,37 +439,24 @@ impl ShmWindow {
     }
 }
 
-/// A strided put to memory reached by cross-memory attach: a put per block (the trait's
-/// default, which the override cannot call).
-fn blocks_one_by_one_put(
-    w: &ShmWindow,
-    target: Rank,
+/// The blocks of a strided op of `len` bytes (`block` each, `stride` apart from `offset`)
+/// checked inside `region`, all of them: (offset, stride, bytes of whole blocks).
+fn blocks_inside(
+    region: &Region,
     offset: u64,
     stride: u64,
     block: usize,
-    data: &[u8],
-) -> Result<Issued, TransportError> {
-    for (i, chunk) in data.chunks(block.max(1)).enumerate() {
-        WindowOps::put(w, target, offset + i as u64 * stride, chunk)?;
+    len: usize,
+    what: &str,
+) -> Result<(usize, usize, usize), TransportError> {
+    let (off, stride) = (offset as usize, stride as usize);
+    let count = len.checked_div(block).unwrap_or(0);
+    if block == 0 || stride < block || !region.contains_blocks(off, count, block, stride) {
+        return Err(TransportError::Failed(format!(
+            "strided {what} outside the target's window"
+        )));
     }
-    Ok(Issued::Complete(None))
-}
-
-/// A strided get from memory reached by cross-memory attach: a get per block.
-fn blocks_one_by_one_get(
-    w: &ShmWindow,
-    target: Rank,
-    offset: u64,
-    stride: u64,
-    block: usize,
-    dst: &mut [u8],
-) -> Result<bool, TransportError> {
-    for (i, chunk) in dst.chunks_mut(block.max(1)).enumerate() {
-        if !WindowOps::get_into(w, target, offset + i as u64 * stride, chunk)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    Ok((off, stride, count * block))
 }
 
 /// The shared-memory transport of one process.

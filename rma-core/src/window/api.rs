@@ -478,26 +478,7 @@ impl<T: Element> Window<T> {
     ) -> Result<GetInto<'b, T>> {
         self.raised("get_into", || {
             let target = self.shared.world(target)?;
-            let layout = Layout::contiguous(buf.len());
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *buf);
-            if let Some(done) = self.shared.get_direct(target, extent.offset, dst) {
-                return done.map(|()| GetInto { buf, pending: None });
-            }
-            if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
-                let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
-                let pending = Some(Request::joined(parts, |bytes| bytes));
-                return Ok(GetInto { buf, pending });
-            }
-            let posted = self.shared.post(OpDesc {
-                into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
-                ..Self::desc(OpKind::Get, target, extent, None, &[], true)
-            })?;
-            let pending = match posted {
-                Posted::Done(None) => None,
-                other => Some(self.request(other, target, |bytes| bytes)),
-            };
-            Ok(GetInto { buf, pending })
+            self.get_layout_into(target, disp, Layout::contiguous(buf.len()), buf)
         })
     }
 
@@ -517,22 +498,40 @@ impl<T: Element> Window<T> {
                 return Err(UsageError::BadLayout.into());
             }
             let target = self.shared.world(target)?;
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
-                let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
-                let pending = Some(Request::joined(parts, |bytes| bytes));
-                return Ok(GetInto { buf, pending });
-            }
-            let posted = self.shared.post(OpDesc {
-                into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
-                ..Self::desc(OpKind::Get, target, extent, None, &[], true)
-            })?;
-            let pending = match posted {
-                Posted::Done(None) => None,
-                other => Some(self.request(other, target, |bytes| bytes)),
-            };
-            Ok(GetInto { buf, pending })
+            self.get_layout_into(target, disp, layout, buf)
         })
+    }
+
+    /// A get of `layout` at `disp` of World rank `target` into `buf` (its element count):
+    /// direct where it can be, in pieces where one message cannot carry it.
+    fn get_layout_into<'b>(
+        &self,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        buf: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if extent.count <= 1 {
+            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *buf);
+            if let Some(done) = self.shared.get_direct(target, extent.offset, dst) {
+                return done.map(|()| GetInto { buf, pending: None });
+            }
+        }
+        if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+            let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
+            let pending = Some(Request::joined(parts, |bytes| bytes));
+            return Ok(GetInto { buf, pending });
+        }
+        let posted = self.shared.post(OpDesc {
+            into: Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(&mut *buf))),
+            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+        })?;
+        let pending = match posted {
+            Posted::Done(None) => None,
+            other => Some(self.request(other, target, |bytes| bytes)),
+        };
+        Ok(GetInto { buf, pending })
     }
 
     /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically

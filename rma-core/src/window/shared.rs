@@ -425,10 +425,21 @@ impl WindowShared {
         {
             return None;
         }
-        match self.ops.as_deref()?.put(target, offset, data) {
-            Ok(Issued::Complete(_)) => {
+        let issued = self.ops.as_deref()?.put(target, offset, data);
+        self.direct_outcome(issued).map(|r| r.map(drop))
+    }
+
+    /// What a direct op's call came to: done (with what it fetched), failed, or `None`
+    /// for no room in the backend now (nothing was done: the general path retries).
+    #[inline(always)]
+    fn direct_outcome(
+        &self,
+        issued: std::result::Result<Issued, TransportError>,
+    ) -> Option<Result<Option<Fetched>>> {
+        match issued {
+            Ok(Issued::Complete(fetched)) => {
                 self.counters.op_direct();
-                Some(Ok(()))
+                Some(Ok(fetched))
             }
             Ok(Issued::Pending) => Some(Err(TransportError::Failed(
                 "the backend left an op pending after saying its ops complete in the call".into(),
@@ -493,18 +504,8 @@ impl WindowShared {
         if !native || self.kind == WindowKind::Dynamic {
             return None;
         }
-        match self.ops.as_deref()?.atomic(target, offset, atomic) {
-            Ok(Issued::Complete(fetched)) => {
-                self.counters.op_direct();
-                Some(Ok(fetched))
-            }
-            Ok(Issued::Pending) => Some(Err(TransportError::Failed(
-                "the backend left an op pending after saying its ops complete in the call".into(),
-            )
-            .into())),
-            Err(TransportError::Busy) => None,
-            Err(e) => Some(Err(e.into())),
-        }
+        let issued = self.ops.as_deref()?.atomic(target, offset, atomic);
+        self.direct_outcome(issued)
     }
 
     /// A native op toward a [direct](super::direct) target: the backend's call is its
@@ -532,27 +533,17 @@ impl WindowShared {
             };
         }
         // The token names nothing: no completion of a direct op ever comes.
-        match native_call_desc(self, d, untracked_token(self.id, d.target)) {
-            Ok(Issued::Complete(data)) => {
-                self.counters.op_direct();
-                if let (Some(dst), Some(bytes)) = (&d.into, &data) {
-                    let mut dst = dst.borrow_mut();
-                    if bytes.len() == dst.len() {
-                        dst.copy_from_slice(bytes);
-                        return Some(Ok(Posted::Done(None)));
-                    }
+        let issued = native_call_desc(self, d, untracked_token(self.id, d.target));
+        Some(self.direct_outcome(issued)?.map(|data| {
+            if let (Some(dst), Some(bytes)) = (&d.into, &data) {
+                let mut dst = dst.borrow_mut();
+                if bytes.len() == dst.len() {
+                    dst.copy_from_slice(bytes);
+                    return Posted::Done(None);
                 }
-                Some(Ok(Posted::Done(
-                    d.wants_result.then(|| data.unwrap_or_default()),
-                )))
             }
-            Ok(Issued::Pending) => Some(Err(TransportError::Failed(
-                "the backend left an op pending after saying its ops complete in the call".into(),
-            )
-            .into())),
-            Err(TransportError::Busy) => None,
-            Err(e) => Some(Err(e.into())),
-        }
+            Posted::Done(d.wants_result.then(|| data.unwrap_or_default()))
+        }))
     }
 
     /// An op that goes as an active message must fit in one (its request, or its reply
