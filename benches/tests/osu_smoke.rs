@@ -550,14 +550,32 @@ fn simulated_backends_run_in_one_process() {
 }
 
 #[test]
-fn sizes_beyond_an_active_message_are_refused_or_cut() {
+fn sizes_beyond_an_active_message_go_in_pieces() {
     let _g = serial();
     let b = bin("osu_put_latency");
-    // Dynamic windows go by active messages: an explicit 1 MiB is refused up front...
-    let o = by_hand(b.exe, &["-w", "dynamic", "-m", "1048576:1048576"]);
-    assert_eq!(o.status.code(), Some(1), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("active messages"));
-    // ...a defaulted range stops at what fits.
+    // Dynamic windows go by active messages, and the engine splits an op larger than one
+    // (since #25): an explicit 1 MiB runs...
+    let o = by_hand(
+        b.exe,
+        &[
+            "-w",
+            "dynamic",
+            "-m",
+            "1048576:1048576",
+            "-i",
+            "3",
+            "-x",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let sizes: Vec<usize> = parse_osu(&String::from_utf8_lossy(&o.stdout))
+        .rows
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(sizes, vec![1 << 20], "{o:?}");
+    // ...and a defaulted range runs to OSU's largest size.
     let out = scratch("cut");
     let o = by_hand(
         b.exe,
@@ -567,7 +585,7 @@ fn sizes_beyond_an_active_message_are_refused_or_cut() {
             "-m",
             "65536:",
             "-i",
-            "5",
+            "3",
             "-x",
             "1",
             "-o",
@@ -578,7 +596,19 @@ fn sizes_beyond_an_active_message_are_refused_or_cut() {
     let _ = std::fs::remove_file(Path::new(&out));
     assert!(o.status.success(), "{o:?}");
     let sizes: Vec<usize> = parse_osu(&text).rows.iter().map(|r| r.0).collect();
-    assert_eq!(sizes, vec![65536], "{text}");
+    assert_eq!(
+        sizes,
+        vec![
+            1 << 16,
+            1 << 17,
+            1 << 18,
+            1 << 19,
+            1 << 20,
+            1 << 21,
+            1 << 22
+        ],
+        "{text}"
+    );
 }
 
 /// Under MPICH's mpiexec (PMI-1) too, when it is installed (CI requires it through
