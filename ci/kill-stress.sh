@@ -17,5 +17,5 @@ trap 'kill -- -$load 2>/dev/null; sleep 1; rm -rf "$load_dir"' EXIT
 for t in killed_at_random_moments_every_survivor_ends_within_10_seconds_shm \
   ofi::killed_at_random_moments_every_survivor_ends_within_10_seconds_ofi_tcp; do
   RMA_KILL_TRIALS=$trials cargo test -p rma-conformance --features ofi --test failure \
-    -- --exact "$t" --nocapture 2>&1 | grep -E "kill trials|test result|panicked|ended with"
+    -- --exact "$t" --nocapture 2>&1 | grep -E "kill trials|test result|panicked|ended with|case kill_trial failed|init failed"
 done
