@@ -343,6 +343,26 @@ impl<T: Element> Window<T> {
         self.shared.member_count() as Rank
     }
 
+    /// An accumulate of `operand` (packed elements of `T`) toward a direct target, fetching
+    /// the previous values or not ([`WindowShared::atomic_direct`]).
+    #[inline(always)]
+    fn accumulate_direct(
+        &self,
+        operand: &[u8],
+        op: AccOp,
+        target: Rank,
+        extent: Extent,
+        fetch: bool,
+    ) -> Option<Result<Option<Fetched>>> {
+        let atomic = NativeAtomic::Accumulate {
+            op,
+            datatype: T::DATATYPE,
+            operand,
+            fetch,
+        };
+        self.shared.atomic_direct(target, extent.offset, atomic)
+    }
+
     /// Puts `data` at element displacement `disp` of `target`'s window.
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
         self.raised("put", || {
@@ -544,13 +564,9 @@ impl<T: Element> Window<T> {
             // they are.
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            let atomic = NativeAtomic::Accumulate {
-                op,
-                datatype: T::DATATYPE,
-                operand: bytemuck::cast_slice(data),
-                fetch: false,
-            };
-            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+            if let Some(done) =
+                self.accumulate_direct(bytemuck::cast_slice(data), op, target, extent, false)
+            {
                 return done.map(drop);
             }
             let kind = OpKind::Accumulate;
@@ -653,13 +669,9 @@ impl<T: Element> Window<T> {
             Self::check_op(op)?;
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            let atomic = NativeAtomic::Accumulate {
-                op,
-                datatype: T::DATATYPE,
-                operand: bytemuck::cast_slice(data),
-                fetch: true,
-            };
-            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+            if let Some(done) =
+                self.accumulate_direct(bytemuck::cast_slice(data), op, target, extent, true)
+            {
                 return done.map(|old| Request::value(to_vec(old.unwrap_or_default())));
             }
             let kind = OpKind::GetAccumulate;
@@ -699,13 +711,9 @@ impl<T: Element> Window<T> {
             Self::check_op(op)?;
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            let atomic = NativeAtomic::Accumulate {
-                op,
-                datatype: T::DATATYPE,
-                operand: bytemuck::cast_slice(data),
-                fetch: true,
-            };
-            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+            if let Some(done) =
+                self.accumulate_direct(bytemuck::cast_slice(data), op, target, extent, true)
+            {
                 let old = done?.unwrap_or_default();
                 let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *result);
                 if old.len() != dst.len() {
@@ -752,13 +760,9 @@ impl<T: Element> Window<T> {
             let extent = self
                 .shared
                 .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-            let atomic = NativeAtomic::Accumulate {
-                op,
-                datatype: T::DATATYPE,
-                operand: bytemuck::bytes_of(&value),
-                fetch: true,
-            };
-            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
+            if let Some(done) =
+                self.accumulate_direct(bytemuck::bytes_of(&value), op, target, extent, true)
+            {
                 return done.map(|old| Request::value(to_one(old.unwrap_or_default())));
             }
             let posted = self.shared.post(Self::desc(

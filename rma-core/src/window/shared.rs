@@ -412,20 +412,31 @@ impl WindowShared {
         result
     }
 
+    /// The window's bound ops, if an op toward `target` may go [direct](super::direct)
+    /// (the target's mark, and native ops on a window that has them): what every
+    /// `*_direct` call asks first, before the capability of its own kind.
+    #[inline(always)]
+    fn direct_ops(&self, target: Rank) -> Option<&dyn crate::transport::WindowOps> {
+        if !self.direct.allows(target)
+            || !self.engine.config.native_ops
+            || self.kind == WindowKind::Dynamic
+        {
+            return None;
+        }
+        self.ops.as_deref()
+    }
+
     /// A put toward a [direct](super::direct) target, contiguous, native: the
     /// backend's call is all of it ([`post_direct`](Self::post_direct) for a put, without
     /// the descriptor every other kind of op needs). `None`: not direct, or no room in the
     /// backend now; the general path takes it.
     #[inline(always)]
     pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
-        if !self.direct.allows(target)
-            || !self.engine.config.native_ops
-            || self.kind == WindowKind::Dynamic
-            || !self.caps(target).rdma_write
-        {
+        let ops = self.direct_ops(target)?;
+        if !self.caps(target).rdma_write {
             return None;
         }
-        let issued = self.ops.as_deref()?.put(target, offset, data);
+        let issued = ops.put(target, offset, data);
         self.direct_outcome(issued).map(|r| r.map(drop))
     }
 
@@ -459,14 +470,11 @@ impl WindowShared {
         offset: u64,
         dst: &mut [u8],
     ) -> Option<Result<()>> {
-        if !self.direct.allows(target)
-            || !self.engine.config.native_ops
-            || self.kind == WindowKind::Dynamic
-            || !self.caps(target).rdma_read
-        {
+        let ops = self.direct_ops(target)?;
+        if !self.caps(target).rdma_read {
             return None;
         }
-        match self.ops.as_deref()?.get_into(target, offset, dst) {
+        match ops.get_into(target, offset, dst) {
             Ok(true) => {
                 self.counters.op_direct();
                 Some(Ok(()))
@@ -485,9 +493,7 @@ impl WindowShared {
         offset: u64,
         atomic: NativeAtomic<'_>,
     ) -> Option<Result<Option<Fetched>>> {
-        if !self.direct.allows(target) || !self.engine.config.native_ops {
-            return None;
-        }
+        let ops = self.direct_ops(target)?;
         let caps = self.caps(target);
         let native = match atomic {
             NativeAtomic::Accumulate {
@@ -501,10 +507,10 @@ impl WindowShared {
             }
             NativeAtomic::CompareAndSwap { datatype, .. } => caps.has_compare_and_swap(datatype),
         };
-        if !native || self.kind == WindowKind::Dynamic {
+        if !native {
             return None;
         }
-        let issued = self.ops.as_deref()?.atomic(target, offset, atomic);
+        let issued = ops.atomic(target, offset, atomic);
         self.direct_outcome(issued)
     }
 
