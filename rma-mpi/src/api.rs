@@ -30,24 +30,48 @@ const NO_OP: c_int = 12;
 fn guarded<R>(call: &str, f: impl FnOnce() -> MpiResult<R>) -> MpiResult<R> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(_) => Err(MpiError::new(
-            int!(MPI_ERR_INTERN),
-            format!("internal error of librma-mpi in {call} (a panic); please report it"),
-        )),
+        Err(_) => Err(panicked(call)),
     }
 }
 
+/// A panic of librma-mpi's, as the error the call returns.
+#[cold]
+fn panicked(call: &str) -> MpiError {
+    MpiError::new(
+        int!(MPI_ERR_INTERN),
+        format!("internal error of librma-mpi in {call} (a panic); please report it"),
+    )
+}
+
 /// Runs `f` on the window `win` names; the outcome through its error handler.
-#[inline]
-fn on_window(call: &str, win: MPI_Win, f: impl FnOnce(&Win) -> MpiResult<()>) -> c_int {
-    let outcome = guarded(call, || window::with_win(win, f)?);
+///
+/// The closure `catch_unwind` runs holds a single reference: catch_unwind hands its
+/// closure over through memory, and a closure of several captures was copied in 16-byte
+/// loads of what the caller had stored in smaller pieces, a store-forwarding stall on
+/// every call (a quarter of an `MPI_Put` on shared memory). One pointer is one load.
+#[inline(always)]
+fn on_window(call: &str, win: MPI_Win, f: impl Fn(&Win) -> MpiResult<()>) -> c_int {
+    let job = &(win, f);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let (win, f) = job;
+        window::with_win(*win, f)
+    }));
     match outcome {
-        Ok(()) => SUCCESS,
-        Err(e) => match window::errhandler_of(win) {
-            Some(h) => error::raise_on_window(call, win, h, &e),
-            // SAFETY: a constant of the ABI layer.
-            None => error::raise_on_comm(call, unsafe { sys::rmampi_comm_self() }, &e),
-        },
+        Ok(Ok(Ok(()))) => SUCCESS,
+        Ok(Ok(Err(e)) | Err(e)) => window_error(call, win, e),
+        Err(_) => window_error(call, win, panicked(call)),
+    }
+}
+
+/// A window call's error, through the window's handler (or MPI_COMM_SELF's when the
+/// handle names no window).
+#[cold]
+#[inline(never)]
+fn window_error(call: &str, win: MPI_Win, e: MpiError) -> c_int {
+    match window::errhandler_of(win) {
+        Some(h) => error::raise_on_window(call, win, h, &e),
+        // SAFETY: a constant of the ABI layer.
+        None => error::raise_on_comm(call, unsafe { sys::rmampi_comm_self() }, &e),
     }
 }
 
@@ -784,6 +808,7 @@ fn communicate(
 }
 
 /// Which communication call.
+#[derive(Clone, Copy)]
 enum Comm {
     Put,
     Get,

@@ -39,6 +39,7 @@
 mod api;
 mod datatype;
 mod error;
+mod handle_table;
 mod ops;
 mod request;
 mod sync;

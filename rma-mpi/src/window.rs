@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
+use std::sync::{Mutex, OnceLock};
 
 use rma::{Elements, Rank};
 
 use crate::error::{MpiError, MpiResult};
+use crate::handle_table::{self, HandleTable, Unavailable};
 use crate::request::Shared;
 use crate::sys::{self, int, MPI_Aint, MPI_Comm, MPI_Errhandler, MPI_Group, MPI_Win};
 
@@ -118,24 +119,42 @@ impl Win {
     }
 }
 
-type Slot = RwLock<Option<Arc<Win>>>;
+/// The window handles' table: lookups take no lock (`handle_table`).
+fn table() -> &'static HandleTable<Win> {
+    static TABLE: OnceLock<HandleTable<Win>> = OnceLock::new();
+    // rma has 1023 live windows per process (shared memory's lock slots); a few more
+    // handles let a program see that error rather than one of ours.
+    TABLE.get_or_init(|| HandleTable::new(4096))
+}
 
-fn table() -> &'static [Slot] {
-    static TABLE: OnceLock<Vec<Slot>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        // rma has 1023 live windows per process (shared memory's lock slots); a few more
-        // handles let a program see that error rather than one of ours.
-        (0..4096).map(|_| RwLock::new(None)).collect()
-    })
+/// The table index `handle` names, if it names one.
+#[inline]
+fn index_of(handle: MPI_Win) -> MpiResult<usize> {
+    // SAFETY: the ABI layer compares the handle with its own range.
+    let i = unsafe { sys::rmampi_win_index(handle) };
+    usize::try_from(i).map_err(|_| bad_window())
 }
 
 /// Runs `f` on the window `handle` names; MPI_ERR_WIN for a handle that names none.
 #[inline]
 pub fn with_win<R>(handle: MPI_Win, f: impl FnOnce(&Win) -> R) -> Result<R, MpiError> {
-    let guard = slot(handle)?;
-    match guard.as_ref() {
-        Some(w) => Ok(f(w)),
-        None => Err(bad_window()),
+    table().with(index_of(handle)?, f).map_err(unavailable)
+}
+
+fn unavailable(why: Unavailable) -> MpiError {
+    match why {
+        Unavailable::Empty => bad_window(),
+        Unavailable::InUse => MpiError::new(
+            int!(MPI_ERR_WIN),
+            "the window is in use by another call (of another thread, or a callback's caller)",
+        ),
+        Unavailable::TooDeep => MpiError::new(
+            int!(MPI_ERR_INTERN),
+            format!(
+                "calls on windows nest deeper than {} (callbacks calling MPI)",
+                handle_table::NESTING
+            ),
+        ),
     }
 }
 
@@ -144,17 +163,6 @@ fn bad_window() -> MpiError {
         int!(MPI_ERR_WIN),
         "invalid window handle (not a window, or freed)",
     )
-}
-
-#[inline]
-fn slot(handle: MPI_Win) -> MpiResult<RwLockReadGuard<'static, Option<Arc<Win>>>> {
-    // SAFETY: the ABI layer compares the handle with its own range.
-    let i = unsafe { sys::rmampi_win_index(handle) };
-    let s = usize::try_from(i)
-        .ok()
-        .and_then(|i| table().get(i))
-        .ok_or_else(bad_window)?;
-    Ok(s.read().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The error handler of the window `handle` names, if it names one.
@@ -364,10 +372,8 @@ pub fn create(
             win.local_base().unwrap_or(0)
         }
     });
-    let slots = table();
-    let index = slots
-        .iter()
-        .position(|s| s.read().unwrap_or_else(|e| e.into_inner()).is_none())
+    let index = table()
+        .reserve()
         .ok_or_else(|| MpiError::new(int!(MPI_ERR_NO_MEM), "no window handle left"))?;
     // SAFETY: `index` is within the ABI layer's range (4096 < its maximum).
     let handle = unsafe { sys::rmampi_win_handle(index as c_int) };
@@ -397,7 +403,7 @@ pub fn create(
         },
     };
     w.apply_info(info);
-    *slots[index].write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(w));
+    table().fill(index, Box::new(w));
     Ok((handle, base as *mut c_void))
 }
 
@@ -450,34 +456,19 @@ impl Win {
 /// MPI_Win_free: the window is freed (collective) and its handle invalid; on an error
 /// (an epoch still open) it stays as it was.
 pub fn free(handle: MPI_Win) -> MpiResult<()> {
-    // SAFETY: the ABI layer compares the handle with its own range.
-    let i = unsafe { sys::rmampi_win_index(handle) };
-    let s = usize::try_from(i)
-        .ok()
-        .and_then(|i| table().get(i))
-        .ok_or_else(bad_window)?;
-    let mut slot = s.write().unwrap_or_else(|e| e.into_inner());
-    let arc = slot.take().ok_or_else(bad_window)?;
-    let w = match Arc::try_unwrap(arc) {
-        Ok(w) => w,
-        Err(arc) => {
-            *slot = Some(arc);
-            return Err(MpiError::new(
-                int!(MPI_ERR_WIN),
-                "the window is in use by another thread",
-            ));
-        }
-    };
+    let index = index_of(handle)?;
+    let w = table().take(index).map_err(unavailable)?;
     // The attributes' delete functions run first (MPI-4.1 7.7.4); an error of theirs
     // keeps the window.
     if let Err(e) = delete_all_attrs(&w) {
-        *slot = Some(Arc::new(w));
+        table().fill(index, w);
         return Err(e);
     }
-    let Win { rma, views, info } = w;
+    let Win { rma, views, info } = *w;
     drop(views);
     match rma.free() {
         Ok(_) => {
+            table().remove(index);
             let mut g = info.group.0;
             // SAFETY: the group librma-mpi took at creation, freed once.
             unsafe { sys::PMPI_Group_free(&mut g) };
@@ -487,11 +478,14 @@ pub fn free(handle: MPI_Win) -> MpiResult<()> {
             // An epoch still open: the window stays as it was.
             let error = MpiError::from(refused.error.clone());
             let rma = refused.window;
-            *slot = Some(Arc::new(Win {
-                views: Views::of(&rma),
-                rma,
-                info,
-            }));
+            table().fill(
+                index,
+                Box::new(Win {
+                    views: Views::of(&rma),
+                    rma,
+                    info,
+                }),
+            );
             Err(error)
         }
     }
@@ -500,8 +494,11 @@ pub fn free(handle: MPI_Win) -> MpiResult<()> {
 /// MPI_Finalize: windows the application did not free are dropped (their peers learn
 /// it); MPI calls that erroneous, rma survives it.
 pub fn drop_all() {
-    for s in table() {
-        drop(s.write().unwrap_or_else(|e| e.into_inner()).take());
+    for index in table().filled() {
+        if let Ok(w) = table().take(index) {
+            drop(w);
+            table().remove(index);
+        }
     }
 }
 
