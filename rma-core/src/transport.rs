@@ -158,6 +158,12 @@ pub trait WindowOps: Send + Sync {
     /// are visible to whoever takes the lock next (the MEM_SYNC before PROC_SYNC in
     /// WIN_UNLOCK).
     fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError>;
+    /// As [`Transport::notify`] (a wait polls [`take_notices`](Self::take_notices) in
+    /// its loop, and a PSCW ping-pong is its notices: bound to the window, neither
+    /// looks the window up).
+    fn notify(&self, rank: Rank, notice: Notice) -> Result<bool, TransportError>;
+    /// As [`Transport::take_notices`].
+    fn take_notices(&self, from: Rank, notice: Notice) -> u64;
     /// As [`Transport::barrier_arrive`].
     fn barrier_arrive(&self) -> Result<Option<u64>, TransportError>;
     /// As [`Transport::barrier_done`].

@@ -171,6 +171,11 @@ struct PeerWindow {
     /// The peer's lock slot for this window, which also indexes the PSCW notice counters
     /// in both inboxes (None: a dynamic window, whose notices go by message).
     slot: Option<usize>,
+    /// The PSCW notice counters of this window between the peer and this process: ours
+    /// in the peer's inbox (what we notify), the peer's in ours (what we take). Found
+    /// once here, so a notice and a wait's poll look nothing up.
+    notices_to: Option<Region>,
+    notices_from: Option<Region>,
 }
 
 struct ShmWindow {
@@ -402,6 +407,40 @@ impl WindowOps for ShmWindow {
             word.fetch_sub(1, Ordering::Release);
         }
         Ok(())
+    }
+
+    fn notify(&self, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
+        let Some(counters) = self
+            .peers
+            .get(rank as usize)
+            .and_then(|p| p.notices_to.as_ref())
+        else {
+            return Ok(false);
+        };
+        // Release: the epoch's accesses (made visible by the engine's MEM_SYNC) before
+        // the notice (seed 004's PSCW row: PROC_SYNC after MEM_SYNC).
+        counters
+            .atomic_u64(notice_offset(notice))
+            .fetch_add(1, Ordering::Release);
+        Ok(true)
+    }
+
+    fn take_notices(&self, from: Rank, notice: Notice) -> u64 {
+        let Some(counters) = self
+            .peers
+            .get(from as usize)
+            .and_then(|p| p.notices_from.as_ref())
+        else {
+            return 0;
+        };
+        let word = counters.atomic_u64(notice_offset(notice));
+        // A plain load first: a waiting loop reads without taking the line exclusively.
+        if word.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        // Acquire: the peer's accesses before its notice are visible after it (the
+        // engine's MEM_SYNC after PROC_SYNC follows in WIN_WAIT).
+        word.swap(0, Ordering::Acquire)
     }
 }
 
@@ -918,6 +957,8 @@ impl Transport for ShmTransport {
                     memory: PeerMemory::None,
                     lock: None,
                     slot: None,
+                    notices_to: None,
+                    notices_from: None,
                 })
                 .collect();
             self.insert_window(
@@ -956,6 +997,8 @@ impl Transport for ShmTransport {
                     memory: PeerMemory::None,
                     lock: None,
                     slot: None,
+                    notices_to: None,
+                    notices_from: None,
                 });
                 continue;
             }
@@ -1031,7 +1074,28 @@ impl Transport for ShmTransport {
                 memory,
                 lock: Some(lock),
                 slot: Some(slot),
+                // In `r`'s inbox, at its slot for this window, our counters.
+                notices_to: Some(notice_counters(
+                    &self.inboxes[r],
+                    self.size,
+                    slot,
+                    self.rank as usize,
+                )),
+                notices_from: None,
             });
+        }
+        // In our inbox, at our own slot (the one we gave the peers), each peer's counters.
+        if let Some(own) = peers.get(self.rank as usize).and_then(|p| p.slot) {
+            for (r, peer) in peers.iter_mut().enumerate() {
+                if peer.slot.is_some() {
+                    peer.notices_from = Some(notice_counters(
+                        &self.inboxes[self.rank as usize],
+                        self.size,
+                        own,
+                        r,
+                    ));
+                }
+            }
         }
         let barrier = barrier_slot.map(|(r, slot)| barrier_words(&self.inboxes[r], slot));
         self.insert_window(
@@ -1208,50 +1272,12 @@ impl Transport for ShmTransport {
     }
 
     fn notify(&self, win: u32, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
-        let slot =
-            self.with_window(win, |w| Ok(w.peers.get(rank as usize).and_then(|p| p.slot)))?;
-        let Some(slot) = slot else {
-            return Ok(false);
-        };
-        // In `rank`'s inbox, at its slot for this window, our counter. Release: the
-        // epoch's accesses (made visible by the engine's MEM_SYNC) before the notice
-        // (seed 004's PSCW row: PROC_SYNC after MEM_SYNC).
-        let counters = notice_counters(
-            &self.inboxes[rank as usize],
-            self.size,
-            slot,
-            self.rank as usize,
-        );
-        counters
-            .atomic_u64(notice_offset(notice))
-            .fetch_add(1, Ordering::Release);
-        Ok(true)
+        self.with_window(win, |w| WindowOps::notify(w, rank, notice))
     }
 
     fn take_notices(&self, win: u32, from: Rank, notice: Notice) -> u64 {
-        // Our own slot for this window is the one we gave the peers.
-        let me = self.rank as usize;
-        let slot = self.with_window(win, |w| Ok(w.peers.get(me).and_then(|p| p.slot)));
-        let Ok(Some(slot)) = slot else {
-            return 0;
-        };
-        if from as usize >= self.size {
-            return 0;
-        }
-        let counters = notice_counters(
-            &self.inboxes[self.rank as usize],
-            self.size,
-            slot,
-            from as usize,
-        );
-        let word = counters.atomic_u64(notice_offset(notice));
-        // A plain load first: a waiting loop reads without taking the line exclusively.
-        if word.load(Ordering::Relaxed) == 0 {
-            return 0;
-        }
-        // Acquire: the peer's accesses before its notice are visible after it (the
-        // engine's MEM_SYNC after PROC_SYNC follows in WIN_WAIT).
-        word.swap(0, Ordering::Acquire)
+        self.with_window(win, |w| Ok(WindowOps::take_notices(w, from, notice)))
+            .unwrap_or(0)
     }
 
     fn check_peers(&self, events: &mut Vec<Event>) {

@@ -316,9 +316,8 @@ impl WinState {
                 elem.acks_awaited += 1;
             }
             // A complete with no active message to count goes natively where it can.
-            let native = sync == SyncFlag::Complete
-                && count == 0
-                && w.engine.transport.notify(w.id, rank, Notice::Complete)?;
+            let native =
+                sync == SyncFlag::Complete && count == 0 && w.notify(rank, Notice::Complete)?;
             if !native {
                 self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
             }

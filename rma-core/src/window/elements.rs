@@ -50,11 +50,10 @@ impl WinState {
     /// came by message: posts of targets this access epoch still waits for, completes of
     /// origins of the open exposure epoch.
     pub(super) fn take_native_notices(&mut self, w: &WindowShared) {
-        let transport = &w.engine.transport;
         if let WindowEpoch::Pscw(p) = &self.epoch {
             for (i, &rank) in p.group.iter().enumerate() {
                 if !p.granted[i] {
-                    let n = transport.take_notices(w.id, rank, Notice::Post);
+                    let n = w.take_notices(rank, Notice::Post);
                     if n > 0 {
                         *self.target.posts.entry(rank).or_default() += n as u32;
                     }
@@ -68,7 +67,7 @@ impl WinState {
     pub(super) fn take_native_posts(&mut self, w: &WindowShared, rank: Rank) {
         if let WindowEpoch::Pscw(p) = &self.epoch {
             if p.index(rank).is_some_and(|i| !p.granted[i]) {
-                let n = w.engine.transport.take_notices(w.id, rank, Notice::Post);
+                let n = w.take_notices(rank, Notice::Post);
                 if n > 0 {
                     *self.target.posts.entry(rank).or_default() += n as u32;
                 }
@@ -78,10 +77,9 @@ impl WinState {
 
     /// Completes the origins of the open exposure epoch left natively.
     pub(super) fn take_native_completes(&mut self, w: &WindowShared) {
-        let transport = &w.engine.transport;
         if let Some(group) = &self.target.exposure {
             for &rank in group {
-                let n = transport.take_notices(w.id, rank, Notice::Complete);
+                let n = w.take_notices(rank, Notice::Complete);
                 if n > 0 {
                     *self.target.completes.entry(rank).or_default() += n as u32;
                 }

@@ -10,83 +10,52 @@ impl WindowShared {
         }
         self.sync_call("fence", || {
             let t = &self.engine.transport;
-            {
-                let st = self.lock_state();
-                match st.epoch {
-                    WindowEpoch::Unset | WindowEpoch::FenceIssued | WindowEpoch::FenceGranted => {}
-                    ref e => {
-                        return Err(UsageError::EpochConflict {
-                            call: "fence",
-                            state: e.name(),
-                        }
-                        .into())
+            let mut st = self.lock_state();
+            match st.epoch {
+                WindowEpoch::Unset | WindowEpoch::FenceIssued | WindowEpoch::FenceGranted => {}
+                ref e => {
+                    return Err(UsageError::EpochConflict {
+                        call: "fence",
+                        state: e.name(),
                     }
+                    .into())
                 }
             }
-            let noprecede =
-                assert.contains(Assert::NOPRECEDE) && self.lock_state().table.active == 0;
-            if noprecede {
-                // Nothing to complete: do not block (FENCE_ISSUED with a non-blocking barrier).
-                // One native barrier at a time per window: wait for a previous one.
-                self.wait_for("fence", |st| {
-                    Ok(!matches!(st.barrier, Some(Barrier::Native(_))))
-                })?;
-                let mut st = self.lock_state();
-                t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
-                st.start_barrier(self)?;
-                st.epoch = WindowEpoch::FenceIssued;
-                st.make_progress(self)?;
-                if assert.contains(Assert::NOSUCCEED) {
-                    st.epoch = WindowEpoch::Unset;
-                }
-                return Ok(());
+            if assert.contains(Assert::NOPRECEDE) && st.table.active == 0 {
+                drop(st);
+                return self.fence_noprecede(assert);
             }
             // Hot path: no barrier under way and every op of the epoch complete already
             // (each completed in its call, as on shared memory): nothing to wait for
-            // before this fence's own barrier.
-            let settled = {
-                let st = self.lock_state();
-                st.barrier.is_none()
-                    && st.outbox.is_empty()
-                    && st.table.iter().all(|t| t.is_idle() && t.am_since_done == 0)
-            };
+            // before this fence's own barrier, all in one hold of the state.
+            let settled = st.barrier.is_none()
+                && st.outbox.is_empty()
+                && st.table.iter().all(|t| t.is_idle() && t.am_since_done == 0);
             if !settled {
-                // A previous NOPRECEDE fence's barrier must finish first.
-                self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
-                {
-                    let mut st = self.lock_state();
-                    if matches!(st.epoch, WindowEpoch::FenceIssued) {
-                        st.epoch = WindowEpoch::FenceGranted;
-                    }
-                    for rank in st.table.ranks() {
-                        let t = st.table.get_mut(rank).expect("listed");
-                        if t.am_since_done > 0 || t.pending.iter().any(|o| !o.native) {
-                            t.sync = SyncFlag::Flush;
-                        }
-                    }
-                }
-                // Every op of the epoch complete at its target (seed 001).
-                self.wait_for("fence", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+                drop(st);
+                self.fence_complete_epoch()?;
+                st = self.lock_state();
             }
             t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
-            {
-                let mut st = self.lock_state();
-                for rank in st.table.ranks() {
-                    st.free_target(self, rank);
-                }
-                st.start_barrier(self)?;
-                st.epoch = WindowEpoch::FenceIssued;
+            for rank in st.table.ranks() {
+                st.free_target(self, rank);
             }
-            // The barrier is looked at on every turn of the wait, not only by the
-            // progress passes between turns: its end is seen a pass sooner.
-            self.wait_issued("fence", |st| {
-                if st.barrier.is_some() {
-                    st.advance_barrier(self)?;
-                }
-                Ok(st.barrier.is_none())
-            })?;
+            st.start_barrier(self)?;
+            st.epoch = WindowEpoch::FenceIssued;
+            // The last to arrive finds the barrier over at once: no wait, no second hold.
+            if !st.advance_barrier(self)? {
+                drop(st);
+                // The barrier is looked at on every turn of the wait, not only by the
+                // progress passes between turns: its end is seen a pass sooner.
+                self.wait_issued("fence", |st| {
+                    if st.barrier.is_some() {
+                        st.advance_barrier(self)?;
+                    }
+                    Ok(st.barrier.is_none())
+                })?;
+                st = self.lock_state();
+            }
             t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC after PROC_SYNC
-            let mut st = self.lock_state();
             st.epoch = if assert.contains(Assert::NOSUCCEED) {
                 WindowEpoch::Unset
             } else {
@@ -98,6 +67,44 @@ impl WindowShared {
                 None => Ok(()),
             }
         })
+    }
+
+    /// A fence that asserts no ops precede it and finds none: nothing to complete, so
+    /// it does not block (FENCE_ISSUED with a non-blocking barrier).
+    fn fence_noprecede(&self, assert: Assert) -> Result<()> {
+        // One native barrier at a time per window: wait for a previous one.
+        self.wait_for("fence", |st| {
+            Ok(!matches!(st.barrier, Some(Barrier::Native(_))))
+        })?;
+        let mut st = self.lock_state();
+        self.engine.transport.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
+        st.start_barrier(self)?;
+        st.epoch = WindowEpoch::FenceIssued;
+        st.make_progress(self)?;
+        if assert.contains(Assert::NOSUCCEED) {
+            st.epoch = WindowEpoch::Unset;
+        }
+        Ok(())
+    }
+
+    /// Before a fence's barrier, when its epoch has ops not complete yet: a previous
+    /// NOPRECEDE fence's barrier finishes, then every op completes at its target (seed
+    /// 001).
+    fn fence_complete_epoch(&self) -> Result<()> {
+        self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
+        {
+            let mut st = self.lock_state();
+            if matches!(st.epoch, WindowEpoch::FenceIssued) {
+                st.epoch = WindowEpoch::FenceGranted;
+            }
+            for rank in st.table.ranks() {
+                let t = st.table.get_mut(rank).expect("listed");
+                if t.am_since_done > 0 || t.pending.iter().any(|o| !o.native) {
+                    t.sync = SyncFlag::Flush;
+                }
+            }
+        }
+        self.wait_for("fence", |st| Ok(st.table.iter().all(|t| t.is_idle())))
     }
 
     /// From FENCE_GRANTED with nothing queued, other epochs may begin directly.

@@ -45,39 +45,31 @@ impl WindowShared {
 
     pub(super) fn complete(&self) -> Result<()> {
         self.sync_call("complete", || {
-            let group = match &self.lock_state().epoch {
-                WindowEpoch::Pscw(p) => p.group.clone(),
+            let mut st = self.lock_state();
+            let members = match &st.epoch {
+                WindowEpoch::Pscw(p) => p.group.len(),
                 _ => return Err(UsageError::NoExposureEpoch.into()),
             };
-            let transport = &self.engine.transport;
-            transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
-            for &rank in &group {
-                // Ops may only go once the target posted; complete waits for that post.
-                let close = |st: &mut WinState| -> Result<bool> {
-                    if !st.access_granted(self, rank) {
-                        return Ok(false);
-                    }
-                    if st.table.get(rank).is_none() {
-                        if !transport.notify(self.id, rank, Notice::Complete)? {
-                            st.send_control(self, rank, Kind::Done, flags::COMPLETE, 0)?;
-                        }
-                    } else {
-                        st.table.get_mut(rank).expect("exists").sync = SyncFlag::Complete;
-                        st.issue_ops_target(self, rank)?;
-                    }
-                    Ok(true)
-                };
-                // Usually the post is in already: no progress pass before closing.
-                let closed = close(&mut self.lock_state())?;
-                if !closed {
-                    self.wait_for("complete", close)?;
+            self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_COMPLETE
+                                                 // Hot path, in this one hold of the state: every target posted already and has
+                                                 // nothing of the epoch queued (its ops completed in their calls): its complete
+                                                 // notice goes now. The first target that is not so, and the rest after it,
+                                                 // take the waiting path.
+            for i in 0..members {
+                let rank = Self::pscw_member(&st, i);
+                if !(st.table.get(rank).is_none() && st.access_granted(self, rank)) {
+                    drop(st);
+                    self.complete_waiting(i)?;
+                    st = self.lock_state();
+                    break;
                 }
+                self.complete_notice(&mut st, rank)?;
             }
-            let idle = |st: &mut WinState| Ok(st.table.iter().all(|t| t.is_idle()));
-            if !idle(&mut self.lock_state())? {
-                self.wait_for("complete", idle)?;
+            if !st.table.iter().all(|t| t.is_idle()) {
+                drop(st);
+                self.wait_for("complete", |st| Ok(st.table.iter().all(|t| t.is_idle())))?;
+                st = self.lock_state();
             }
-            let mut st = self.lock_state();
             for rank in st.table.ranks() {
                 st.free_target(self, rank);
             }
@@ -88,6 +80,51 @@ impl WindowShared {
                 None => Ok(()),
             }
         })
+    }
+
+    /// The `i`th target of the open access epoch.
+    fn pscw_member(st: &WinState, i: usize) -> Rank {
+        match &st.epoch {
+            WindowEpoch::Pscw(p) => p.group[i],
+            _ => unreachable!("complete holds the access epoch open"),
+        }
+    }
+
+    /// `rank`'s complete notice, natively or by message.
+    fn complete_notice(&self, st: &mut WinState, rank: Rank) -> Result<()> {
+        if !self.notify(rank, Notice::Complete)? {
+            st.send_control(self, rank, Kind::Done, flags::COMPLETE, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Complete's waiting path, from the group's `first`th target on: each target's ops
+    /// go once it posted (complete waits for that post); the caller then waits for them.
+    fn complete_waiting(&self, first: usize) -> Result<()> {
+        let group = match &self.lock_state().epoch {
+            WindowEpoch::Pscw(p) => p.group[first..].to_vec(),
+            _ => unreachable!("complete holds the access epoch open"),
+        };
+        for rank in group {
+            let close = |st: &mut WinState| -> Result<bool> {
+                if !st.access_granted(self, rank) {
+                    return Ok(false);
+                }
+                if st.table.get(rank).is_none() {
+                    self.complete_notice(st, rank)?;
+                } else {
+                    st.table.get_mut(rank).expect("exists").sync = SyncFlag::Complete;
+                    st.issue_ops_target(self, rank)?;
+                }
+                Ok(true)
+            };
+            // Usually the post is in already: no progress pass before closing.
+            let closed = close(&mut self.lock_state())?;
+            if !closed {
+                self.wait_for("complete", close)?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn post_exposure(&self, group: &[Rank], assert: Assert) -> Result<()> {
@@ -106,7 +143,7 @@ impl WindowShared {
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC before PROC_SYNC in WIN_POST
         if !assert.contains(Assert::NOCHECK) {
             for &r in group {
-                if !self.engine.transport.notify(self.id, r, Notice::Post)? {
+                if !self.notify(r, Notice::Post)? {
                     st.send_control(self, r, Kind::Post, 0, 0)?;
                 }
             }
@@ -138,15 +175,18 @@ impl WindowShared {
     }
 
     pub(super) fn wait_exposure(&self) -> Result<()> {
-        if self.lock_state().target.exposure.is_none() {
-            return Err(UsageError::NoExposureEpoch.into());
-        }
         let done = |st: &mut WinState| {
             st.take_native_completes(self);
             Ok(Self::exposure_done(st))
         };
+        let mut st = self.lock_state();
+        if st.target.exposure.is_none() {
+            return Err(UsageError::NoExposureEpoch.into());
+        }
         // The completes may all be in already: no progress pass then.
-        if !done(&mut self.lock_state())? {
+        let finished = done(&mut st)?;
+        drop(st);
+        if !finished {
             self.wait_for("wait", done)?;
         }
         self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_WAIT

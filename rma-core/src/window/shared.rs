@@ -320,6 +320,28 @@ impl WindowShared {
         }
     }
 
+    /// Leaves a PSCW notice for `rank` natively, if the backend can ([`Transport::notify`]).
+    #[inline]
+    pub(super) fn notify(
+        &self,
+        rank: Rank,
+        notice: Notice,
+    ) -> std::result::Result<bool, TransportError> {
+        match &self.ops {
+            Some(ops) => ops.notify(rank, notice),
+            None => self.engine.transport.notify(self.id, rank, notice),
+        }
+    }
+
+    /// Takes the PSCW notices `from` left natively ([`Transport::take_notices`]).
+    #[inline]
+    pub(super) fn take_notices(&self, from: Rank, notice: Notice) -> u64 {
+        match &self.ops {
+            Some(ops) => ops.take_notices(from, notice),
+            None => self.engine.transport.take_notices(self.id, from, notice),
+        }
+    }
+
     /// Arrives at the window's native barrier, if it has one (fence).
     #[inline]
     pub(super) fn barrier_arrive(&self) -> std::result::Result<Option<u64>, TransportError> {
