@@ -106,7 +106,7 @@ impl WindowEpoch {
 }
 
 /// The access group of a `start` and which of its targets have posted.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct PscwAccess {
     pub group: Vec<Rank>,
     pub granted: Vec<bool>,

@@ -193,6 +193,8 @@ pub(crate) struct TargetSide {
     pub completes: RankMap<u32>,
     /// The exposure epoch's group, between post and wait.
     pub exposure: Option<Vec<Rank>>,
+    /// The last exposure's group, kept for the next post to reuse its allocation.
+    pub spare_exposure: Vec<Rank>,
     /// Barrier messages received, by (sequence, round).
     pub barrier_arrivals: HashMap<(u32, u8), u32>,
     /// Origins with an op refused since their last RMA_DONE.

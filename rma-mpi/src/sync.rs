@@ -35,33 +35,67 @@ pub fn assert_of(bits: c_int) -> MpiResult<Assert> {
     Ok(a)
 }
 
+/// Groups of PSCW calls up to this size are translated without allocating.
+const SMALL_GROUP: usize = 32;
+
 impl Win {
-    /// The ranks of `group` in the window's group, in `group`'s order.
-    pub fn ranks_of(&self, group: MPI_Group) -> MpiResult<Vec<Rank>> {
+    /// Runs `f` on the ranks of `group` in the window's group, in `group`'s order.
+    /// PSCW calls translate their group on every call: a group of up to [`SMALL_GROUP`]
+    /// is translated on the stack (three allocations a call were a tenth of a PSCW
+    /// ping-pong).
+    fn with_ranks_of<R>(
+        &self,
+        group: MPI_Group,
+        f: impl FnOnce(&[Rank]) -> MpiResult<R>,
+    ) -> MpiResult<R> {
         let mut n: c_int = 0;
         // SAFETY: valid out pointer; MPI checks the handle.
         if unsafe { sys::PMPI_Group_size(group, &mut n) } != 0 {
             return Err(MpiError::new(int!(MPI_ERR_GROUP), "invalid group"));
         }
-        let ranks: Vec<c_int> = (0..n).collect();
-        let mut out = vec![0 as c_int; n as usize];
-        // SAFETY: arrays of `n`; both groups valid.
+        let n = usize::try_from(n).unwrap_or(0);
+        if n <= SMALL_GROUP {
+            let members: [c_int; SMALL_GROUP] = std::array::from_fn(|i| i as c_int);
+            let mut ranks = [0 as Rank; SMALL_GROUP];
+            self.translate(group, &members[..n], &mut ranks[..n])?;
+            return f(&ranks[..n]);
+        }
+        let members: Vec<c_int> = (0..n as c_int).collect();
+        let mut ranks = vec![0 as Rank; n];
+        self.translate(group, &members, &mut ranks)?;
+        f(&ranks)
+    }
+
+    /// The window-group ranks of `group`'s `members`, into `ranks`.
+    fn translate(&self, group: MPI_Group, members: &[c_int], ranks: &mut [Rank]) -> MpiResult<()> {
+        debug_assert_eq!(members.len(), ranks.len());
+        let mut out = [0 as c_int; SMALL_GROUP];
+        let mut big = Vec::new();
+        let out: &mut [c_int] = if members.len() <= SMALL_GROUP {
+            &mut out[..members.len()]
+        } else {
+            big.resize(members.len(), 0);
+            &mut big
+        };
+        // SAFETY: arrays of `members.len()` each; both groups valid (MPI checks them).
         unsafe {
             sys::PMPI_Group_translate_ranks(
                 group,
-                n,
-                ranks.as_ptr(),
+                members.len() as c_int,
+                members.as_ptr(),
                 self.group.0,
                 out.as_mut_ptr(),
             )
         };
-        if out.iter().any(|&r| r < 0) {
-            return Err(MpiError::new(
-                int!(MPI_ERR_GROUP),
-                "a member of the group is not in the window's group",
-            ));
+        for (rank, &r) in ranks.iter_mut().zip(out.iter()) {
+            *rank = Rank::try_from(r).map_err(|_| {
+                MpiError::new(
+                    int!(MPI_ERR_GROUP),
+                    "a member of the group is not in the window's group",
+                )
+            })?;
         }
-        Ok(out.into_iter().map(|r| r as Rank).collect())
+        Ok(())
     }
 
     pub fn fence(&self, assert: c_int) -> MpiResult<()> {
@@ -70,9 +104,9 @@ impl Win {
     }
 
     pub fn start(&self, group: MPI_Group, assert: c_int) -> MpiResult<()> {
-        let ranks = self.ranks_of(group)?;
-        self.rma.start(&ranks, assert_of(assert)?)?;
-        Ok(())
+        self.with_ranks_of(group, |ranks| {
+            Ok(self.rma.start(ranks, assert_of(assert)?)?)
+        })
     }
 
     pub fn complete(&self) -> MpiResult<()> {
@@ -81,9 +115,9 @@ impl Win {
     }
 
     pub fn post(&self, group: MPI_Group, assert: c_int) -> MpiResult<()> {
-        let ranks = self.ranks_of(group)?;
-        self.rma.post(&ranks, assert_of(assert)?)?;
-        Ok(())
+        self.with_ranks_of(group, |ranks| {
+            Ok(self.rma.post(ranks, assert_of(assert)?)?)
+        })
     }
 
     pub fn wait(&self) -> MpiResult<()> {

@@ -217,6 +217,9 @@ impl Hasher for TokenHasher {
 /// Everything mutable about a window (origin and target side).
 pub(crate) struct WinState {
     epoch: WindowEpoch,
+    /// The last PSCW access epoch's group, kept for the next `start` to reuse its
+    /// allocations (a PSCW ping-pong allocated twice per start).
+    spare_access: Option<PscwAccess>,
     table: OpTable,
     op_pool: LocalPool<OpElem>,
     target_pool: LocalPool<TargetElem>,
@@ -338,6 +341,7 @@ impl WinState {
         let c = &engine.config;
         WinState {
             epoch: WindowEpoch::Unset,
+            spare_access: None,
             table: OpTable::new(c.slots),
             op_pool: LocalPool::new(c.op_pool_local),
             target_pool: LocalPool::new(c.target_pool_local),

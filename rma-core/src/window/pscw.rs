@@ -29,10 +29,12 @@ impl WindowShared {
                 .into());
             }
             let nocheck = assert.contains(Assert::NOCHECK);
-            st.epoch = WindowEpoch::Pscw(PscwAccess {
-                group: group.to_vec(),
-                granted: vec![nocheck; group.len()],
-            });
+            let mut access = st.spare_access.take().unwrap_or_default();
+            access.group.clear();
+            access.group.extend_from_slice(group);
+            access.granted.clear();
+            access.granted.resize(group.len(), nocheck);
+            st.epoch = WindowEpoch::Pscw(access);
             // Posts already left natively: the first ops go at once.
             st.take_native_notices(self);
             drop(st);
@@ -73,7 +75,10 @@ impl WindowShared {
             for rank in st.table.ranks() {
                 st.free_target(self, rank);
             }
-            st.epoch = WindowEpoch::Unset;
+            if let WindowEpoch::Pscw(access) = std::mem::replace(&mut st.epoch, WindowEpoch::Unset)
+            {
+                st.spare_access = Some(access);
+            }
             st.restoring = false;
             match st.deferred.take() {
                 Some(e) => Err(e),
@@ -148,30 +153,35 @@ impl WindowShared {
                 }
             }
         }
-        st.target.exposure = Some(group.to_vec());
+        let mut exposure = std::mem::take(&mut st.target.spare_exposure);
+        exposure.clear();
+        exposure.extend_from_slice(group);
+        st.target.exposure = Some(exposure);
         st.make_progress(self)
     }
 
     pub(super) fn exposure_done(st: &mut WinState) -> bool {
-        let Some(group) = &st.target.exposure else {
+        let target = &mut st.target;
+        let Some(group) = &target.exposure else {
             return true;
         };
-        if group
+        if !group
             .iter()
-            .all(|r| st.target.completes.get(r).is_some_and(|n| *n > 0))
+            .all(|r| target.completes.get(r).is_some_and(|n| *n > 0))
         {
-            for r in group.clone() {
-                let n = st.target.completes.get_mut(&r).expect("checked");
-                *n -= 1;
-                if *n == 0 {
-                    st.target.completes.remove(&r);
-                }
-            }
-            st.target.exposure = None;
-            true
-        } else {
-            false
+            return false;
         }
+        for r in group {
+            let n = target.completes.get_mut(r).expect("checked");
+            *n -= 1;
+            if *n == 0 {
+                target.completes.remove(r);
+            }
+        }
+        if let Some(group) = target.exposure.take() {
+            target.spare_exposure = group;
+        }
+        true
     }
 
     pub(super) fn wait_exposure(&self) -> Result<()> {
