@@ -8,9 +8,8 @@ impl WindowShared {
         if !assert.only(Assert::NOSTORE | Assert::NOPUT | Assert::NOPRECEDE | Assert::NOSUCCEED) {
             return Err(UsageError::BadAssert { call: "fence" }.into());
         }
-        self.sync_call("fence", || {
+        self.sync_call("fence", |mut st| {
             let t = &self.engine.transport;
-            let mut st = self.lock_state();
             match st.epoch {
                 WindowEpoch::Unset | WindowEpoch::FenceIssued | WindowEpoch::FenceGranted => {}
                 ref e => {
@@ -23,7 +22,8 @@ impl WindowShared {
             }
             if assert.contains(Assert::NOPRECEDE) && st.table.active == 0 {
                 drop(st);
-                return self.fence_noprecede(assert);
+                self.fence_noprecede(assert)?;
+                return Ok(((), self.lock_state()));
             }
             // Hot path: no barrier under way and every op of the epoch complete already
             // (each completed in its call, as on shared memory): nothing to wait for
@@ -64,7 +64,7 @@ impl WindowShared {
             st.restoring = false;
             match st.deferred.take() {
                 Some(e) => Err(e),
-                None => Ok(()),
+                None => Ok(((), st)),
             }
         })
     }

@@ -178,12 +178,11 @@ impl WindowShared {
                 }
             }
         }
-        self.sync_call("unlock_all", || {
-            if let Some(done) = self.unlock_all_settled(&mut self.lock_state()) {
-                return done;
+        self.sync_call("unlock_all", |mut st| {
+            if let Some(done) = self.unlock_all_settled(&mut st) {
+                return done.map(|()| ((), st));
             }
             let nocheck = {
-                let st = self.lock_state();
                 match st.epoch {
                     WindowEpoch::LockAllCalled | WindowEpoch::LockAllIssued => None,
                     WindowEpoch::LockAllGranted { nocheck } => Some(nocheck),
@@ -196,6 +195,7 @@ impl WindowShared {
                     }
                 }
             };
+            drop(st);
             self.engine.transport.memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
             self.wait_for("unlock_all", |st| Ok(st.lock_all_issued_done()))?;
             let window_protocol = matches!(
@@ -267,7 +267,7 @@ impl WindowShared {
             st.restoring = false;
             match st.deferred.take() {
                 Some(e) => Err(e),
-                None => Ok(()),
+                None => Ok(((), st)),
             }
         })
     }

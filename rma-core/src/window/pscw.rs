@@ -19,8 +19,7 @@ impl WindowShared {
             return Err(UsageError::BadAssert { call: "start" }.into());
         }
         self.check_group(group)?;
-        self.sync_call("start", || {
-            let mut st = self.lock_state();
+        self.sync_call("start", |mut st| {
             if !Self::no_access_epoch(&st) {
                 return Err(UsageError::EpochConflict {
                     call: "start",
@@ -37,17 +36,15 @@ impl WindowShared {
             st.epoch = WindowEpoch::Pscw(access);
             // Posts already left natively: the first ops go at once.
             st.take_native_notices(self);
-            drop(st);
             // seed 004 RMA+shm, PSCW row: WIN_START has MEM_SYNC after PROC_SYNC; the PROC_SYNC
             // (posts) is awaited lazily per target, so the barrier is taken here, before any op.
             self.engine.transport.memory_sync();
-            Ok(())
+            Ok(((), st))
         })
     }
 
     pub(super) fn complete(&self) -> Result<()> {
-        self.sync_call("complete", || {
-            let mut st = self.lock_state();
+        self.sync_call("complete", |mut st| {
             let members = match &st.epoch {
                 WindowEpoch::Pscw(p) => p.group.len(),
                 _ => return Err(UsageError::NoExposureEpoch.into()),
@@ -82,7 +79,7 @@ impl WindowShared {
             st.restoring = false;
             match st.deferred.take() {
                 Some(e) => Err(e),
-                None => Ok(()),
+                None => Ok(((), st)),
             }
         })
     }

@@ -614,31 +614,39 @@ impl WindowShared {
     }
 
     /// Runs a sync call with the thread rules enforced and the call traced.
-    pub(super) fn sync_call<R>(
-        &self,
+    ///
+    /// The call's body gets the state as held here to enter the call, and gives it back
+    /// held when it succeeds, where the call's end is recorded: a call that needs one
+    /// hold of the state for its work (a fence that arrives last, a complete of posted
+    /// targets) takes one in all, not three.
+    pub(super) fn sync_call<'s, R>(
+        &'s self,
         call: &'static str,
-        f: impl FnOnce() -> Result<R>,
+        f: impl FnOnce(MutexGuard<'s, WinState>) -> Result<(R, MutexGuard<'s, WinState>)>,
     ) -> Result<R> {
         self.engine.activity.bump();
-        {
-            let mut st = self.lock_state();
-            self.enter_sync(&mut st, call)?;
-            // Every call through here ends or changes an epoch: no op goes past the
-            // state until the new epoch's first op finds its target granted.
-            self.direct.close_all();
-        }
+        let mut st = self.lock_state();
+        self.enter_sync(&mut st, call)?;
+        // Every call through here ends or changes an epoch: no op goes past the state
+        // until the new epoch's first op finds its target granted.
+        self.direct.close_all();
         let span = tracing::debug_span!("rma_sync", call, win = self.id);
         let _g = span.enter();
-        let r = f();
-        if let Err(e) = &r {
-            // Misuse changes nothing; any other failure (a peer dead or gone, a
-            // transport error, a timeout) must not leave the epoch half closed.
-            if !e.is_usage() {
-                self.close_after_failure(call, e);
+        match f(st) {
+            Ok((r, mut st)) => {
+                st.sync_call = None;
+                Ok(r)
+            }
+            Err(e) => {
+                // Misuse changes nothing; any other failure (a peer dead or gone, a
+                // transport error, a timeout) must not leave the epoch half closed.
+                if !e.is_usage() {
+                    self.close_after_failure(call, &e);
+                }
+                self.leave_sync();
+                Err(e)
             }
         }
-        self.leave_sync();
-        r
     }
 
     /// After a synchronization call failed for a reason other than misuse: what this
