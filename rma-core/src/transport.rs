@@ -150,6 +150,22 @@ pub trait WindowOps: Send + Sync {
         offset: u64,
         atomic: NativeAtomic<'_>,
     ) -> Result<Issued, TransportError>;
+    /// As [`atomic`](Self::atomic) for an atomic that fetches (an accumulate with
+    /// `fetch`, a compare-and-swap), completing in the call: the previous values land in
+    /// `old` (as long as the operand, one element for a compare-and-swap) rather than in a
+    /// [`Fetched`] carried back, so that a fetch_and_op's element goes from the target's
+    /// memory to its caller in one copy. `Ok(false)`: not done in the call (nothing was
+    /// done; the engine takes [`atomic`](Self::atomic)'s path).
+    fn atomic_into(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let _ = (target, offset, atomic, old);
+        Ok(false)
+    }
     /// As [`Transport::try_lock`], with acquire ordering: this process's accesses after
     /// a lock taken here cannot move before it (the engine takes it as the MEM_SYNC
     /// that seed 004 puts after PROC_SYNC in WIN_LOCK: no fence of its own).
@@ -291,10 +307,31 @@ pub enum Fetched {
         /// How many of `bytes` were fetched.
         len: u8,
         /// The bytes (the first `len`).
-        bytes: [u8; Fetched::INLINE],
+        bytes: InlineBytes,
     },
     /// More bytes.
     Heap(Vec<u8>),
+}
+
+/// [`Fetched`]'s inline bytes, on an 8-byte boundary. Unaligned (a byte array after the
+/// enum's tag), a fetched word was stored in one width and copied through the stack in
+/// others, on its way from the backend to the caller: store-forwarding stalls, a fifth of
+/// a fetch_and_op on shared memory. Aligned, a word goes whole.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[repr(C, align(8))]
+pub struct InlineBytes(pub [u8; Fetched::INLINE]);
+
+impl std::ops::Deref for InlineBytes {
+    type Target = [u8; Fetched::INLINE];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for InlineBytes {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Fetched {
@@ -305,7 +342,7 @@ impl Fetched {
     #[inline]
     pub fn copy_of(data: &[u8]) -> Self {
         if data.len() <= Self::INLINE {
-            let mut bytes = [0; Self::INLINE];
+            let mut bytes = InlineBytes::default();
             bytes[..data.len()].copy_from_slice(data);
             Fetched::Inline {
                 len: data.len() as u8,
@@ -321,7 +358,7 @@ impl Fetched {
         if len <= Self::INLINE {
             Fetched::Inline {
                 len: len as u8,
-                bytes: [0; Self::INLINE],
+                bytes: InlineBytes::default(),
             }
         } else {
             Fetched::Heap(vec![0; len])
@@ -367,7 +404,7 @@ impl Default for Fetched {
     fn default() -> Self {
         Fetched::Inline {
             len: 0,
-            bytes: [0; Self::INLINE],
+            bytes: InlineBytes::default(),
         }
     }
 }

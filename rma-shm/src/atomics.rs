@@ -85,25 +85,37 @@ pub fn accumulate(
     dt: DataType,
     operand: &[u8],
 ) -> Option<Fetched> {
+    let mut old = Fetched::zeroed(operand.len());
+    accumulate_into(region, offset, op, dt, operand, old.as_mut_slice())?;
+    Some(old)
+}
+
+/// As [`accumulate`], the previous values landing in `old` (as long as `operand`): a
+/// caller with a place for them (fetch_and_op's element, get_accumulate's result
+/// buffer) gets them without a [`Fetched`] carried back through the calls.
+pub fn accumulate_into(
+    region: &Region,
+    offset: usize,
+    op: AccOp,
+    dt: DataType,
+    operand: &[u8],
+    old: &mut [u8],
+) -> Option<()> {
     let size = dt.size();
     let ptr = region.at(offset, operand.len());
-    if !(ptr as usize).is_multiple_of(size) {
+    if !(ptr as usize).is_multiple_of(size) || old.len() != operand.len() {
         return None;
     }
     if operand.len() == 8 && size == 8 {
         // One 8-byte element (fetch_and_op, a u64 or f64 accumulate): no slicing into
-        // chunks, the previous value straight into the inline result.
-        let mut old = [0u8; 8];
-        width!(AtomicU64, u64, ptr, op, dt, operand, &mut old[..]);
-        return Some(Fetched::copy_of(&old));
+        // chunks.
+        width!(AtomicU64, u64, ptr, op, dt, operand, old);
+    } else if size < 8 && operand.len() >= 8 {
+        by_words(region, offset, op, dt, operand, old);
+    } else {
+        each_element(region, offset, op, dt, operand, old);
     }
-    let mut old = Fetched::zeroed(operand.len());
-    if size < 8 && operand.len() >= 8 {
-        by_words(region, offset, op, dt, operand, old.as_mut_slice());
-        return Some(old);
-    }
-    each_element(region, offset, op, dt, operand, old.as_mut_slice());
-    Some(old)
+    Some(())
 }
 
 /// Applies `op` to the `dt` elements of `operand` at `offset` (aligned, checked by the
@@ -302,13 +314,13 @@ fn lanes_wrapping_add(a: u64, b: u64, lane: usize) -> u64 {
 }
 
 macro_rules! cas_width {
-    ($atomic:ty, $uint:ty, $ptr:expr, $c:expr, $s:expr) => {{
+    ($atomic:ty, $uint:ty, $ptr:expr, $c:expr, $s:expr, $old:expr) => {{
         // SAFETY: as in `width!`: in range and aligned (checked by the caller).
         let a = unsafe { <$atomic>::from_ptr($ptr.cast()) };
         let c = <$uint>::from_ne_bytes($c.try_into().expect("element size"));
         let s = <$uint>::from_ne_bytes($s.try_into().expect("element size"));
         match a.compare_exchange(c, s, SeqCst, SeqCst) {
-            Ok(v) | Err(v) => Fetched::copy_of(&v.to_ne_bytes()),
+            Ok(v) | Err(v) => $old.copy_from_slice(&v.to_ne_bytes()),
         }
     }};
 }
@@ -320,17 +332,31 @@ pub fn compare_and_swap(
     compare: &[u8],
     swap: &[u8],
 ) -> Option<Fetched> {
+    let mut old = Fetched::zeroed(compare.len());
+    compare_and_swap_into(region, offset, compare, swap, old.as_mut_slice())?;
+    Some(old)
+}
+
+/// As [`compare_and_swap`], the previous value landing in `old` (one element).
+pub fn compare_and_swap_into(
+    region: &Region,
+    offset: usize,
+    compare: &[u8],
+    swap: &[u8],
+    old: &mut [u8],
+) -> Option<()> {
     let size = compare.len();
     let p = region.at(offset, size);
-    if !(p as usize).is_multiple_of(size) {
+    if !(p as usize).is_multiple_of(size) || old.len() != size || swap.len() != size {
         return None;
     }
-    Some(match size {
-        1 => cas_width!(AtomicU8, u8, p, compare, swap),
-        2 => cas_width!(AtomicU16, u16, p, compare, swap),
-        4 => cas_width!(AtomicU32, u32, p, compare, swap),
-        _ => cas_width!(AtomicU64, u64, p, compare, swap),
-    })
+    match size {
+        1 => cas_width!(AtomicU8, u8, p, compare, swap, old),
+        2 => cas_width!(AtomicU16, u16, p, compare, swap, old),
+        4 => cas_width!(AtomicU32, u32, p, compare, swap, old),
+        _ => cas_width!(AtomicU64, u64, p, compare, swap, old),
+    }
+    Some(())
 }
 
 macro_rules! update_width {
@@ -472,6 +498,44 @@ mod tests {
         assert_eq!(f64::from_ne_bytes(old.as_slice().try_into().unwrap()), 3.75);
         r.read(8, &mut v);
         assert_eq!(f64::from_ne_bytes(v), 1.0);
+    }
+
+    /// The `_into` forms fetch what the returning ones fetch, into the caller's buffer, and
+    /// refuse a buffer of another length (changing nothing).
+    #[test]
+    fn into_forms_fetch_in_place() {
+        let mut buf = [0u64; 4];
+        // SAFETY: `buf` outlives the region.
+        let r = unsafe { Region::new(buf.as_mut_ptr().cast(), 32) };
+        r.write(0, &40u64.to_ne_bytes());
+        let mut old = [0u8; 8];
+        accumulate_into(
+            &r,
+            0,
+            AccOp::Sum,
+            DataType::U64,
+            &2u64.to_ne_bytes(),
+            &mut old,
+        )
+        .unwrap();
+        assert_eq!(u64::from_ne_bytes(old), 40);
+        // Eight bytes summed lane by lane, their previous values in place.
+        r.write(8, &[1, 2, 3, 4, 5, 6, 7, 255]);
+        accumulate_into(&r, 8, AccOp::Sum, DataType::U8, &[1; 8], &mut old).unwrap();
+        assert_eq!(old, [1, 2, 3, 4, 5, 6, 7, 255]);
+        let mut now = [0u8; 8];
+        r.read(8, &mut now);
+        assert_eq!(now, [2, 3, 4, 5, 6, 7, 8, 0]);
+        let mut old4 = [0u8; 4];
+        r.write(16, &9u32.to_ne_bytes());
+        compare_and_swap_into(&r, 16, &9u32.to_ne_bytes(), &11u32.to_ne_bytes(), &mut old4)
+            .unwrap();
+        assert_eq!(u32::from_ne_bytes(old4), 9);
+        // Wrong lengths: refused, nothing changed.
+        assert!(accumulate_into(&r, 0, AccOp::Sum, DataType::U64, &[0; 8], &mut old4).is_none());
+        assert!(compare_and_swap_into(&r, 16, &[0; 4], &[0; 4], &mut old).is_none());
+        r.read(0, &mut now);
+        assert_eq!(u64::from_ne_bytes(now), 42);
     }
 
     /// Byte and u16 sums by words (with unaligned heads and tails by element), from four

@@ -193,6 +193,10 @@ struct ShmWindow {
 /// A window's native operations, bound to it (what [`Transport::window_ops`] hands the
 /// engine, and what the transport's own methods run after looking the window up): every
 /// access checked against the target's mapping, whatever the engine checked before.
+/// The most bytes of an accumulate that fetches nothing whose previous values go to
+/// scratch space on the stack (larger ones to a buffer of their own).
+const SCRATCH: usize = 64;
+
 impl WindowOps for ShmWindow {
     fn put(&self, target: Rank, offset: u64, data: &[u8]) -> Result<Issued, TransportError> {
         match &self.peers[target as usize].memory {
@@ -269,6 +273,28 @@ impl WindowOps for ShmWindow {
                 datatype,
                 operand,
                 fetch,
+            } if !fetch && operand.len() <= SCRATCH => {
+                // Nothing to fetch: the previous values go to scratch space on the stack,
+                // not into a result carried back.
+                let mut scratch = [0u8; SCRATCH];
+                self.with_mapped(target, offset, operand.len(), |region, off| {
+                    atomics::accumulate_into(
+                        region,
+                        off,
+                        op,
+                        datatype,
+                        operand,
+                        &mut scratch[..operand.len()],
+                    )
+                    .ok_or(TransportError::Unsupported("misaligned atomic"))
+                })?;
+                None
+            }
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch,
             } => {
                 let old = self.with_mapped(target, offset, operand.len(), |region, off| {
                     atomics::accumulate(region, off, op, datatype, operand)
@@ -291,6 +317,34 @@ impl WindowOps for ShmWindow {
             }
         };
         Ok(Issued::Complete(old))
+    }
+
+    fn atomic_into(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let misaligned = || TransportError::Unsupported("misaligned atomic");
+        match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                ..
+            } => self.with_mapped(target, offset, operand.len(), |region, off| {
+                atomics::accumulate_into(region, off, op, datatype, operand, old)
+                    .ok_or_else(misaligned)
+            })?,
+            NativeAtomic::CompareAndSwap { compare, swap, .. } => {
+                self.with_mapped(target, offset, compare.len(), |region, off| {
+                    atomics::compare_and_swap_into(region, off, compare, swap, old)
+                        .ok_or_else(misaligned)
+                })?
+            }
+        }
+        Ok(true)
     }
 
     fn barrier_arrive(&self) -> Result<Option<u64>, TransportError> {

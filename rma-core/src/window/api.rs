@@ -363,6 +363,27 @@ impl<T: Element> Window<T> {
         self.shared.atomic_direct(target, extent.offset, atomic)
     }
 
+    /// An accumulate of `operand` toward a direct target whose previous values land in
+    /// `old` ([`WindowShared::atomic_direct_into`]).
+    #[inline(always)]
+    fn fetch_direct(
+        &self,
+        operand: &[u8],
+        op: AccOp,
+        target: Rank,
+        extent: Extent,
+        old: &mut [u8],
+    ) -> Option<Result<()>> {
+        let atomic = NativeAtomic::Accumulate {
+            op,
+            datatype: T::DATATYPE,
+            operand,
+            fetch: true,
+        };
+        self.shared
+            .atomic_direct_into(target, extent.offset, atomic, old)
+    }
+
     /// Puts `data` at element displacement `disp` of `target`'s window.
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
         self.raised("put", || {
@@ -711,17 +732,14 @@ impl<T: Element> Window<T> {
             Self::check_op(op)?;
             let layout = Layout::contiguous(data.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            if let Some(done) =
-                self.accumulate_direct(bytemuck::cast_slice(data), op, target, extent, true)
-            {
-                let old = done?.unwrap_or_default();
-                let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *result);
-                if old.len() != dst.len() {
-                    return Err(
-                        TransportError::Failed("an atomic fetched a short result".into()).into(),
-                    );
-                }
-                dst.copy_from_slice(&old);
+            if let Some(done) = self.fetch_direct(
+                bytemuck::cast_slice(data),
+                op,
+                target,
+                extent,
+                bytemuck::cast_slice_mut(&mut *result),
+            ) {
+                done?;
                 return Ok(GetInto {
                     buf: result,
                     pending: None,
@@ -760,10 +778,15 @@ impl<T: Element> Window<T> {
             let extent = self
                 .shared
                 .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-            if let Some(done) =
-                self.accumulate_direct(bytemuck::bytes_of(&value), op, target, extent, true)
-            {
-                return done.map(|old| Request::value(to_one(old.unwrap_or_default())));
+            let mut old = T::zeroed();
+            if let Some(done) = self.fetch_direct(
+                bytemuck::bytes_of(&value),
+                op,
+                target,
+                extent,
+                bytemuck::bytes_of_mut(&mut old),
+            ) {
+                return done.map(|()| Request::value(old));
             }
             let posted = self.shared.post(Self::desc(
                 OpKind::GetAccumulate,
@@ -807,8 +830,14 @@ impl<T: Element> Window<T> {
                 compare: bytemuck::bytes_of(&compare),
                 swap: bytemuck::bytes_of(&swap),
             };
-            if let Some(done) = self.shared.atomic_direct(target, extent.offset, atomic) {
-                return done.map(|old| Request::value(to_one(old.unwrap_or_default())));
+            let mut old = T::zeroed();
+            if let Some(done) = self.shared.atomic_direct_into(
+                target,
+                extent.offset,
+                atomic,
+                bytemuck::bytes_of_mut(&mut old),
+            ) {
+                return done.map(|()| Request::value(old));
             }
             let mut pair = [0u8; 16];
             pair[..Self::SIZE].copy_from_slice(bytemuck::bytes_of(&compare));

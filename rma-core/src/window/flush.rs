@@ -53,8 +53,7 @@ impl WindowShared {
     #[inline(never)]
     fn flush_locked(&self, target: Option<Rank>, remote: bool) -> Result<()> {
         let call = if remote { "flush" } else { "flush_local" };
-        let _span =
-            tracing::debug_span!("rma_sync", call, win = self.id, target = ?target).entered();
+        let _span = sync_span!(call, win = self.id, target = ?target);
         if let Some(t) = target {
             self.check_rank(t)?;
         }

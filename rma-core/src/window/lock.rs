@@ -7,8 +7,7 @@ impl WindowShared {
     pub(super) fn lock(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
         // The calls outside `sync_call` (lock, unlock, lock_all, flush) open the same span:
         // RMA_LOG=rma_core=debug shows every epoch's synchronization, whatever its mode.
-        let _span =
-            tracing::debug_span!("rma_sync", call = "lock", win = self.id, target).entered();
+        let _span = sync_span!(call = "lock", win = self.id, target);
         if !assert.only(Assert::NOCHECK) {
             return Err(UsageError::BadAssert { call: "lock" }.into());
         }
@@ -112,8 +111,7 @@ impl WindowShared {
     }
 
     pub(super) fn unlock(&self, target: Rank) -> Result<()> {
-        let _span =
-            tracing::debug_span!("rma_sync", call = "unlock", win = self.id, target).entered();
+        let _span = sync_span!(call = "unlock", win = self.id, target);
         self.unlock_inner(target).inspect_err(|e| {
             if !e.is_usage() {
                 // The lock of `target` is over either way: release what this rank holds

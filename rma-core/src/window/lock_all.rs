@@ -80,7 +80,7 @@ impl WindowShared {
     }
 
     pub(super) fn lock_all(&self, assert: Assert) -> Result<()> {
-        let _span = tracing::debug_span!("rma_sync", call = "lock_all", win = self.id).entered();
+        let _span = sync_span!(call = "lock_all", win = self.id);
         if !assert.only(Assert::NOCHECK) {
             return Err(UsageError::BadAssert { call: "lock_all" }.into());
         }
@@ -165,8 +165,7 @@ impl WindowShared {
         {
             // The hot path in one hold of the state, outside `sync_call` (which would take
             // it twice more): no other synchronization call under way, the epoch settled.
-            let _span =
-                tracing::debug_span!("rma_sync", call = "unlock_all", win = self.id).entered();
+            let _span = sync_span!(call = "unlock_all", win = self.id);
             let mut st = self.lock_state();
             if st.sync_call.is_none() {
                 // The epoch ends here if it is settled: no op goes direct from now on

@@ -516,8 +516,43 @@ impl WindowShared {
         atomic: NativeAtomic<'_>,
     ) -> Option<Result<Option<Fetched>>> {
         let ops = self.direct_ops(target)?;
+        if !self.native_atomic(target, &atomic) {
+            return None;
+        }
+        let issued = ops.atomic(target, offset, atomic);
+        self.direct_outcome(issued)
+    }
+
+    /// As [`atomic_direct`](Self::atomic_direct) for an atomic that fetches, the previous
+    /// values landing in `old` ([`WindowOps::atomic_into`](crate::transport::WindowOps::atomic_into)).
+    #[inline(always)]
+    pub(super) fn atomic_direct_into(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> Option<Result<()>> {
+        let ops = self.direct_ops(target)?;
+        if !self.native_atomic(target, &atomic) {
+            return None;
+        }
+        match ops.atomic_into(target, offset, atomic, old) {
+            Ok(true) => {
+                self.counters.op_direct();
+                Some(Ok(()))
+            }
+            Ok(false) => None,
+            Err(TransportError::Busy) => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// Whether the backend does `atomic` natively toward `target`.
+    #[inline(always)]
+    fn native_atomic(&self, target: Rank, atomic: &NativeAtomic<'_>) -> bool {
         let caps = self.caps(target);
-        let native = match atomic {
+        match *atomic {
             NativeAtomic::Accumulate {
                 op,
                 datatype,
@@ -528,12 +563,7 @@ impl WindowShared {
                     && operand.len() / datatype.size() <= caps.max_atomic_elements
             }
             NativeAtomic::CompareAndSwap { datatype, .. } => caps.has_compare_and_swap(datatype),
-        };
-        if !native {
-            return None;
         }
-        let issued = ops.atomic(target, offset, atomic);
-        self.direct_outcome(issued)
     }
 
     /// A native op toward a [direct](super::direct) target: the backend's call is its
@@ -630,8 +660,7 @@ impl WindowShared {
         // Every call through here ends or changes an epoch: no op goes past the state
         // until the new epoch's first op finds its target granted.
         self.direct.close_all();
-        let span = tracing::debug_span!("rma_sync", call, win = self.id);
-        let _g = span.enter();
+        let _span = sync_span!(call, win = self.id);
         match f(st) {
             Ok((r, mut st)) => {
                 st.sync_call = None;
