@@ -544,6 +544,31 @@ impl Win {
         let code = bitwise(code, op, &data);
         let runs = self.target_runs(target)?;
         by_element!(self, code, |view: E| {
+            if let (Runs::One([(disp, _)]), true) = (&runs, result.flat.contiguous(result.count)) {
+                if (result.addr as usize).is_multiple_of(std::mem::align_of::<E>()) {
+                    // Contiguous on both sides, the result buffer aligned for its
+                    // elements: the previous values land in it (at once on shared memory),
+                    // nothing to unpack, nothing due unless the op is under way.
+                    // SAFETY: MPI's contract for a result buffer: `n` writable bytes at
+                    // `addr`, not accessed by the application until the op completes (the
+                    // borrow lives in the completion until then); aligned for `E` (checked).
+                    let dst: &'static mut [E] = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            result.addr as *mut E,
+                            n / std::mem::size_of::<E>(),
+                        )
+                    };
+                    let chunk = elements::<E>(&data);
+                    let into = view.get_accumulate_into(&chunk, op, target.rank, *disp, dst)?;
+                    if into.test()? {
+                        into.wait()?;
+                        return Ok(None);
+                    }
+                    return Ok(Some(
+                        self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
+                    ));
+                }
+            }
             let mut requests = Vec::with_capacity(runs.as_slice().len());
             let mut at = 0;
             for &(disp, len) in runs.as_slice().iter() {
@@ -704,10 +729,10 @@ impl Win {
     }
 }
 
-/// A contiguous get straight into the application's buffer.
-struct IntoBuffer(Option<rma::GetInto<'static, u8>>);
+/// A contiguous get (or get_accumulate) straight into the application's buffer.
+struct IntoBuffer<E: Element>(Option<rma::GetInto<'static, E>>);
 
-impl Completion for IntoBuffer {
+impl<E: Element> Completion for IntoBuffer<E> {
     fn test(&mut self) -> rma::Result<bool> {
         self.0.as_ref().map_or(Ok(true), |g| g.test())
     }
