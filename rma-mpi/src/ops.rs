@@ -37,8 +37,10 @@ impl Buffer {
         })
     }
 
-    /// The buffer's data, packed.
-    #[inline]
+    /// The buffer's data, packed. Inlined whole (the gathering of a noncontiguous one is
+    /// not): a result built out of line came back through the stack in pieces that the
+    /// caller read whole, a store-forwarding stall on every accumulate.
+    #[inline(always)]
     fn packed(&self) -> MpiResult<Cow<'_, [u8]>> {
         let n = self.bytes()?;
         if n == 0 {
@@ -51,6 +53,12 @@ impl Buffer {
                 std::slice::from_raw_parts(self.addr, n)
             }));
         }
+        Ok(Cow::Owned(self.gathered(n)))
+    }
+
+    /// The `n` bytes of a noncontiguous buffer, gathered.
+    #[inline(never)]
+    fn gathered(&self, n: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(n);
         for (off, len) in self.flat.runs(self.count) {
             // SAFETY: as above, each run of the datatype's type map.
@@ -58,7 +66,7 @@ impl Buffer {
                 std::slice::from_raw_parts(self.addr.offset(off), len)
             });
         }
-        Ok(Cow::Owned(out))
+        out
     }
 
     /// The runs of the buffer (offsets from `addr`).
@@ -299,8 +307,9 @@ impl Win {
         }
     }
 
-    /// The target's runs as (byte offset in its window, length).
-    #[inline]
+    /// The target's runs as (byte offset in its window, length). Inlined whole for a
+    /// contiguous target (as [`Buffer::packed`], for the same reason).
+    #[inline(always)]
     fn target_runs(&self, t: &Target) -> MpiResult<Runs> {
         self.check_rank(t.rank)?;
         let base = self.byte_disp(t.rank, t.disp)?;
@@ -308,6 +317,12 @@ impl Win {
             // The common case, without an allocation.
             return Ok(Runs::One([(base, t.count.saturating_mul(t.flat.size))]));
         }
+        self.noncontiguous_runs(t, base)
+    }
+
+    /// [`target_runs`](Self::target_runs) of a noncontiguous target at byte `base`.
+    #[inline(never)]
+    fn noncontiguous_runs(&self, t: &Target, base: u64) -> MpiResult<Runs> {
         if let Some((first, count, block, stride)) = t.flat.regular(t.count) {
             // A vector, a subarray's rows, a regular indexed type: the pattern found when
             // the datatype was decoded, no list of its runs.
@@ -436,6 +451,9 @@ impl Win {
             let buf: &'static mut [u8] =
                 unsafe { std::slice::from_raw_parts_mut(origin.addr as *mut u8, n) };
             let into = self.rma.get_into(target.rank, *disp, buf)?;
+            if into.landed() {
+                return Ok(None);
+            }
             if into.test()? {
                 into.wait()?;
                 return Ok(None);
@@ -453,6 +471,9 @@ impl Win {
             let into = self
                 .rma
                 .get_strided_into(target.rank, v.disp, layout, buf)?;
+            if into.landed() {
+                return Ok(None);
+            }
             if into.test()? {
                 into.wait()?;
                 return Ok(None);
@@ -560,6 +581,9 @@ impl Win {
                     };
                     let chunk = elements::<E>(&data);
                     let into = view.get_accumulate_into(&chunk, op, target.rank, *disp, dst)?;
+                    if into.landed() {
+                        return Ok(None);
+                    }
                     if into.test()? {
                         into.wait()?;
                         return Ok(None);
@@ -679,14 +703,19 @@ impl Win {
         request: Request<E>,
         result: *mut u8,
     ) -> MpiResult<()> {
-        let mut c = One {
+        if request.test()? {
+            // Done in the call (shared memory's atomics): the value lands now, with
+            // nothing boxed.
+            let value = request.wait()?;
+            // SAFETY: MPI's contract: one element of the datatype is writable at the
+            // result address until the op completes (it completed).
+            unsafe { std::ptr::write_unaligned(result.cast::<E>(), value) };
+            return Ok(());
+        }
+        let c = One {
             request: Some(request),
             dst: Dest(result),
         };
-        if c.test()? {
-            // Done in the call (shared memory's atomics): the value lands now.
-            return Box::new(c).finish().map_err(Into::into);
-        }
         self.due(target, Box::new(c));
         Ok(())
     }

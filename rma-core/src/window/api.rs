@@ -511,6 +511,7 @@ impl<T: Element> Window<T> {
     /// stays borrowed by the returned [`GetInto`] until [`GetInto::wait`], so it cannot be
     /// read before the data is there. Where the backend completes the get in the call
     /// (shared memory) the data lands in `buf` directly, with no copy of ours.
+    #[inline]
     pub fn get_into<'b>(
         &self,
         target: Rank,
@@ -544,7 +545,11 @@ impl<T: Element> Window<T> {
     }
 
     /// A get of `layout` at `disp` of World rank `target` into `buf` (its element count):
-    /// direct where it can be, in pieces where one message cannot carry it.
+    /// direct where it can be, in pieces where one message cannot carry it. The direct
+    /// path is inlined into the caller: a `GetInto` built out of line came back through
+    /// the stack in pieces the caller read whole (store-forwarding stalls, a third of a
+    /// get through librma-mpi).
+    #[inline(always)]
     fn get_layout_into<'b>(
         &self,
         target: Rank,
@@ -559,6 +564,19 @@ impl<T: Element> Window<T> {
                 return done.map(|()| GetInto { buf, pending: None });
             }
         }
+        self.get_posted_into(target, disp, layout, extent, buf)
+    }
+
+    /// [`get_layout_into`](Self::get_layout_into) past the direct path.
+    #[inline(never)]
+    fn get_posted_into<'b>(
+        &self,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        extent: Extent,
+        buf: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
         if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
             let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
             let pending = Some(Request::joined(parts, |bytes| bytes));
@@ -1358,6 +1376,13 @@ impl<T: Element> std::fmt::Debug for GetInto<'_, T> {
 }
 
 impl<'b, T: Element> GetInto<'b, T> {
+    /// Whether the data landed in the buffer in the call already (shared memory):
+    /// nothing to wait for, no progress made.
+    #[inline]
+    pub fn landed(&self) -> bool {
+        self.pending.is_none()
+    }
+
     /// Whether the data is there ([`wait`](Self::wait) then returns at once); makes
     /// progress if not.
     pub fn test(&self) -> Result<bool> {
