@@ -1153,7 +1153,7 @@ fn find(windows: &[Arc<WindowShared>], id: u32) -> Option<usize> {
 /// (so no two window locks are ever held at once).
 #[derive(Default)]
 struct HeldState<'w> {
-    held: Option<(usize, MutexGuard<'w, WinState>)>,
+    held: Option<(usize, crate::window::StateGuard<'w, WinState>)>,
 }
 
 impl<'w> HeldState<'w> {

@@ -9,13 +9,10 @@
 //! pointer for null, then reads every thread's announcements and gives the entry back
 //! (the window is in use) when one names its slot. That is Dekker's pattern: each side
 //! stores, then loads what the other stored, and needs the store visible before its load.
-//! The reader pays only a compiler fence because the taker makes every running thread
-//! of the process execute a full memory barrier (Linux's `membarrier`,
-//! MEMBARRIER_CMD_PRIVATE_EXPEDITED; the asymmetric barrier of liburcu's membarrier
-//! flavor and folly's `asymmetricHeavyBarrier`): a reader whose load came before that
-//! barrier has its announcement visible to the taker after it; one whose load came after
-//! sees the null. Where the system has no membarrier (old kernels, seccomp, valgrind)
-//! both sides fence.
+//! The reader pays only a compiler fence because the taker runs the heavy side of an
+//! [asymmetric barrier](rma_sync::asymmetric) (Linux's `membarrier`): a reader whose load
+//! came before that barrier has its announcement visible to the taker after it; one
+//! whose load came after sees the null.
 //!
 //! A reader's announcement is cleared with a release store after its call: a taker
 //! that sees it cleared (acquire) sees every access of the call done, so it may drop
@@ -23,8 +20,10 @@
 //! thread announces up to [`NESTING`] slots at once, a deeper call is refused.
 
 use std::cell::Cell;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+
+use rma_sync::asymmetric;
 use std::sync::{Mutex, MutexGuard};
 
 /// How deeply one thread's calls on entries may nest.
@@ -52,7 +51,6 @@ pub struct HandleTable<T> {
 impl<T> HandleTable<T> {
     /// A table of `n` empty slots.
     pub fn new(n: usize) -> HandleTable<T> {
-        barrier_mode(); // registered before any entry exists, for the readers' side
         HandleTable {
             slots: (0..n)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
@@ -70,7 +68,7 @@ impl<T> HandleTable<T> {
     pub fn with<R>(&self, index: usize, f: impl FnOnce(&T) -> R) -> Result<R, Unavailable> {
         let slot = self.slots.get(index).ok_or(Unavailable::Empty)?;
         let announced = Announcement::new(index)?;
-        reader_barrier();
+        asymmetric::light();
         let entry = slot.load(Acquire);
         if entry.is_null() {
             return Err(Unavailable::Empty);
@@ -103,7 +101,7 @@ impl<T> HandleTable<T> {
         if entry.is_null() {
             return Err(Unavailable::Empty);
         }
-        taker_barrier();
+        asymmetric::heavy();
         if announced_anywhere(index) {
             slot.store(entry, Release);
             return Err(Unavailable::InUse);
@@ -249,71 +247,6 @@ fn announced_anywhere(index: usize) -> bool {
     let all = READERS.lock().unwrap_or_else(|e| e.into_inner());
     all.iter()
         .any(|r| r.using.iter().any(|w| w.load(Acquire) == index + 1))
-}
-
-// ---- the asymmetric barrier ---------------------------------------------------------------
-
-const UNKNOWN: u8 = 0;
-const MEMBARRIER: u8 = 1;
-const FENCES: u8 = 2;
-static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
-
-/// Which barrier pair this process uses, registering for membarrier the first time.
-fn barrier_mode() -> u8 {
-    let mode = MODE.load(Acquire);
-    if mode != UNKNOWN {
-        return mode;
-    }
-    let mode = if membarrier::register() {
-        MEMBARRIER
-    } else {
-        FENCES
-    };
-    // Several first callers may race here: they all find the same answer.
-    MODE.store(mode, Release);
-    mode
-}
-
-/// The readers' side: the announcement's store before the slot's load.
-#[inline]
-fn reader_barrier() {
-    if MODE.load(Relaxed) == MEMBARRIER {
-        // The taker's membarrier orders this thread's store and load for it.
-        compiler_fence(SeqCst);
-    } else {
-        fence(SeqCst);
-    }
-}
-
-/// The taker's side: every reader's store before the taker's loads of announcements.
-fn taker_barrier() {
-    if barrier_mode() == MEMBARRIER {
-        // The kernel refuses a private expedited barrier only to a process that did not
-        // register for it; this one did, before any entry existed.
-        let ran = membarrier::run();
-        debug_assert!(ran, "membarrier failed after its registration");
-    } else {
-        // The readers fence themselves.
-        fence(SeqCst);
-    }
-}
-
-/// Linux's membarrier system call (thin FFI).
-mod membarrier {
-    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-
-    /// Registers the process for private expedited barriers; whether that worked.
-    pub fn register() -> bool {
-        // SAFETY: membarrier takes two integers and a CPU id, touches no memory of ours.
-        unsafe { libc::syscall(libc::SYS_membarrier, CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
-    }
-
-    /// A full memory barrier on every running thread of the process; whether it ran.
-    pub fn run() -> bool {
-        // SAFETY: as above.
-        unsafe { libc::syscall(libc::SYS_membarrier, CMD_PRIVATE_EXPEDITED, 0, 0) == 0 }
-    }
 }
 
 #[cfg(test)]

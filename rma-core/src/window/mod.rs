@@ -19,7 +19,9 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub(crate) use rma_sync::{BiasedGuard as StateGuard, BiasedLock as StateLock};
 
 use crate::barrier::Dissemination;
 use crate::datatype::{AccOp, DataType, Element};
@@ -135,7 +137,7 @@ pub(crate) struct WindowShared {
     pub engine: Arc<EngineShared>,
     pub remote: Vec<RemoteSegment>,
     pub memory: RwLock<Memory>,
-    pub state: Mutex<WinState>,
+    pub state: StateLock<WinState>,
     pub counters: Counters,
     /// Per-target route: index into `classes`, decided once at creation (the native
     /// capabilities of the backend toward that target on this window).

@@ -16,7 +16,7 @@ impl WindowShared {
         let ops = engine.transport.window_ops(id);
         let blocks_in_call = ops.as_ref().is_some_and(|o| o.completes_in_call());
         let direct = Arc::new(DirectAccess::new(engine.size, blocks_in_call));
-        let state = Mutex::new(WinState::new(&engine, direct.clone()));
+        let state = StateLock::new(WinState::new(&engine, direct.clone()));
         // Capabilities per target, once: a byte per rank and the few distinct classes.
         let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
         let routes = (0..engine.size as Rank)
@@ -124,8 +124,10 @@ impl WindowShared {
         self.engine.stats.message(kind, bytes);
     }
 
-    pub(crate) fn lock_state(&self) -> MutexGuard<'_, WinState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// Holds the window's state (`state_lock`: biased to the thread that uses it).
+    #[inline]
+    pub(crate) fn lock_state(&self) -> StateGuard<'_, WinState> {
+        self.state.lock()
     }
 
     /// Blocks until `cond` holds on this window's state, making progress on the way.
@@ -652,7 +654,7 @@ impl WindowShared {
     pub(super) fn sync_call<'s, R>(
         &'s self,
         call: &'static str,
-        f: impl FnOnce(MutexGuard<'s, WinState>) -> Result<(R, MutexGuard<'s, WinState>)>,
+        f: impl FnOnce(StateGuard<'s, WinState>) -> Result<(R, StateGuard<'s, WinState>)>,
     ) -> Result<R> {
         self.engine.activity.bump();
         let mut st = self.lock_state();
