@@ -51,6 +51,7 @@ fn main() {
         "fence_then_lock" => fence_then_lock(&world),
         "stress_fetch_and_op" => stress_fetch_and_op(&world),
         "stress_lock_counter" => stress_lock_counter(&world),
+        "threads_lock_counter" => threads_lock_counter(&world),
         "stress_overlap" => stress_overlap(&world),
         "litmus" => litmus(&world, kind),
         "bad_input" => bad_input(&world),
@@ -421,6 +422,46 @@ fn stress_lock_counter(world: &World) -> Result<()> {
         check(
             win.local_to_vec()[0] == n * world.size() as u64,
             "no increment lost under exclusive locks",
+        )?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+/// Two threads of every rank share one window, each an exclusive-lock counter of its own
+/// at its own target (thread t counts at rank t, element t): the window's state is held
+/// by both threads at once (its lock leaves the first thread's bias in the middle of the
+/// run), and no increment is lost.
+fn threads_lock_counter(world: &World) -> Result<()> {
+    const THREADS: u64 = 2;
+    let win = world.allocate::<u64>(THREADS as usize)?;
+    let n = reps(5_000);
+    let size = world.size() as u64;
+    let count = |t: u64| -> Result<()> {
+        let target = (t % size) as Rank;
+        for _ in 0..n {
+            win.lock(LockType::Exclusive, target, Assert::NONE)?;
+            let v = win.get(target, t, 1)?.wait()?[0];
+            win.put(&[v + 1], target, t)?;
+            win.unlock(target)?;
+        }
+        Ok(())
+    };
+    // Thread 0 is the one that made the window (its state's owner), counting from the
+    // start; thread 1 joins while it runs and takes the state over from the bias.
+    std::thread::scope(|s| -> Result<()> {
+        let second = s.spawn(|| count(1));
+        count(0)?;
+        second.join().expect("the second thread panicked")
+    })?;
+    world.barrier()?;
+    let v = win.local_to_vec();
+    for t in (0..THREADS).filter(|t| t % size == world.rank() as u64) {
+        // Every rank's thread t counted here; with more threads than ranks, thread t and
+        // t + size share this target, each at its own element.
+        check(
+            v[t as usize] == n * size,
+            "no increment lost with two threads per rank",
         )?;
     }
     win.free()?;

@@ -126,6 +126,15 @@ fn stress_exclusive_lock_counter() {
     ok(4, &["stress_lock_counter"]);
 }
 
+/// Two threads per rank lock, read and write one window at once: the window state's lock
+/// is biased to its first thread and given up to the second mid-run (rma_sync's
+/// BiasedLock), on 2 and 3 ranks.
+#[test]
+fn threads_share_a_window_across_the_lock_bias() {
+    ok(2, &["threads_lock_counter"]);
+    ok(3, &["threads_lock_counter"]);
+}
+
 #[test]
 fn stress_overlapping_accumulates() {
     ok(4, &["stress_overlap"]);

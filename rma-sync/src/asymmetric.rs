@@ -61,13 +61,17 @@ pub fn light() {
 /// (a system call, microseconds).
 pub fn heavy() {
     if mode() == MEMBARRIER {
-        // The kernel refuses a private expedited barrier only to a process that did not
-        // register for it; this one did, before any light side relied on it.
-        let ran = membarrier::run();
-        debug_assert!(ran, "membarrier failed after its registration");
-        if ran {
-            return;
-        }
+        // The kernel refuses a private expedited barrier only to a process that is not
+        // registered for it: this one registered before any light side relied on it, or
+        // it is a child forked after that (registration does not pass to a new address
+        // space; its light sides' compiler fences are covered as soon as a barrier
+        // runs, so registering again here is enough).
+        let ran = membarrier::run() || (membarrier::register() && membarrier::run());
+        assert!(
+            ran,
+            "membarrier, registered, refused a barrier: light sides are not ordered"
+        );
+        return;
     }
     fence(Ordering::SeqCst);
 }
