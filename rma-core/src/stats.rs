@@ -94,9 +94,10 @@ impl Counters {
 
 /// A count that many threads add to, exactly and without a locked instruction in the
 /// common case: a direct op is about 30 ns on shared memory, and a locked add a fifth
-/// of it. Each of the first [`SHARDS`](PerThreadCount::SHARDS) threads that count
-/// (process-wide) owns a shard, where a load and a store add exactly (one writer);
-/// later threads share a locked add. A sum may be a few counts behind the adds
+/// of it. Each of the process's first [`SHARDS`](PerThreadCount::SHARDS) threads (as
+/// `rma_sync::thread_id` numbers them, the numbering the window state's lock uses) owns
+/// a shard, where a load and a store add exactly (one writer); later threads share a
+/// locked add. A sum may be a few counts behind the adds
 /// happening meanwhile, as any relaxed counter.
 #[derive(Debug, Default)]
 struct PerThreadCount {
@@ -128,25 +129,11 @@ impl PerThreadCount {
     }
 }
 
-/// This thread's shard index in every [`PerThreadCount`]: threads are numbered as they
-/// first count, and never renumbered (a thread's shard is its own for good: no other
-/// thread ever stores to it).
+/// This thread's shard index in every [`PerThreadCount`]: its process-wide number, from
+/// 0 (a thread's shard is its own for good: no other thread ever stores to it).
 #[inline]
 fn thread_shard() -> usize {
-    use std::cell::Cell;
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SHARD.with(|s| {
-        let mut i = s.get();
-        if i == usize::MAX {
-            i = NEXT.fetch_add(1, Relaxed);
-            s.set(i);
-        }
-        i
-    })
+    (rma_sync::thread_id() - 1) as usize
 }
 
 /// A snapshot of [`Counters`].

@@ -451,16 +451,7 @@ impl Win {
             let buf: &'static mut [u8] =
                 unsafe { std::slice::from_raw_parts_mut(origin.addr as *mut u8, n) };
             let into = self.rma.get_into(target.rank, *disp, buf)?;
-            if into.landed() {
-                return Ok(None);
-            }
-            if into.test()? {
-                into.wait()?;
-                return Ok(None);
-            }
-            return Ok(Some(
-                self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
-            ));
+            return self.landed_or_due(target.rank, into);
         }
         if let (true, Some(v)) = (origin.flat.contiguous(origin.count) && n > 0, regular) {
             // SAFETY: as above: `n` writable bytes at `addr`, the application's until the
@@ -471,16 +462,7 @@ impl Win {
             let into = self
                 .rma
                 .get_strided_into(target.rank, v.disp, layout, buf)?;
-            if into.landed() {
-                return Ok(None);
-            }
-            if into.test()? {
-                into.wait()?;
-                return Ok(None);
-            }
-            return Ok(Some(
-                self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
-            ));
+            return self.landed_or_due(target.rank, into);
         }
         let mut requests = Vec::new();
         match regular {
@@ -581,16 +563,7 @@ impl Win {
                     };
                     let chunk = elements::<E>(&data);
                     let into = view.get_accumulate_into(&chunk, op, target.rank, *disp, dst)?;
-                    if into.landed() {
-                        return Ok(None);
-                    }
-                    if into.test()? {
-                        into.wait()?;
-                        return Ok(None);
-                    }
-                    return Ok(Some(
-                        self.due(target.rank, Box::new(IntoBuffer(Some(into)))),
-                    ));
+                    return self.landed_or_due(target.rank, into);
                 }
             }
             let mut requests = Vec::with_capacity(runs.as_slice().len());
@@ -703,21 +676,35 @@ impl Win {
         request: Request<E>,
         result: *mut u8,
     ) -> MpiResult<()> {
-        if request.test()? {
-            // Done in the call (shared memory's atomics): the value lands now, with
-            // nothing boxed.
-            let value = request.wait()?;
-            // SAFETY: MPI's contract: one element of the datatype is writable at the
-            // result address until the op completes (it completed).
-            unsafe { std::ptr::write_unaligned(result.cast::<E>(), value) };
-            return Ok(());
-        }
-        let c = One {
+        let mut c = One {
             request: Some(request),
             dst: Dest(result),
         };
+        if c.test()? {
+            // Done in the call (shared memory's atomics): the value lands now, with
+            // nothing boxed.
+            return c.land().map_err(Into::into);
+        }
         self.due(target, Box::new(c));
         Ok(())
+    }
+
+    /// A get (or get_accumulate) into the application's buffer: done when it landed in
+    /// its call or completes now, else due at the synchronization that completes it.
+    #[inline]
+    fn landed_or_due<E: Element>(
+        &self,
+        target: Rank,
+        into: rma::GetInto<'static, E>,
+    ) -> MpiResult<Option<Shared>> {
+        if into.landed() {
+            return Ok(None);
+        }
+        if into.test()? {
+            into.wait()?;
+            return Ok(None);
+        }
+        Ok(Some(self.due(target, Box::new(IntoBuffer(Some(into))))))
     }
 
     /// Finishes the completions due for `target` (`None`: all), after a synchronization
@@ -819,6 +806,13 @@ impl<E: Element> Completion for One<E> {
         self.request.as_ref().map_or(Ok(true), Request::test)
     }
     fn finish(mut self: Box<Self>) -> rma::Result<()> {
+        self.land()
+    }
+}
+
+impl<E: Element> One<E> {
+    /// Waits for the element and writes it to the application's result address.
+    fn land(&mut self) -> rma::Result<()> {
         if let Some(r) = self.request.take() {
             let value = r.wait()?;
             // SAFETY: MPI's contract: one element of the datatype is writable at the

@@ -268,26 +268,13 @@ impl WindowOps for ShmWindow {
         atomic: NativeAtomic<'_>,
     ) -> Result<Issued, TransportError> {
         let old = match atomic {
-            NativeAtomic::Accumulate {
-                op,
-                datatype,
-                operand,
-                fetch,
-            } if !fetch && operand.len() <= SCRATCH => {
+            NativeAtomic::Accumulate { operand, fetch, .. }
+                if !fetch && operand.len() <= SCRATCH =>
+            {
                 // Nothing to fetch: the previous values go to scratch space on the stack,
                 // not into a result carried back.
                 let mut scratch = [0u8; SCRATCH];
-                self.with_mapped(target, offset, operand.len(), |region, off| {
-                    atomics::accumulate_into(
-                        region,
-                        off,
-                        op,
-                        datatype,
-                        operand,
-                        &mut scratch[..operand.len()],
-                    )
-                    .ok_or(TransportError::Unsupported("misaligned atomic"))
-                })?;
+                self.atomic_into(target, offset, atomic, &mut scratch[..operand.len()])?;
                 None
             }
             NativeAtomic::Accumulate {

@@ -143,10 +143,11 @@ impl<T> Drop for BiasedGuard<'_, T> {
     }
 }
 
-/// This thread's id for [`BiasedLock`]s: threads are numbered from 1 as they first hold
-/// one, never renumbered (an owner that exits is never mistaken for a new thread).
+/// This thread's number, the same for every user in the process ([`BiasedLock`]s, the
+/// engine's per-thread counters): threads are numbered from 1 as they first ask, never
+/// renumbered (an owner that exits is never mistaken for a new thread).
 #[inline]
-fn thread_id() -> u64 {
+pub fn thread_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local! {
         static ID: Cell<u64> = const { Cell::new(NO_OWNER) };

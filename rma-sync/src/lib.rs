@@ -9,4 +9,4 @@
 pub mod asymmetric;
 mod biased;
 
-pub use biased::{BiasedGuard, BiasedLock};
+pub use biased::{thread_id, BiasedGuard, BiasedLock};
