@@ -67,7 +67,7 @@ impl<T> HandleTable<T> {
     #[inline]
     pub fn with<R>(&self, index: usize, f: impl FnOnce(&T) -> R) -> Result<R, Unavailable> {
         let slot = self.slots.get(index).ok_or(Unavailable::Empty)?;
-        let announced = Announcement::new(index)?;
+        let announced = Announcement::new(slot)?;
         asymmetric::light();
         let entry = slot.load(Acquire);
         if entry.is_null() {
@@ -102,7 +102,7 @@ impl<T> HandleTable<T> {
             return Err(Unavailable::Empty);
         }
         asymmetric::heavy();
-        if announced_anywhere(index) {
+        if announced_anywhere(slot) {
             slot.store(entry, Release);
             return Err(Unavailable::InUse);
         }
@@ -149,8 +149,10 @@ impl<T> Drop for HandleTable<T> {
 
 // ---- announcements: one word per nesting level per thread ------------------------------
 
-/// A thread's announcements: slot index + 1 per nesting level, 0 for none. Written by
-/// its thread only, read by takers.
+/// A thread's announcements: the address of the slot it uses per nesting level, 0 for
+/// none. An address, not an index: threads share one list of readers across every table
+/// (a process may hold several), and an index would name a slot of each. Written by its
+/// thread only, read by takers.
 struct Reader {
     using: [AtomicUsize; NESTING],
     /// Held by a live thread (a new thread reuses a reader its thread left).
@@ -213,7 +215,7 @@ struct Announcement {
 
 impl Announcement {
     #[inline]
-    fn new(index: usize) -> Result<Announcement, Unavailable> {
+    fn new<T>(slot: &AtomicPtr<T>) -> Result<Announcement, Unavailable> {
         THIS_THREAD
             .try_with(|t| {
                 let level = t.depth.get();
@@ -221,7 +223,7 @@ impl Announcement {
                     return Err(Unavailable::TooDeep);
                 }
                 t.depth.set(level + 1);
-                t.reader.using[level].store(index + 1, Relaxed);
+                t.reader.using[level].store(slot_word(slot), Relaxed);
                 Ok(Announcement {
                     reader: t.reader,
                     level,
@@ -242,11 +244,18 @@ impl Drop for Announcement {
     }
 }
 
-/// Whether any thread announces `index` (a taker's read, after its barrier).
-fn announced_anywhere(index: usize) -> bool {
+/// The word that announces `slot`: its address (never 0).
+#[inline(always)]
+fn slot_word<T>(slot: &AtomicPtr<T>) -> usize {
+    slot as *const AtomicPtr<T> as usize
+}
+
+/// Whether any thread announces `slot` (a taker's read, after its barrier).
+fn announced_anywhere<T>(slot: &AtomicPtr<T>) -> bool {
+    let word = slot_word(slot);
     let all = READERS.lock().unwrap_or_else(|e| e.into_inner());
     all.iter()
-        .any(|r| r.using.iter().any(|w| w.load(Acquire) == index + 1))
+        .any(|r| r.using.iter().any(|w| w.load(Acquire) == word))
 }
 
 #[cfg(test)]
@@ -298,6 +307,22 @@ mod tests {
         .unwrap();
         assert_eq!(t.with(a, |v| *v), Ok(1));
         assert!(t.take(b).is_ok(), "free once no call uses it");
+    }
+
+    /// A call inside one table's slot does not hold the same index of another table:
+    /// announcements name slots, not indexes (the tests of this module run at once on
+    /// threads of one process, as a program's tables would).
+    #[test]
+    fn a_call_in_one_table_leaves_another_free() {
+        let (one, other) = (HandleTable::new(1), HandleTable::new(1));
+        let a = insert(&one, 1u32).unwrap();
+        let b = insert(&other, 2u32).unwrap();
+        assert_eq!(a, b);
+        one.with(a, |_| {
+            assert_eq!(one.take(a).err(), Some(Unavailable::InUse));
+            assert_eq!(other.take(b).map(|e| *e), Ok(2));
+        })
+        .unwrap();
     }
 
     #[test]
