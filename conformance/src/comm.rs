@@ -187,14 +187,30 @@ pub(crate) fn collectives(world: &World) -> Result<()> {
         check(pair.rank() == u32::from(me == 0), "create's order")?;
         collectives_on(&pair)?;
     }
-    // A count of rounds: an allreduce of 8 bytes sends ceil(log2 p) messages per rank.
-    let before = world.stats().messages(rma::MessageKind::Collective);
-    w.allreduce(&[1u64], AccOp::Sum)?;
-    let sent = world.stats().messages(rma::MessageKind::Collective) - before;
+    // A count of rounds: an allreduce of 8 bytes sends ceil(log2 p) messages per rank,
+    // or none where the members share memory (it then runs there, counted so).
+    let before = world.stats();
+    let sum = w.allreduce(&[1u64], AccOp::Sum)?;
+    check(sum == [u64::from(n)], "allreduce's sum")?;
+    let after = world.stats().since(&before);
+    let sent = after.messages(rma::MessageKind::Collective);
     let rounds = u64::from(usize::BITS - (n as usize - 1).leading_zeros());
+    let expected = if after.collectives_in_shared_memory == 1 {
+        0
+    } else {
+        rounds
+    };
     check(
-        sent == rounds,
-        &format!("allreduce sent {sent}, not {rounds} messages"),
+        sent == expected,
+        &format!(
+            "allreduce sent {sent}, not {expected} messages ({} in shared memory)",
+            after.collectives_in_shared_memory
+        ),
+    )?;
+    check(
+        after.collectives_in_shared_memory
+            == u64::from(n > 1 && (0..n).all(|r| world.shares_memory_with(r))),
+        "an allreduce among ranks that all share memory runs in it",
     )?;
     w.barrier()
 }
@@ -484,4 +500,144 @@ pub(crate) fn spawn_refused(world: &World) -> Result<()> {
     };
     check(typed, &format!("spawn here: {got:?}"))?;
     w.barrier()
+}
+
+/// Barriers, allreduces, broadcasts, allgathers (each member's length its own) and
+/// reduces back to back in every order, of lengths around
+/// the 4080 bytes one shared-memory call carries (none, one element, just under, at and
+/// past it, several times it), over the World, its parity halves and its nodes: exact results
+/// every time, each barrier a real one (every rank's put before it is seen by every
+/// rank's get after it), the members told of a length mismatch and in step after it,
+/// and the calls in the members' shared memory exactly where they all share it.
+pub(crate) fn node_collectives(world: &World) -> Result<()> {
+    let w = world.comm();
+    let (me, n) = (w.rank(), w.size() as Rank);
+    let half = w.split(Some(me % 2), 0)?.expect("a color");
+    let node = w.split_shared()?;
+    let seen = w.allocate::<u64>(1)?;
+    seen.lock_all(Assert::NONE)?;
+    let before = world.stats();
+    let mut in_shared_memory = 0;
+    for c in [&w, &half, &node] {
+        let (p, r) = (u64::from(c.size()), u64::from(c.rank()));
+        let shared = (0..c.size()).all(|i| {
+            c.group()
+                .world_rank(i)
+                .is_some_and(|wr| world.shares_memory_with(wr))
+        });
+        let mut calls = 0;
+        for round in 0..300u64 {
+            let len = [0usize, 1, 509, 510, 511, 2000][(round / 3 % 6) as usize];
+            // Each kind after each (a broadcast before an allreduce reuses a slot
+            // differently from an allreduce before one: all 25 pairs occur), the same
+            // order on every rank.
+            match splitmix(round) % 5 {
+                3 => {
+                    // Lengths that differ by member, bytes.
+                    let of = |m: u64| (len * 8 + m as usize * 1001) % 9000;
+                    let byte = |m: u64, i: usize| (m as usize * 7 + i + round as usize) as u8;
+                    let mine: Vec<u8> = (0..of(r)).map(|i| byte(r, i)).collect();
+                    let all = c.allgather_bytes(&mine)?;
+                    let expect: Vec<Vec<u8>> = (0..p)
+                        .map(|m| (0..of(m)).map(|i| byte(m, i)).collect())
+                        .collect();
+                    check(all == expect, "allgather_bytes")?;
+                }
+                4 => {
+                    let root = round / 5 % p;
+                    let mine: Vec<i32> = (0..len as i32).map(|i| i - r as i32 * 3).collect();
+                    let expect: Vec<i32> = (0..len as i32)
+                        .map(|i| (0..p as i32).map(|m| i - m * 3).max().unwrap_or(0))
+                        .collect();
+                    let got = c.reduce(&mine, AccOp::Max, root as Rank)?;
+                    check(got == (r == root).then_some(expect), "reduce")?;
+                }
+                0 => {
+                    let mine: Vec<u64> = (0..len as u64).map(|i| r * 1000 + i + round).collect();
+                    let expect: Vec<u64> = (0..len as u64)
+                        .map(|i| 1000 * p * (p - 1) / 2 + p * (i + round))
+                        .collect();
+                    check(c.allreduce(&mine, AccOp::Sum)? == expect, "allreduce")?;
+                }
+                1 => {
+                    let root = round / 3 % p;
+                    let value = |i: u64| root << 40 | round << 20 | i;
+                    let mut data: Vec<u64> = (0..len as u64)
+                        .map(|i| if r == root { value(i) } else { 0 })
+                        .collect();
+                    c.broadcast(&mut data, root as Rank)?;
+                    check(
+                        data.iter().enumerate().all(|(i, &v)| v == value(i as u64)),
+                        "broadcast",
+                    )?;
+                }
+                _ => {
+                    // Mine at my World rank's window, complete there before the barrier;
+                    // every member's read after it must see this round's.
+                    seen.put(&[round], me, 0)?;
+                    seen.flush(me)?;
+                    c.barrier()?;
+                    for i in 0..c.size() {
+                        let wr = c.group().world_rank(i).expect("a member");
+                        let got = seen.get(wr, 0, 1)?;
+                        seen.flush(wr)?;
+                        let got = got.wait()?[0];
+                        check(
+                            got >= round,
+                            &format!("barrier: rank {wr} at {got}, not {round}"),
+                        )?;
+                    }
+                    // Nobody writes the next round's before all have read this one's.
+                    c.barrier()?;
+                    calls += 1;
+                }
+            }
+            calls += 1;
+        }
+        if shared && p > 1 {
+            in_shared_memory += calls;
+        }
+    }
+    // Lengths that differ: every member is told, and the next call works.
+    if n > 1 {
+        let mine = vec![1u64; if me == 0 { 3 } else { 4 }];
+        match w.allreduce(&mine, AccOp::Sum) {
+            Err(e) if matches!(e.usage(), Some(UsageError::BadGroup { .. })) => {}
+            other => return Err(check_failed(format!("a length mismatch gave {other:?}"))),
+        }
+        let mut data = vec![7u64; if me == 0 { 600 } else { 2 }];
+        match w.broadcast(&mut data, 0) {
+            Ok(()) if me == 0 => {}
+            Err(e) if me != 0 && matches!(e.usage(), Some(UsageError::BadGroup { .. })) => {}
+            other => return Err(check_failed(format!("a broadcast mismatch gave {other:?}"))),
+        }
+        check(
+            w.allreduce(&[1u64], AccOp::Sum)? == [u64::from(n)],
+            "in step after a mismatch",
+        )?;
+        if (0..n).all(|r| world.shares_memory_with(r)) {
+            in_shared_memory += 3;
+        }
+    }
+    let counted = world.stats().since(&before).collectives_in_shared_memory;
+    check(
+        counted == in_shared_memory,
+        &format!("{counted} collectives in shared memory, not {in_shared_memory}"),
+    )?;
+    seen.unlock_all()?;
+    seen.free().map_err(|e| e.error)?;
+    Ok(())
+}
+
+fn check_failed(why: String) -> Error {
+    rma::TransportError::Failed(why).into()
+}
+
+/// A well-mixed function of `x` (splitmix64's finalizer): an order of calls that every
+/// rank computes alike.
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }

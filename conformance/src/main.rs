@@ -41,6 +41,7 @@ fn main() {
         "ops" => ops(&world.comm(), kind),
         "comm_ops" => comm::comm_ops(&world, kind),
         "collectives" => comm::collectives(&world),
+        "node_collectives" => comm::node_collectives(&world),
         "subset_epochs" => comm::subset_epochs(&world),
         "overlapping" => comm::overlapping(&world),
         "comm_errors" => comm::comm_errors(&world),

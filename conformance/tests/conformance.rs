@@ -98,6 +98,9 @@ fn communicators_on_shared_memory() {
     for ranks in 1..=5 {
         ok(ranks, &["collectives"]);
     }
+    for ranks in 2..=4 {
+        ok(ranks, &["node_collectives"]);
+    }
     ok(3, &["subset_epochs"]);
     ok(4, &["subset_epochs"]);
     ok(4, &["overlapping"]);
@@ -742,6 +745,7 @@ mod ofi {
         }
         ok_on(p, 3, &["collectives"], &[]);
         ok_on(p, 4, &["collectives"], &[]);
+        ok_on(p, 3, &["node_collectives"], &[]);
         ok_on(p, 4, &["subset_epochs"], &[]);
         ok_on(p, 4, &["overlapping"], &[]);
         ok_on(p, 4, &["comm_errors"], &[]);
@@ -1013,6 +1017,7 @@ mod hybrid {
             (4, &["comm_ops", "dynamic"]),
             (3, &["comm_ops", "create"]),
             (4, &["collectives"]),
+            (4, &["node_collectives"]),
             (3, &["subset_epochs"]),
             (4, &["overlapping"]),
         ];

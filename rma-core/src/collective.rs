@@ -31,11 +31,11 @@ const CALLS: &[&str] = &[
     "dup",
 ];
 
-fn call_code(call: &str) -> u8 {
+pub(crate) fn call_code(call: &str) -> u8 {
     CALLS.iter().position(|c| *c == call).unwrap_or(CALLS.len()) as u8
 }
 
-fn call_name(code: u8) -> &'static str {
+pub(crate) fn call_name(code: u8) -> &'static str {
     CALLS
         .get(code as usize)
         .copied()

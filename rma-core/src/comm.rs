@@ -6,8 +6,11 @@
 //! takes part, never blocks. Ranks are the communicator's (a member's index in its
 //! [`Group`]); errors name World ranks, which identify a process in every communicator.
 //!
-//! Cost of the collectives over `p` members with `n` bytes each (messages of the
-//! backend, no shared-memory fast path yet): barrier, allgather, allreduce:
+//! Where every member shares memory with every other (one node), barrier, broadcast,
+//! allgather, allreduce, reduce and allreduce_loc run in that memory
+//! ([`node_collective`](crate::node_collective): a flag and a slot per member, no
+//! message). Otherwise, the cost over `p` members with `n` bytes each in messages of the
+//! backend: barrier, allgather, allreduce:
 //! ceil(log2 p) rounds (dissemination, Bruck's allgather; allreduce gathers every
 //! member's `n` bytes and reduces them in rank order, so each rank moves `(p - 1) n`
 //! bytes and every rank computes the same bits, floats included); broadcast, gather,
@@ -37,13 +40,14 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::collective::Step;
 use crate::datatype::{accumulate, AccOp, Element};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, PeerError, Result, TransportError, UsageError};
 use crate::group::Group;
+use crate::node_collective::{Arena, NodeCollectives};
 use crate::window::Window;
 use crate::Rank;
 
@@ -65,6 +69,9 @@ struct CommInner {
     rank: Rank,
     /// Collective calls made on it so far (shared by every handle of the World).
     calls: Arc<AtomicU32>,
+    /// How its barrier, allreduce and broadcast run (shared by every handle of the
+    /// World): in shared memory where its members share it.
+    node: Arc<Mutex<NodeCollectives>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -97,7 +104,11 @@ impl Comm {
         })
     }
 
-    pub(crate) fn world(engine: Engine, calls: Arc<AtomicU32>) -> Comm {
+    pub(crate) fn world(
+        engine: Engine,
+        calls: Arc<AtomicU32>,
+        node: Arc<Mutex<NodeCollectives>>,
+    ) -> Comm {
         let group = Group::world(engine.size());
         Comm {
             inner: Arc::new(CommInner {
@@ -106,6 +117,7 @@ impl Comm {
                 group,
                 context: 0,
                 calls,
+                node,
             }),
         }
     }
@@ -158,16 +170,54 @@ impl Comm {
 
     // ---- collectives ----
 
-    /// Blocks until every member called it (dissemination: ceil(log2 p) rounds).
+    /// Runs `f` on the communicator's arena where its collectives run in shared memory
+    /// ([`node_collective`](crate::node_collective)), deciding that at the first call;
+    /// `None`: they run by message.
+    fn in_shared_memory<R>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&mut Arena) -> Result<R>,
+    ) -> Result<Option<R>> {
+        // Held for the call: a communicator's collectives are called in one order by
+        // every member, so one thread at a time calls them anyway.
+        let mut node = self.inner.node.lock().unwrap_or_else(|x| x.into_inner());
+        if let NodeCollectives::Undecided = *node {
+            *node = NodeCollectives::decide(self, call)?;
+        }
+        match &mut *node {
+            NodeCollectives::Shared(arena) => {
+                self.inner.engine.shared.stats.collective_in_shared_memory();
+                f(arena).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Blocks until every member called it: in shared memory where the members share it
+    /// (a flag each), otherwise by dissemination (ceil(log2 p) rounds of messages).
     pub fn barrier(&self) -> Result<()> {
-        self.raised("barrier", || self.members().barrier("barrier", self.tag()))
+        self.raised("barrier", || {
+            if self.in_shared_memory("barrier", Arena::barrier)?.is_some() {
+                return Ok(());
+            }
+            self.members().barrier("barrier", self.tag())
+        })
     }
 
     /// Every member's bytes, in rank order (Bruck's allgather).
     pub fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.raised("allgather_bytes", || {
-            self.members().allgather("allgather", self.tag(), mine)
-        })
+        self.raised("allgather_bytes", || self.allgather_for("allgather", mine))
+    }
+
+    /// Every member's bytes for the public call `call`: in shared memory where the
+    /// members share it. (The library's own agreements, in creations, take
+    /// [`allgather_as`](Self::allgather_as): by message, which the arena's creation is
+    /// made of.)
+    fn allgather_for(&self, call: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if let Some(all) = self.in_shared_memory(call, |a| a.allgather(call, mine))? {
+            return Ok(all);
+        }
+        self.members().allgather(call, self.tag(), mine)
     }
 
     pub(crate) fn allgather_as(&self, call: &'static str, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -189,6 +239,13 @@ impl Comm {
     pub fn broadcast<T: Element>(&self, data: &mut [T], root: Rank) -> Result<()> {
         self.raised("broadcast", || {
             let root = self.check_root(root)?;
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
+            if self
+                .in_shared_memory("broadcast", |a| a.broadcast(bytes, root))?
+                .is_some()
+            {
+                return Ok(());
+            }
             let mine = bytemuck::cast_slice(data).to_vec();
             let got = self.members().broadcast(self.tag(), root, mine)?;
             if got.len() != std::mem::size_of_val(data) {
@@ -251,6 +308,11 @@ impl Comm {
     pub fn allreduce<T: Element>(&self, mine: &[T], op: AccOp) -> Result<Vec<T>> {
         self.raised("allreduce", || {
             check_reduction::<T>(op)?;
+            if let Some(out) =
+                self.in_shared_memory("allreduce", |a| a.allreduce("allreduce", mine, op))?
+            {
+                return Ok(out);
+            }
             let all = self.allgather_as("allreduce", bytemuck::cast_slice(mine))?;
             reduce_in_order::<T>(&all, op)
         })
@@ -261,6 +323,11 @@ impl Comm {
         self.raised("reduce", || {
             check_reduction::<T>(op)?;
             let root = self.check_root(root)?;
+            if let Some(out) =
+                self.in_shared_memory("reduce", |a| a.allreduce("reduce", mine, op))?
+            {
+                return Ok((self.inner.rank as usize == root).then_some(out));
+            }
             let all = self.members().gather_as(
                 "reduce",
                 self.tag(),
@@ -284,7 +351,7 @@ impl Comm {
                 bytes.extend_from_slice(bytemuck::bytes_of(v));
                 bytes.extend_from_slice(&i.to_le_bytes());
             }
-            let all = self.allgather_as("allreduce", &bytes)?;
+            let all = self.allgather_for("allreduce", &bytes)?;
             same_lengths(&all)?;
             let pairs = |b: &[u8]| -> Vec<(T, u64)> {
                 b.chunks_exact(std::mem::size_of::<T>() + 8)
@@ -481,6 +548,7 @@ impl Comm {
                 context,
                 rank,
                 calls: Arc::new(AtomicU32::new(0)),
+                node: Arc::new(Mutex::new(NodeCollectives::Undecided)),
             }),
         })
     }

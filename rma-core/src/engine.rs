@@ -14,6 +14,7 @@ use crate::config::{AsyncProgress, Config};
 use crate::datatype::Element;
 use crate::error::{Error, ErrorKind, PeerError, Result, TransportError, UsageError};
 use crate::group::Group;
+use crate::node_collective::NodeCollectives;
 use crate::op_table::{OpElem, TargetElem};
 use crate::pool::GlobalPool;
 use crate::progress::{self, Activity};
@@ -63,6 +64,10 @@ pub(crate) struct EngineShared {
     creating: Mutex<GroupCreations>,
     /// Collective calls on the World communicator (shared by its handles).
     world_calls: Arc<AtomicU32>,
+    /// How the World communicator's barrier, allreduce and broadcast run (shared by its
+    /// handles; its arena dropped when the process departs: the arena's window holds
+    /// the engine).
+    world_node: Arc<Mutex<NodeCollectives>>,
     /// Pieces of communicators' collectives, waiting to be taken.
     pub(crate) collectives: Mutex<collective::Inbox>,
     pub op_pool: GlobalPool<OpElem>,
@@ -154,6 +159,7 @@ impl Engine {
             next_context: AtomicU32::new(1),
             creating: Mutex::new(GroupCreations::default()),
             world_calls: Arc::new(AtomicU32::new(0)),
+            world_node: Arc::new(Mutex::new(NodeCollectives::Undecided)),
             collectives: Mutex::new(collective::Inbox::default()),
             stats: Counters::default(),
             events: Mutex::new(Vec::new()),
@@ -330,6 +336,13 @@ impl Engine {
     /// second of progress is not told). Only the first call does anything.
     pub fn depart(&self) {
         let e = &self.shared;
+        // The World's arena holds a window, which holds the engine: dropped here, the
+        // engine is freed with its last handle.
+        let arena = std::mem::replace(
+            &mut *e.world_node.lock().unwrap_or_else(|x| x.into_inner()),
+            NodeCollectives::Messages,
+        );
+        drop(arena);
         // The progress agent ends: the process is leaving (its transport lingers by
         // itself for peers' goodbyes).
         e.stop.store(true, Ordering::Relaxed);
@@ -363,7 +376,11 @@ impl Engine {
     /// The World communicator: every process, in World rank order. Windows made by the
     /// engine's own `allocate`, `create`, ... are over it.
     pub fn world(&self) -> Comm {
-        Comm::world(self.clone(), self.shared.world_calls.clone())
+        Comm::world(
+            self.clone(),
+            self.shared.world_calls.clone(),
+            self.shared.world_node.clone(),
+        )
     }
 
     /// Held while a communicator is made (its context agreed and taken).
@@ -386,8 +403,9 @@ impl Engine {
             .fetch_max(context.saturating_add(1), Ordering::Relaxed);
     }
 
-    /// Whether this process reaches World rank `rank`'s memory by load and store.
-    pub(crate) fn shares_memory_with(&self, rank: Rank) -> bool {
+    /// Whether this process reaches World rank `rank`'s memory by load and store (the
+    /// backend toward it is shared memory: the same node).
+    pub fn shares_memory_with(&self, rank: Rank) -> bool {
         self.shared.transport.capabilities(rank).shared_memory
     }
 

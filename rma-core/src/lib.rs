@@ -82,6 +82,7 @@ mod engine;
 mod epoch;
 mod error;
 mod group;
+mod node_collective;
 mod op_table;
 mod pool;
 mod progress;

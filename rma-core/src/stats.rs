@@ -21,9 +21,14 @@ pub struct Counters {
     ops_split: AtomicU64,
     pieces: AtomicU64,
     agent_passes: AtomicU64,
+    collectives_in_shared_memory: AtomicU64,
 }
 
 impl Counters {
+    /// A communicator's collective ran in its members' shared memory.
+    pub(crate) fn collective_in_shared_memory(&self) {
+        self.collectives_in_shared_memory.fetch_add(1, Relaxed);
+    }
     /// An op too large for one active message went in `pieces`.
     pub(crate) fn split(&self, pieces: usize) {
         self.ops_split.fetch_add(1, Relaxed);
@@ -88,6 +93,7 @@ impl Counters {
             ops_split: self.ops_split.load(Relaxed),
             pieces: self.pieces.load(Relaxed),
             agent_passes: self.agent_passes.load(Relaxed),
+            collectives_in_shared_memory: self.collectives_in_shared_memory.load(Relaxed),
         }
     }
 }
@@ -167,6 +173,9 @@ pub struct Stats {
     /// Progress passes the progress agent ran (process-wide; see
     /// [`AsyncProgress`](crate::AsyncProgress)).
     pub agent_passes: u64,
+    /// Barriers, allreduces and broadcasts of communicators that ran in their members'
+    /// shared memory, without messages (process-wide).
+    pub collectives_in_shared_memory: u64,
 }
 
 impl Stats {
@@ -196,6 +205,8 @@ impl Stats {
             ops_split: self.ops_split - earlier.ops_split,
             pieces: self.pieces - earlier.pieces,
             agent_passes: self.agent_passes - earlier.agent_passes,
+            collectives_in_shared_memory: self.collectives_in_shared_memory
+                - earlier.collectives_in_shared_memory,
             ..self.clone()
         }
     }

@@ -730,6 +730,15 @@ pub trait Transport: Send + Sync {
         let _ = win;
         None
     }
+    /// The native ops of window `win` toward the ranks that share memory with this one
+    /// (targets are World ranks, as everywhere), each completing in its call: what the
+    /// engine's collectives in a node's shared memory run on (`node_collective`), for a
+    /// window whose members all share memory. By default [`window_ops`](Self::window_ops)
+    /// where they all complete in their call; a backend that reaches only some ranks
+    /// through shared memory (the hybrid one) gives its node's.
+    fn node_window_ops(&self, win: u32) -> Option<Arc<dyn WindowOps>> {
+        self.window_ops(win).filter(|ops| ops.completes_in_call())
+    }
     /// The window is freed (or dropped): forget it. May be called more than once.
     fn window_freed(&self, win: u32) {
         let _ = win;

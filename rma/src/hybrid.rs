@@ -32,6 +32,7 @@ use std::time::Duration;
 use rma_backend::{split_descriptor, Collectives, WindowSegment};
 use rma_core::transport::{
     Event, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, UserMemory, Wake,
+    WindowOps,
 };
 use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
 use rma_shm::ShmTransport;
@@ -468,6 +469,13 @@ impl Transport for HybridTransport {
         self.node.window_freed(win);
         self.net.window_freed(win);
     }
+    fn node_window_ops(&self, win: u32) -> Option<Arc<dyn WindowOps>> {
+        let ops = self.node.window_ops(win)?;
+        Some(Arc::new(NodeWindowOps {
+            ops,
+            node_index: self.node_index.clone(),
+        }))
+    }
 
     fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
         self.job.allgather(mine)
@@ -627,5 +635,73 @@ fn across_nodes(c: Capabilities) -> Capabilities {
         compare_and_swap: 0,
         native_locks: false,
         ..c
+    }
+}
+
+/// The shared-memory ops of one window, toward the ranks of this node, addressed by job
+/// rank (the node's backend numbers its ranks from 0): for the engine's collectives in a
+/// node's shared memory. A rank off the node is refused.
+struct NodeWindowOps {
+    ops: Arc<dyn WindowOps>,
+    node_index: Vec<u32>,
+}
+
+impl NodeWindowOps {
+    fn on_node(&self, target: Rank) -> Result<Rank, TransportError> {
+        match self.node_index.get(target as usize) {
+            Some(&i) if i != OFF_NODE => Ok(i),
+            _ => Err(TransportError::Unsupported(
+                "a node's shared-memory ops toward a rank off the node",
+            )),
+        }
+    }
+}
+
+impl WindowOps for NodeWindowOps {
+    fn put(&self, target: Rank, offset: u64, data: &[u8]) -> Result<Issued, TransportError> {
+        self.ops.put(self.on_node(target)?, offset, data)
+    }
+    fn get_into(&self, target: Rank, offset: u64, dst: &mut [u8]) -> Result<bool, TransportError> {
+        self.ops.get_into(self.on_node(target)?, offset, dst)
+    }
+    fn atomic(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+    ) -> Result<Issued, TransportError> {
+        self.ops.atomic(self.on_node(target)?, offset, atomic)
+    }
+    fn atomic_into(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        self.ops
+            .atomic_into(self.on_node(target)?, offset, atomic, old)
+    }
+    fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
+        self.ops.try_lock(self.on_node(target)?, exclusive)
+    }
+    fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError> {
+        self.ops.unlock(self.on_node(target)?, exclusive)
+    }
+    fn notify(&self, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
+        self.ops.notify(self.on_node(rank)?, notice)
+    }
+    fn take_notices(&self, from: Rank, notice: Notice) -> u64 {
+        self.on_node(from)
+            .map_or(0, |i| self.ops.take_notices(i, notice))
+    }
+    fn barrier_arrive(&self) -> Result<Option<u64>, TransportError> {
+        self.ops.barrier_arrive()
+    }
+    fn barrier_done(&self, ticket: u64) -> Result<bool, TransportError> {
+        self.ops.barrier_done(ticket)
+    }
+    fn completes_in_call(&self) -> bool {
+        self.ops.completes_in_call()
     }
 }

@@ -88,7 +88,7 @@ fn run(iters: u32) -> Result<(), String> {
         w.barrier().map_err(e)?;
         ar.push(allreduce(iters * 50)?);
     }
-    let rounds = usize::BITS - (p - 1).leading_zeros();
+    let rounds = u32::BITS - (p.max(1) - 1).leading_zeros();
     if me == 0 {
         let (ww, sw, ar) = (median(ww), median(sw), median(ar));
         println!("# rma communicators on {p} ranks (medians of 3 runs, rank 0)");

@@ -1404,6 +1404,21 @@ impl<'b, T: Element> GetInto<'b, T> {
     }
 }
 
+impl<T: Element> Window<T> {
+    /// The window's id (the engine's and the backend's).
+    pub(crate) fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// Drops the window without telling its peers (each member drops its own): for the
+    /// engine's windows, which no user epoch uses.
+    pub(crate) fn leave_quietly(self) {
+        self.shared
+            .freed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl<T: Element> Drop for Window<T> {
     /// A window dropped without [`free`](Window::free) leaves the engine's registry (no
     /// collective, no message): peers that still address it get their packets refused.
