@@ -856,7 +856,10 @@ impl EngineShared {
         let mut held = HeldState::default();
         for ev in events.drain(..) {
             match ev {
-                Event::Received { from, data } => self.dispatch(&windows, &mut held, from, &data),
+                Event::Received { from, data } => {
+                    self.dispatch(&windows, &mut held, from, &data);
+                    self.transport.recycle(data);
+                }
                 Event::Completed { token, data } => {
                     if let Some(i) = find(&windows, (token >> 40) as u32) {
                         held.state(&windows, i)

@@ -201,6 +201,10 @@ pub(crate) struct TargetSide {
     pub refused: Vec<Rank>,
     /// Ops received per origin since its last RMA_DONE (checked against its count).
     pub since_done: HashMap<Rank, u32>,
+    /// The last get's reply buffer, once encoded, for the next get: a piece of a large
+    /// get is up to a message long, and a fresh zeroed buffer each time was a fresh
+    /// mapping to fault in.
+    pub spare_reply: Vec<u8>,
 }
 
 impl TargetSide {
@@ -249,7 +253,13 @@ impl TargetSide {
                 None
             }
             Body::Get { token, .. } => {
-                let mut out = vec![0; extent.bytes() as usize];
+                let mut out = std::mem::take(&mut self.spare_reply);
+                let n = extent.bytes() as usize;
+                if out.len() < n {
+                    out.resize(n, 0);
+                } else {
+                    out.truncate(n);
+                }
                 for ((off, len), chunk) in extent.blocks().zip(out.chunks_mut(block.max(1))) {
                     seg.read(base + off as usize, &mut chunk[..len]);
                 }

@@ -853,6 +853,13 @@ pub trait Transport: Send + Sync {
 
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
+    /// A packet of an [`Event::Received`] the engine is done with, for the backend to
+    /// fill again: an active message of a large op is a piece of up to the largest
+    /// message, and a fresh buffer for each was a fresh mapping to fault in (glibc maps
+    /// allocations of that size). By default dropped.
+    fn recycle(&self, packet: Vec<u8>) {
+        drop(packet);
+    }
 
     /// Whether peers' operations on this process need this process's progress (lock
     /// requests, active messages, replies, connections to accept): where they do, the

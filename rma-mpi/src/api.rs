@@ -795,7 +795,17 @@ fn communicate(
         datatype::flat(tgt.1)?;
         return Ok(None);
     }
-    let t = target(rank, disp, tgt.0, tgt.1)?;
+    let t = if sys::datatype_key(tgt.1) == sys::datatype_key(origin.2) && o.count > 0 {
+        // The usual call names one datatype on both sides: looked up once.
+        Target {
+            rank: rank_of(rank)?,
+            disp: disp as i64,
+            count: count(tgt.0, "target count")?,
+            flat: o.flat.clone(),
+        }
+    } else {
+        target(rank, disp, tgt.0, tgt.1)?
+    };
     match what {
         Comm::Put => w.rput(&o, &t),
         Comm::Get => w.get(&o, &t),

@@ -146,6 +146,7 @@ fn cache() -> &'static Cache {
 /// A datatype's [`Flat`]: a predefined datatype's lives as long as the process (and
 /// costs no reference count per operation), a derived one's as long as it is cached or
 /// in use.
+#[derive(Clone)]
 pub enum FlatRef {
     Predefined(&'static Flat),
     Derived(Arc<Flat>),
@@ -275,12 +276,22 @@ fn type_error(message: impl Into<String>) -> MpiError {
 }
 
 /// What `datatype` means, for an operation (predefined, or derived and committed).
-#[inline]
+///
+/// A predefined datatype seen before is the hot path, inline; everything else is in
+/// [`flat_of_others`], out of line: its locals (a typemap, a set) made every call save
+/// and restore a large frame, a third of the lookup.
+#[inline(always)]
 pub fn flat(datatype: MPI_Datatype) -> MpiResult<FlatRef> {
     let key = datatype_key(datatype);
-    if let Some(f) = predefined().find(key) {
-        return Ok(FlatRef::Predefined(f));
+    match predefined().find(key) {
+        Some(f) => Ok(FlatRef::Predefined(f)),
+        None => flat_of_others(datatype, key),
     }
+}
+
+/// [`flat`] of a derived datatype, or of a predefined one the first time.
+#[inline(never)]
+fn flat_of_others(datatype: MPI_Datatype, key: u64) -> MpiResult<FlatRef> {
     let c = cache();
     if let Some(f) = c.flat.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(FlatRef::Derived(f.clone()));

@@ -63,6 +63,8 @@ const SLEEPING: usize = DEPARTURE_SLOT * 64 + 12;
 const LOCK_TABLE: usize = LOCK_SLOTS * 64;
 /// Bytes of each ring (one per sender in every inbox).
 const RING_BYTES: usize = 256 * 1024;
+/// Packet buffers kept for the next polls (a pass rarely takes more at once).
+const SPARE_PACKETS: usize = 16;
 const EXCLUSIVE: u64 = 1 << 63;
 
 /// The numeric variables this backend reads (see rma-ofi's `ENV_NUMBERS`).
@@ -557,7 +559,9 @@ pub struct ShmTransport {
     polls: AtomicU64,
     /// Every peer's process (all on this node), each failure reported once.
     watch: PeerWatch,
-    scratch: Mutex<Vec<u8>>,
+    /// Packet buffers the engine gave back ([`Transport::recycle`]), filled by the next
+    /// polls: no allocation (and no fresh pages) per active message.
+    spare_packets: Mutex<Vec<Vec<u8>>>,
     /// `RMA_SHM_CMA=1`: windows over user memory stay in user memory (reached by
     /// cross-memory attach) instead of being copied into a shared segment.
     cross_memory_only: bool,
@@ -667,7 +671,7 @@ impl ShmTransport {
                 used: (0..LOCK_SLOTS).map(|i| i == DEPARTURE_SLOT).collect(),
             })),
             polls: AtomicU64::new(0),
-            scratch: Mutex::new(Vec::new()),
+            spare_packets: Mutex::new(Vec::new()),
             cross_memory_only,
         })
     }
@@ -1348,9 +1352,17 @@ impl Transport for ShmTransport {
         })
     }
 
+    fn recycle(&self, packet: Vec<u8>) {
+        let mut spare = self.spare_packets.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < SPARE_PACKETS {
+            spare.push(packet);
+        }
+    }
+
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
         let before = events.len();
-        let mut buf = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spare = self.spare_packets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = spare.pop().unwrap_or_default();
         for from in 0..self.size as Rank {
             let ring = self.ring(from, self.rank);
             let mut freed = false;
@@ -1358,9 +1370,10 @@ impl Transport for ShmTransport {
                 match ring.pop(&mut buf) {
                     Ok(true) => {
                         freed = true;
+                        let next = spare.pop().unwrap_or_default();
                         events.push(Event::Received {
                             from,
-                            data: buf.clone(),
+                            data: std::mem::replace(&mut buf, next),
                         })
                     }
                     Ok(false) => {
@@ -1384,6 +1397,8 @@ impl Transport for ShmTransport {
                 }
             }
         }
+        spare.push(buf);
+        drop(spare);
         // Liveness is a syscall per peer: check it now and then, not on every poll.
         if self.polls.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
             self.check_liveness(events);

@@ -141,8 +141,12 @@ impl Ring {
             {
                 return Err(Corrupt);
             }
-            out.clear();
-            out.resize(len, 0);
+            // A buffer given back by the engine is usually long enough: no zeroing.
+            if out.len() < len {
+                out.resize(len, 0);
+            } else {
+                out.truncate(len);
+            }
             self.region.read(self.data(pos + 8), out);
             // Free the space only after the copy is done.
             self.head()

@@ -469,6 +469,10 @@ impl Transport for HybridTransport {
         self.node.window_freed(win);
         self.net.window_freed(win);
     }
+    fn recycle(&self, packet: Vec<u8>) {
+        // Either backend's buffer is a buffer: the node's polls are the busy ones.
+        self.node.recycle(packet);
+    }
     fn node_window_ops(&self, win: u32) -> Option<Arc<dyn WindowOps>> {
         let ops = self.node.window_ops(win)?;
         Some(Arc::new(NodeWindowOps {

@@ -225,6 +225,9 @@ impl WinState {
                     .u64(token)
                     .u8(ok as u8)
                     .bytes(&data);
+                if data.capacity() > self.target.spare_reply.capacity() {
+                    self.target.spare_reply = data;
+                }
                 self.send_encoded(w, from, Kind::Response)?;
             }
             None if reply.ack => self.send_control(w, from, Kind::Ack, ack_flags, 0)?,
