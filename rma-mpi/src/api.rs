@@ -772,9 +772,38 @@ pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
 
 /// The body of every put, get and accumulate: MPI_PROC_NULL targets do nothing (once
 /// the window and datatypes are checked).
+///
+/// The common call (one predefined contiguous datatype and one count on both sides, a
+/// put or a get) goes straight to the window, inline; the rest out of line, whose frame
+/// the common call then does not pay.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 fn communicate(
+    w: &Win,
+    origin: (*const c_void, i64, MPI_Datatype),
+    rank: c_int,
+    disp: MPI_Aint,
+    tgt: (i64, MPI_Datatype),
+    what: Comm,
+) -> MpiResult<Option<Shared>> {
+    if matches!(what, Comm::Put | Comm::Get) {
+        if let Some(n) = contiguous_both(origin, rank, tgt) {
+            // The common call: one predefined contiguous datatype, one count, both sides.
+            let (addr, rank, disp) = (origin.0.cast(), rank_of(rank)?, disp as i64);
+            return match what {
+                Comm::Put => w.put_contiguous(addr, n, rank, disp).map(|()| None),
+                _ => w.get_contiguous(addr, n, rank, disp),
+            };
+        }
+    }
+    communicate_described(w, origin, rank, disp, tgt, what)
+}
+
+/// [`communicate`] of any call: origin and target described (datatypes flattened,
+/// counts checked), then the window's op for them.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn communicate_described(
     w: &Win,
     origin: (*const c_void, i64, MPI_Datatype),
     rank: c_int,
@@ -814,6 +843,30 @@ fn communicate(
             let r = buffer(result.0, result.1, result.2, "result count")?;
             w.get_accumulate(&o, &r, acc_op(op)?, &t)
         }
+    }
+}
+
+/// The bytes of a call whose origin and target name one predefined contiguous datatype
+/// and one positive count (not MPI_PROC_NULL): what it moves in one run each side.
+/// `None` for every other call (the general path then checks and describes both).
+#[inline(always)]
+fn contiguous_both(
+    origin: (*const c_void, i64, MPI_Datatype),
+    rank: c_int,
+    tgt: (i64, MPI_Datatype),
+) -> Option<usize> {
+    if origin.1 <= 0
+        || origin.1 != tgt.0
+        || sys::datatype_key(origin.2) != sys::datatype_key(tgt.1)
+        || rank == proc_null()
+    {
+        return None;
+    }
+    match datatype::flat(origin.2) {
+        Ok(datatype::FlatRef::Predefined(f)) if f.contiguous(origin.1 as usize) => {
+            (origin.1 as usize).checked_mul(f.size).filter(|&n| n > 0)
+        }
+        _ => None,
     }
 }
 

@@ -434,6 +434,44 @@ impl Win {
         self.put(origin, target).map(|()| None)
     }
 
+    /// MPI_Put of `n` bytes at `addr` to `disp` of `rank`, contiguous on both sides
+    /// (the caller found one predefined datatype and one count on both).
+    #[inline(always)]
+    pub fn put_contiguous(
+        &self,
+        addr: *const u8,
+        n: usize,
+        rank: Rank,
+        disp: i64,
+    ) -> MpiResult<()> {
+        self.check_rank(rank)?;
+        let at = self.byte_disp(rank, disp)?;
+        // SAFETY: MPI's contract for an origin buffer: `n` bytes at `addr` (`count`
+        // contiguous items) are readable during the call.
+        let data = unsafe { std::slice::from_raw_parts(addr, n) };
+        Ok(self.rma.put(data, rank, at)?)
+    }
+
+    /// MPI_Get (and MPI_Rget) of `n` bytes into `addr` from `disp` of `rank`,
+    /// contiguous on both sides: `None` when the data is in place already.
+    #[inline(always)]
+    pub fn get_contiguous(
+        &self,
+        addr: *const u8,
+        n: usize,
+        rank: Rank,
+        disp: i64,
+    ) -> MpiResult<Option<Shared>> {
+        self.check_rank(rank)?;
+        let at = self.byte_disp(rank, disp)?;
+        // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at `addr`,
+        // not accessed by the application until the get completes (the borrow lives in
+        // the completion until then).
+        let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+        let into = self.rma.get_into(rank, at, buf)?;
+        self.landed_or_due(rank, into)
+    }
+
     /// MPI_Get (and MPI_Rget): `None` when the data is in place already.
     pub fn get(&self, origin: &Buffer, target: &Target) -> MpiResult<Option<Shared>> {
         let n = origin.bytes()?;
