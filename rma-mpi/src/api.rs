@@ -786,13 +786,17 @@ fn communicate(
     tgt: (i64, MPI_Datatype),
     what: Comm,
 ) -> MpiResult<Option<Shared>> {
-    if matches!(what, Comm::Put | Comm::Get) {
-        if let Some(n) = contiguous_both(origin, rank, tgt) {
+    if matches!(what, Comm::Put | Comm::Get | Comm::Accumulate(_)) {
+        if let Some((n, flat)) = contiguous_both(origin, rank, tgt) {
             // The common call: one predefined contiguous datatype, one count, both sides.
             let (addr, rank, disp) = (origin.0.cast(), rank_of(rank)?, disp as i64);
             return match what {
                 Comm::Put => w.put_contiguous(addr, n, rank, disp).map(|()| None),
-                _ => w.get_contiguous(addr, n, rank, disp),
+                Comm::Get => w.get_contiguous(addr, n, rank, disp),
+                Comm::Accumulate(op) => w
+                    .accumulate_contiguous(addr, n, flat.code, acc_op(op)?, rank, disp)
+                    .map(|()| None),
+                Comm::GetAccumulate(..) => unreachable!("not taken here"),
             };
         }
     }
@@ -847,14 +851,15 @@ fn communicate_described(
 }
 
 /// The bytes of a call whose origin and target name one predefined contiguous datatype
-/// and one positive count (not MPI_PROC_NULL): what it moves in one run each side.
-/// `None` for every other call (the general path then checks and describes both).
+/// and one positive count (not MPI_PROC_NULL): what it moves in one run each side, and
+/// the datatype. `None` for every other call (the general path then checks and
+/// describes both).
 #[inline(always)]
 fn contiguous_both(
     origin: (*const c_void, i64, MPI_Datatype),
     rank: c_int,
     tgt: (i64, MPI_Datatype),
-) -> Option<usize> {
+) -> Option<(usize, &'static datatype::Flat)> {
     if origin.1 <= 0
         || origin.1 != tgt.0
         || sys::datatype_key(origin.2) != sys::datatype_key(tgt.1)
@@ -864,7 +869,8 @@ fn contiguous_both(
     }
     match datatype::flat(origin.2) {
         Ok(datatype::FlatRef::Predefined(f)) if f.contiguous(origin.1 as usize) => {
-            (origin.1 as usize).checked_mul(f.size).filter(|&n| n > 0)
+            let n = (origin.1 as usize).checked_mul(f.size).filter(|&n| n > 0)?;
+            Some((n, f))
         }
         _ => None,
     }

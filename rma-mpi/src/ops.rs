@@ -452,6 +452,30 @@ impl Win {
         Ok(self.rma.put(data, rank, at)?)
     }
 
+    /// MPI_Accumulate of `n` bytes at `addr` (elements of code `code`) to `disp` of
+    /// `rank`, contiguous on both sides.
+    #[inline(always)]
+    pub fn accumulate_contiguous(
+        &self,
+        addr: *const u8,
+        n: usize,
+        code: u8,
+        op: AccOp,
+        rank: Rank,
+        disp: i64,
+    ) -> MpiResult<()> {
+        self.check_rank(rank)?;
+        if op == AccOp::NoOp {
+            return Ok(());
+        }
+        let at = self.byte_disp(rank, disp)?;
+        // SAFETY: as `put_contiguous`'s: `n` readable bytes at `addr` during the call.
+        let data = unsafe { std::slice::from_raw_parts(addr, n) };
+        by_element!(self, bitwise(code, op, data), |view: E| {
+            Ok(view.accumulate(&elements::<E>(data), op, rank, at)?)
+        })
+    }
+
     /// MPI_Get (and MPI_Rget) of `n` bytes into `addr` from `disp` of `rank`,
     /// contiguous on both sides: `None` when the data is in place already.
     #[inline(always)]
