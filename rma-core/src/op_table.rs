@@ -33,6 +33,15 @@ impl OpKind {
             OpKind::Get | OpKind::GetAccumulate | OpKind::CompareAndSwap
         )
     }
+    /// The accumulate family (accumulate, get_accumulate, fetch_and_op,
+    /// compare_and_swap): ops that MPI orders among themselves from one origin to one
+    /// target location (accumulate_ordering's default, rar, raw, war and waw).
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            OpKind::Accumulate | OpKind::GetAccumulate | OpKind::CompareAndSwap
+        )
+    }
 }
 
 /// An operation element: PENDING while queued, ISSUED while waiting for completion.
@@ -87,6 +96,13 @@ pub(crate) struct TargetElem {
     pub am_since_done: u32,
     /// Native ops under way (an RMA_DONE may only follow once they are complete).
     pub native_in_flight: u32,
+    /// Ops of the accumulate family went as active messages and no ack after them has
+    /// come back yet: the target's CPU may not have applied them, so a native one (the
+    /// NIC's, or the provider's) could overtake them. Native ones of the family wait
+    /// until [`am_atomics_applied`](Self::am_atomics_applied).
+    pub am_atomics: bool,
+    /// The op at the head of the queue waits for order (see `am_atomics`); counted once.
+    pub held_for_order: bool,
     /// The sync to send when the queue drains.
     pub sync: SyncFlag,
     /// RMA_DONE / UNLOCK acknowledgements still to come from this target.
@@ -103,6 +119,8 @@ impl TargetElem {
         self.state = state;
         self.am_since_done = 0;
         self.native_in_flight = 0;
+        self.am_atomics = false;
+        self.held_for_order = false;
         self.sync = SyncFlag::None;
         self.acks_awaited = 0;
         self.no_delay = false;
@@ -120,6 +138,13 @@ impl TargetElem {
         !self.pending.is_empty()
             || self.sync != SyncFlag::None
             || self.state == TargetState::LockIssued
+    }
+    /// Whether every op of the accumulate family sent as an active message is known
+    /// applied at the target: none was sent, or no active message went since the last
+    /// RMA_DONE and every ack is back (delivery is ordered, and the target acks an
+    /// RMA_DONE after applying what came before it).
+    pub(crate) fn am_atomics_applied(&self) -> bool {
+        !self.am_atomics || (self.am_since_done == 0 && self.acks_awaited == 0)
     }
     /// Every op is locally complete.
     pub(crate) fn ops_complete(&self) -> bool {

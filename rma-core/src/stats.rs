@@ -20,6 +20,7 @@ pub struct Counters {
     refused: AtomicU64,
     ops_split: AtomicU64,
     pieces: AtomicU64,
+    ops_held_for_order: AtomicU64,
     agent_passes: AtomicU64,
     collectives_in_shared_memory: AtomicU64,
 }
@@ -33,6 +34,10 @@ impl Counters {
     pub(crate) fn split(&self, pieces: usize) {
         self.ops_split.fetch_add(1, Relaxed);
         self.pieces.fetch_add(pieces as u64, Relaxed);
+    }
+    /// An op of the accumulate family waited for one of the other path before it.
+    pub(crate) fn held_for_order(&self) {
+        self.ops_held_for_order.fetch_add(1, Relaxed);
     }
     pub(crate) fn message(&self, kind: Kind, bytes: usize) {
         self.messages[kind as usize].fetch_add(1, Relaxed);
@@ -92,6 +97,7 @@ impl Counters {
             refused: self.refused.load(Relaxed),
             ops_split: self.ops_split.load(Relaxed),
             pieces: self.pieces.load(Relaxed),
+            ops_held_for_order: self.ops_held_for_order.load(Relaxed),
             agent_passes: self.agent_passes.load(Relaxed),
             collectives_in_shared_memory: self.collectives_in_shared_memory.load(Relaxed),
         }
@@ -170,6 +176,12 @@ pub struct Stats {
     pub ops_split: u64,
     /// The pieces they went in.
     pub pieces: u64,
+    /// Ops of the accumulate family (accumulate, get_accumulate, fetch_and_op,
+    /// compare_and_swap) that waited before going because one before them to the same
+    /// target took the other path (native after active messages: until an ack says
+    /// those are applied; an active message after native ones: until they complete), so
+    /// that neither overtakes the other (MPI's accumulate ordering).
+    pub ops_held_for_order: u64,
     /// Progress passes the progress agent ran (process-wide; see
     /// [`AsyncProgress`](crate::AsyncProgress)).
     pub agent_passes: u64,
@@ -204,6 +216,7 @@ impl Stats {
             refused: self.refused - earlier.refused,
             ops_split: self.ops_split - earlier.ops_split,
             pieces: self.pieces - earlier.pieces,
+            ops_held_for_order: self.ops_held_for_order - earlier.ops_held_for_order,
             agent_passes: self.agent_passes - earlier.agent_passes,
             collectives_in_shared_memory: self.collectives_in_shared_memory
                 - earlier.collectives_in_shared_memory,

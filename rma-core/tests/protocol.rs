@@ -913,3 +913,46 @@ fn mismatched_collectives_on_a_communicator_are_errors_on_its_members() {
         Ok(())
     });
 }
+
+// ----- accumulate ordering across paths ---------------------------------------------------
+
+/// MPI orders accumulates from one origin to one location (accumulate_ordering's
+/// default), whichever path each takes. On the RDMA profile Max and Min are active
+/// messages (the target's progress applies them) and Sum is native (the simulated NIC
+/// applies it at once): a fetch_and_op after an accumulate by message must see it, and
+/// a Min by message after a native Sum must come after it, with the target busy
+/// elsewhere and deliveries late. Each wait is counted.
+#[test]
+fn accumulates_keep_their_order_across_the_native_and_message_paths() {
+    for seed in 0..16 {
+        run(2, Profile::Rdma, seed, config(), |e| {
+            let win = e.allocate::<u64>(2)?;
+            win.lock_all(Assert::NONE)?;
+            if e.rank() == 0 {
+                let before = win.stats();
+                for k in 1..=40u64 {
+                    // Active message, then native: the fetch sees the max.
+                    win.accumulate(&[k * 100], AccOp::Max, 1, 0)?;
+                    let old = win.fetch_and_op(1, AccOp::Sum, 1, 0)?.wait()?;
+                    assert_eq!(old, k * 100, "round {k}: fetch_and_op overtook the max");
+                    // Native, then active message: the min comes last.
+                    win.accumulate(&[5], AccOp::Sum, 1, 1)?;
+                    win.accumulate(&[k], AccOp::Min, 1, 1)?;
+                }
+                win.flush(1)?;
+                let last = win.get_accumulate(&[0], AccOp::NoOp, 1, 1)?.wait()?;
+                assert_eq!(last, vec![40], "a Sum overtook the Min after it");
+                let s = win.stats().since(&before);
+                assert!(
+                    s.ops_held_for_order >= 40,
+                    "every fetch_and_op after a max waits for its ack: {s:?}"
+                );
+                assert!(s.ops_native >= 80 && s.ops_active_message >= 80, "{s:?}");
+            }
+            win.unlock_all()?;
+            e.barrier()?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}

@@ -286,6 +286,23 @@ impl WinState {
             let Some(op) = elem.pending.pop_front() else {
                 break;
             };
+            if op.kind.is_atomic() && Self::must_wait_for_order(elem, op.native) {
+                elem.pending.push_front(op);
+                if !std::mem::replace(&mut elem.held_for_order, true) {
+                    w.counters.held_for_order();
+                    w.engine.stats.held_for_order();
+                }
+                if elem.am_since_done > 0 {
+                    // Ask for the ack that says the active messages before it are
+                    // applied (an RMA_DONE of their count, as a flush sends).
+                    let count = elem.am_since_done;
+                    elem.am_since_done = 0;
+                    elem.acks_awaited += 1;
+                    self.send_control(w, rank, Kind::Done, flags::DONE, count)?;
+                }
+                break;
+            }
+            elem.held_for_order = false;
             let last = elem.pending.is_empty();
             let sync = elem.sync;
             if !op.native && last && sync != SyncFlag::None {
@@ -303,8 +320,12 @@ impl WinState {
             }
             issued += 1;
         }
-        // A sync no op could carry goes alone, once native ops are complete at the target.
+        // A sync no op could carry goes alone, once native ops are complete at the target
+        // (and after every op: one held for order waits in the queue).
         let elem = self.table.get_mut(rank).expect("exists");
+        if !elem.pending.is_empty() {
+            return Ok(issued);
+        }
         // Whoever waited for these ops has them issued; piggybacking may resume.
         elem.no_delay = false;
         if elem.sync != SyncFlag::None && elem.native_in_flight == 0 {
@@ -323,6 +344,24 @@ impl WinState {
             }
         }
         Ok(issued)
+    }
+
+    /// Whether an op of the accumulate family toward `elem`'s target must wait before it
+    /// goes, so that it cannot overtake one of the family sent before it by the other
+    /// path (MPI orders them from one origin to one location). A native one waits until
+    /// the active messages before it are known applied: the target's CPU applies those
+    /// when it reads them, the NIC or provider a native one when it arrives. An active
+    /// message waits until native ops before it are complete (delivery-complete on every
+    /// backend: applied at the target); no provider is asked to order atomics against
+    /// messages. Ops of one path keep their order by themselves (the wire's sequence, the
+    /// queue pair's or endpoint's order). Mixed paths are rare: an (op, type) the backend
+    /// has no atomic for, or one longer than its atomics take.
+    fn must_wait_for_order(elem: &TargetElem, native: bool) -> bool {
+        if native {
+            !elem.am_atomics_applied()
+        } else {
+            elem.native_in_flight > 0
+        }
     }
 
     pub(super) fn native_locks(w: &WindowShared, rank: Rank) -> bool {
@@ -381,6 +420,7 @@ impl WinState {
         self.send_encoded(w, rank, kind)?;
         w.counters.op_under_lock(false);
         let elem = self.table.get_mut(rank).expect("target element exists");
+        elem.am_atomics |= op.kind.is_atomic();
         if fl & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
             elem.am_since_done = 0;
         } else {

@@ -47,10 +47,12 @@ impl WinState {
             self.request_lock(w, rank)?;
         }
         // Fast path: native, access granted, nothing queued before it.
-        let elem_state = self
-            .table
-            .get(rank)
-            .map(|t| (t.state, t.pending.is_empty()));
+        // (An op of the accumulate family after active-message ones not yet known
+        // applied queues: ISSUE_OPS_TARGET keeps their order.)
+        let elem_state = self.table.get(rank).map(|t| {
+            let clear = t.pending.is_empty() && (!d.kind.is_atomic() || t.am_atomics_applied());
+            (t.state, clear)
+        });
         let has_elem = elem_state.is_some();
         if native && elem_state.is_none_or(|(s, empty)| empty && s != TargetState::LockCalled) {
             let granted = self.access_granted_in(w, rank, elem_state.map(|(s, _)| s));
