@@ -794,7 +794,7 @@ fn communicate(
                 Comm::Put => w.put_contiguous(addr, n, rank, disp).map(|()| None),
                 Comm::Get => w.get_contiguous(addr, n, rank, disp),
                 Comm::Accumulate(op) => w
-                    .accumulate_contiguous(addr, n, flat.code, acc_op(op)?, rank, disp)
+                    .accumulate_contiguous(addr, n, flat, acc_op(op)?, rank, disp)
                     .map(|()| None),
                 Comm::GetAccumulate(..) => unreachable!("not taken here"),
             };

@@ -32,6 +32,10 @@ pub struct Flat {
     /// decoded (vectors, subarrays of one dimension's stride, regular indexed types):
     /// the first block's offset, the blocks' length and their stride.
     pub pattern: Option<Pattern>,
+    /// It holds a basic element wider than 8 bytes that rma has no element type for
+    /// (long double, double complex, pair types of 16 bytes and more): MPI_REPLACE and
+    /// MPI_NO_OP could move it only as several words, which a concurrent update tears.
+    pub wide: bool,
 }
 
 /// Blocks of one length at one stride: (first offset, length, stride).
@@ -47,6 +51,7 @@ impl Flat {
             blocks,
             code,
             pattern,
+            wide: false,
         }
     }
 
@@ -239,6 +244,7 @@ pub fn nothing() -> FlatRef {
         blocks: Vec::new(),
         code: 0,
         pattern: None,
+        wide: false,
     };
     FlatRef::Predefined(&NOTHING)
 }
@@ -318,11 +324,13 @@ fn flat_of_others(datatype: MPI_Datatype, key: u64) -> MpiResult<FlatRef> {
     typemap(datatype, 0, &mut blocks, &mut codes, 0)?;
     let (_, extent) = extent_of(datatype)?;
     let size = blocks.iter().map(|b: &(isize, usize)| b.1).sum();
+    let wide = codes.remove(&WIDE_BITS);
     let code = match codes.len() {
         1 => codes.into_iter().next().unwrap_or(0),
         _ => 0,
     };
-    let f = Flat::new(size, extent, blocks, code);
+    let mut f = Flat::new(size, extent, blocks, code);
+    f.wide = wide;
     if code_is_predefined(datatype) {
         return Ok(FlatRef::Predefined(predefined().insert(key, f)));
     }
@@ -353,8 +361,12 @@ fn extent_of(datatype: MPI_Datatype) -> MpiResult<(isize, isize)> {
     Ok((lb as isize, extent as isize))
 }
 
+/// Met beside code 0 in [`typemap`]'s codes: a basic element of no rma type wider
+/// than 8 bytes ([`Flat::wide`]).
+const WIDE_BITS: u8 = u8::MAX;
+
 /// Appends the runs of one item of `datatype` at `base` (merging adjacent ones) and the
-/// element codes met.
+/// element codes met (with [`WIDE_BITS`] for a wide element of no rma type).
 fn typemap(
     datatype: MPI_Datatype,
     base: isize,
@@ -385,6 +397,9 @@ fn typemap(
             // of up to 8 bytes are one atomic word.
             let (_, extent) = extent_of(datatype)?;
             codes.insert(0);
+            if extent > 8 {
+                codes.insert(WIDE_BITS);
+            }
             push_run(out, base, extent.max(0) as usize);
             return Ok(());
         }
@@ -395,6 +410,9 @@ fn typemap(
             // Bytes only, or a pair type (MINLOC/MAXLOC): decode pairs to their parts
             // below would need MPI's layout of them; keep them as bytes.
             codes.insert(0);
+            if size > 8 {
+                codes.insert(WIDE_BITS);
+            }
         } else {
             codes.insert(code as u8);
         }

@@ -238,17 +238,35 @@ macro_rules! by_element {
 
 /// The element code for `op` on data of code `code`: MPI_REPLACE and MPI_NO_OP move
 /// bits, so a datatype rma has no element type for (0: long double, complex, pair
-/// types) moves as the widest unsigned integers that tile it.
-fn bitwise(code: u8, op: AccOp, data: &[u8]) -> u8 {
+/// types) moves as the widest unsigned integers that tile it, where one word holds a
+/// whole basic element. A wider one (`wide`: long double, double complex, MPI_LONG_INT,
+/// MPI_DOUBLE_INT, ...) would go as several words, each atomic alone, and a reader
+/// racing a writer could see half of each (MPICH's atomic_get tests saw pairs whose
+/// halves came from different writers): a wrong answer is worse than a refusal, so it is
+/// MPI_ERR_TYPE.
+fn bitwise(code: u8, op: AccOp, data: &[u8], wide: bool) -> MpiResult<u8> {
     if code != 0 || !matches!(op, AccOp::Replace | AccOp::NoOp) {
-        return code;
+        return Ok(code);
     }
-    match data.len() {
+    if wide {
+        return Err(would_tear());
+    }
+    Ok(match data.len() {
         n if n % 8 == 0 => 4,
         n if n % 4 == 0 => 3,
         n if n % 2 == 0 => 2,
         _ => 1,
-    }
+    })
+}
+
+/// The refusal of a [`Flat::wide`] element under MPI_REPLACE or MPI_NO_OP.
+fn would_tear() -> MpiError {
+    MpiError::new(
+        int!(MPI_ERR_TYPE),
+        "MPI_REPLACE or MPI_NO_OP on a basic datatype wider than 8 bytes that rma has no \
+         atomic element for (long double, double complex, pairs of 16 bytes and more): it \
+         cannot be updated atomically yet, and is refused rather than torn",
+    )
 }
 
 /// A contiguous run of `size` bytes, with no element type: the layout of one element of
@@ -459,7 +477,7 @@ impl Win {
         &self,
         addr: *const u8,
         n: usize,
-        code: u8,
+        flat: &Flat,
         op: AccOp,
         rank: Rank,
         disp: i64,
@@ -471,7 +489,7 @@ impl Win {
         let at = self.byte_disp(rank, disp)?;
         // SAFETY: as `put_contiguous`'s: `n` readable bytes at `addr` during the call.
         let data = unsafe { std::slice::from_raw_parts(addr, n) };
-        by_element!(self, bitwise(code, op, data), |view: E| {
+        by_element!(self, bitwise(flat.code, op, data, flat.wide)?, |view: E| {
             Ok(view.accumulate(&elements::<E>(data), op, rank, at)?)
         })
     }
@@ -559,7 +577,13 @@ impl Win {
         }
         let data = origin.packed()?;
         Self::same_size(data.len(), target)?;
-        let code = bitwise(Self::element_code(&origin.flat, &target.flat)?, op, &data);
+        let wide = origin.flat.wide || target.flat.wide;
+        let code = bitwise(
+            Self::element_code(&origin.flat, &target.flat)?,
+            op,
+            &data,
+            wide,
+        )?;
         let runs = self.target_runs(target)?;
         let regular = runs.strided().filter(|v| self.one_op_for(target.rank, v));
         by_element!(self, code, |view: E| {
@@ -606,7 +630,8 @@ impl Win {
             Self::same_size(d.len(), target)?;
             d
         };
-        let code = bitwise(code, op, &data);
+        let wide = origin.flat.wide || result.flat.wide || target.flat.wide;
+        let code = bitwise(code, op, &data, wide)?;
         let runs = self.target_runs(target)?;
         by_element!(self, code, |view: E| {
             if let (Runs::One([(disp, _)]), true) = (&runs, result.flat.contiguous(result.count)) {
@@ -684,6 +709,9 @@ impl Win {
         target: Rank,
         disp: i64,
     ) -> MpiResult<()> {
+        if flat.wide {
+            return Err(would_tear());
+        }
         let one = |addr: *const u8| Buffer {
             addr,
             count: 1,

@@ -109,6 +109,38 @@ int main(int argc, char **argv) {
     /* Compare-and-swap on floats is not MPI's (integer, logical and byte types). */
     float g = 0;
     EXPECT(MPI_Compare_and_swap(&f, &f, &g, MPI_FLOAT, right, 0, win), MPI_ERR_UNSUPPORTED_OPERATION);
+    /* Pairs and long doubles wider than a word under MPI_REPLACE and MPI_NO_OP would be
+     * torn by a concurrent writer (two words, each atomic alone): refused until they are
+     * updated atomically. A pair of 8 bytes is one word and goes (below). */
+    struct { long v; int i; } li = {5, 1}, li_out, lis[2] = {{1, 1}, {2, 2}};
+    struct { double v; int i; } di = {1.5, 2}, di_out;
+    long double ld = 1.0L;
+    EXPECT(MPI_Accumulate(&li, 1, MPI_LONG_INT, right, 0, 1, MPI_LONG_INT, MPI_REPLACE, win),
+           MPI_ERR_TYPE);
+    EXPECT(MPI_Get_accumulate(&li, 1, MPI_LONG_INT, &li_out, 1, MPI_LONG_INT, right, 0, 1,
+                              MPI_LONG_INT, MPI_NO_OP, win),
+           MPI_ERR_TYPE);
+    EXPECT(MPI_Fetch_and_op(&di, &di_out, MPI_DOUBLE_INT, right, 0, MPI_REPLACE, win),
+           MPI_ERR_TYPE);
+    EXPECT(MPI_Accumulate(&ld, 1, MPI_LONG_DOUBLE, right, 0, 1, MPI_LONG_DOUBLE, MPI_REPLACE,
+                          win),
+           MPI_ERR_TYPE);
+    MPI_Datatype pairs;
+    MPI_Type_contiguous(2, MPI_LONG_INT, &pairs);
+    MPI_Type_commit(&pairs);
+    EXPECT(MPI_Accumulate(lis, 1, pairs, right, 0, 1, pairs, MPI_REPLACE, win), MPI_ERR_TYPE);
+    MPI_Type_free(&pairs);
+    int two_ints[2] = {40 + rank, 41}, got_ints[2] = {0, 0};
+    EXPECT(MPI_Accumulate(two_ints, 1, MPI_2INT, right, 8, 1, MPI_2INT, MPI_REPLACE, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Fetch_and_op(NULL, got_ints, MPI_2INT, right, 8, MPI_NO_OP, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (got_ints[0] != 40 + rank || got_ints[1] != 41) {
+        fprintf(stderr, "[%d] MPI_2INT by MPI_REPLACE read back %d %d\n", rank, got_ints[0],
+                got_ints[1]);
+        errors++;
+    }
     /* A second lock_all while one is open. */
     EXPECT(MPI_Win_lock_all(0, win), MPI_ERR_RMA_SYNC);
     /* Free while the epoch is open: refused, the window stays. */
