@@ -2,12 +2,15 @@
  * loops of rma's OSU binaries (benches/src/kernels.rs), so that one invocation compares
  * rma with an MPI's own one-sided implementation on the same pattern:
  *
- *   rma_latency OP SYNC ITERS WARMUP
- *   OP:   put | get | acc | get_acc | fop | cas
- *   SYNC: flush | lock | lock_all | fence | pscw
+ *   rma_latency OP SYNC ITERS WARMUP [WINDOW]
+ *   OP:     put | get | acc | get_acc | fop | cas
+ *   SYNC:   flush | lock | lock_all | fence | pscw
+ *   WINDOW: allocate (the default: MPI_Win_allocate) | create (MPI_Win_create over
+ *           malloc'd memory) | dynamic (MPI_Win_create_dynamic, the memory attached and
+ *           its address exchanged; displacements are addresses), as OSU's -w
  *
  * put, get, acc and get_acc move 8 elements of MPI_UINT8_T (acc and get_acc: MPI_SUM);
- * fop and cas one MPI_UINT64_T. Window from MPI_Win_allocate. Lock types as rma's: shared,
+ * fop and cas one MPI_UINT64_T. Lock types as rma's: shared,
  * but exclusive for get_acc under flush and lock and for fop and cas under lock. Rank 0
  * is the origin and prints "OP SYNC LATENCY_US"; fence and pscw are ping-pongs whose time
  * is halved, as OSU and rma halve them. Every fetched value is checked. */
@@ -29,25 +32,26 @@ static enum op parse_op(const char *s) {
 
 static uint8_t bytes[8], got[8];
 static uint64_t one = 1, old, compare, swap; /* fop adds one; cas swaps i for i + 1 */
+static MPI_Aint at = 0; /* the target's displacement 0: its region's address on dynamic windows */
 
 /* One op toward `target`; the caller completes it (flush, unlock, fence, complete). */
 static void issue(enum op op, int target, MPI_Win win) {
     switch (op) {
-    case PUT: MPI_Put(bytes, 8, MPI_UINT8_T, target, 0, 8, MPI_UINT8_T, win); break;
-    case GET: MPI_Get(got, 8, MPI_UINT8_T, target, 0, 8, MPI_UINT8_T, win); break;
-    case ACC: MPI_Accumulate(bytes, 8, MPI_UINT8_T, target, 0, 8, MPI_UINT8_T, MPI_SUM, win); break;
+    case PUT: MPI_Put(bytes, 8, MPI_UINT8_T, target, at, 8, MPI_UINT8_T, win); break;
+    case GET: MPI_Get(got, 8, MPI_UINT8_T, target, at, 8, MPI_UINT8_T, win); break;
+    case ACC: MPI_Accumulate(bytes, 8, MPI_UINT8_T, target, at, 8, MPI_UINT8_T, MPI_SUM, win); break;
     case GET_ACC:
-        MPI_Get_accumulate(bytes, 8, MPI_UINT8_T, got, 8, MPI_UINT8_T, target, 0, 8,
+        MPI_Get_accumulate(bytes, 8, MPI_UINT8_T, got, 8, MPI_UINT8_T, target, at, 8,
                            MPI_UINT8_T, MPI_SUM, win);
         break;
-    case FOP: MPI_Fetch_and_op(&one, &old, MPI_UINT64_T, target, 8, MPI_SUM, win); break;
-    case CAS: MPI_Compare_and_swap(&swap, &compare, &old, MPI_UINT64_T, target, 8, win); break;
+    case FOP: MPI_Fetch_and_op(&one, &old, MPI_UINT64_T, target, at + 8, MPI_SUM, win); break;
+    case CAS: MPI_Compare_and_swap(&swap, &compare, &old, MPI_UINT64_T, target, at + 8, win); break;
     }
 }
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: rma_latency OP SYNC ITERS WARMUP\n");
+        fprintf(stderr, "usage: rma_latency OP SYNC ITERS WARMUP [allocate|create|dynamic]\n");
         return 2;
     }
     MPI_Init(&argc, &argv);
@@ -63,9 +67,26 @@ int main(int argc, char **argv) {
     int iters = atoi(argv[3]), skip = atoi(argv[4]), total = iters + skip;
     int peer = 1 - rank;
     memset(bytes, 'a', sizeof bytes);
-    uint8_t *base;
+    const char *flavor = argc > 5 ? argv[5] : "allocate";
+    uint8_t *base = NULL;
     MPI_Win win;
-    MPI_Win_allocate(16, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    if (!strcmp(flavor, "allocate")) {
+        MPI_Win_allocate(16, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    } else if (!strcmp(flavor, "create")) {
+        base = malloc(16);
+        MPI_Win_create(base, 16, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    } else if (!strcmp(flavor, "dynamic")) {
+        base = malloc(16);
+        MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+        MPI_Win_attach(win, base, 16);
+        MPI_Aint mine, theirs[2];
+        MPI_Get_address(base, &mine);
+        MPI_Allgather(&mine, 1, MPI_AINT, theirs, 1, MPI_AINT, MPI_COMM_WORLD);
+        at = theirs[peer];
+    } else {
+        if (rank == 0) fprintf(stderr, "unknown window %s\n", flavor);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     memset(base, 0, 16);
     int exclusive = (op == GET_ACC && (!strcmp(sync, "flush") || !strcmp(sync, "lock"))) ||
                     ((op == FOP || op == CAS) && !strcmp(sync, "lock"));
@@ -156,7 +177,9 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("%s %s %.2f\n", argv[1], sync, active ? us / 2 : us);
     MPI_Group_free(&other);
     MPI_Group_free(&world);
+    if (!strcmp(flavor, "dynamic")) MPI_Win_detach(win, base);
     MPI_Win_free(&win);
+    if (strcmp(flavor, "allocate")) free(base);
     MPI_Finalize();
     return 0;
 }

@@ -38,6 +38,7 @@ fn main() {
         }
     };
     let out = match case {
+        "ops" if kind == "dynamic" => ops(&world.comm(), kind).and_then(|()| dynamic_paths(&world)),
         "ops" => ops(&world.comm(), kind),
         "comm_ops" => comm::comm_ops(&world, kind),
         "collectives" => comm::collectives(&world),
@@ -185,6 +186,65 @@ fn check_window(v: &[u64], left: Rank) -> Result<()> {
     check(v[8..10] == [17, 18], "get_accumulate landed")?;
     check(v[10] == 1005, "fetch_and_op landed")?;
     check(v[11] == l + 1, "compare_and_swap landed")
+}
+
+/// Which path a dynamic window's ops take. On shared memory alone, puts and gets of an
+/// attached region go by cross-memory attach (its owner lists it in a directory peers
+/// read), accumulates as messages, and an address outside the regions is a message the
+/// target refuses (at the flush), as a detached region's is; the contents are exact.
+fn dynamic_paths(world: &World) -> Result<()> {
+    let (me, n) = (world.rank(), world.size() as Rank);
+    let right = (me + 1) % n;
+    let win = world.create_dynamic::<u64>()?;
+    let address = win.attach(vec![0u64; 8])?;
+    let spare = win.attach(vec![0u64; 2])?;
+    let all = world.comm().allgather(&[address, spare])?;
+    let (theirs, their_spare) = (all[2 * right as usize], all[2 * right as usize + 1]);
+    world.barrier()?;
+    let before = win.stats();
+    win.lock_all(Assert::NONE)?;
+    win.put(&[me as u64 + 1, 2, 3], right, theirs + 8)?;
+    win.accumulate(&[5], AccOp::Sum, right, theirs + 40)?;
+    win.flush(right)?;
+    check(
+        win.get(right, theirs, 8)?.wait()? == [0, me as u64 + 1, 2, 3, 0, 5, 0, 0],
+        "put, accumulate and get of an attached region",
+    )?;
+    // Past the region's end, and a region detached by its owner: refused by the target.
+    let past = win
+        .put(&[1, 2], right, theirs + 56)
+        .and_then(|()| win.flush(right));
+    check(past.is_err(), "a put past the attached region is an error")?;
+    win.unlock_all()?;
+    let s = win.stats().since(&before);
+    let pure_shared_memory =
+        world.route(right) == rma::Route::SharedMemory && world.traffic(right).is_none();
+    if pure_shared_memory && std::env::var("RMA_NATIVE").as_deref() != Ok("0") {
+        check(
+            s.ops_native >= 2 && s.ops_active_message >= 2,
+            &format!("puts and gets by cross-memory attach, accumulates as messages: {s:?}"),
+        )?;
+    }
+    world.barrier()?;
+    check(
+        win.detach(spare)? == [0, 0],
+        "the spare region is untouched",
+    )?;
+    world.barrier()?;
+    win.lock_all(Assert::NONE)?;
+    let gone = win
+        .put(&[7], right, their_spare)
+        .and_then(|()| win.flush(right));
+    check(gone.is_err(), "a put to a detached region is an error")?;
+    win.unlock_all()?;
+    world.barrier()?;
+    let left = (me + n - 1) % n;
+    check(
+        win.detach(address)? == [0, left as u64 + 1, 2, 3, 0, 5, 0, 0],
+        "the region's contents",
+    )?;
+    win.free()?;
+    Ok(())
 }
 
 /// One window of the kind, initialized; returns it, the base displacement, and for

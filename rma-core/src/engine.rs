@@ -596,10 +596,19 @@ impl Engine {
             Some(_) => 0,
         };
         let proposal = e.next_window.load(Ordering::Relaxed);
+        // A dynamic window's part where the backend reaches attached regions natively.
+        let (memory, anchor) = match memory {
+            Ok(Memory::Dynamic(regions)) => match e.transport.allocate_dynamic() {
+                Ok(anchor) => (Ok(Memory::Dynamic(regions)), anchor),
+                Err(err) => (Err(err.into()), None),
+            },
+            other => (other, None),
+        };
         let mine = memory.as_ref().map_err(Clone::clone).map(|memory| {
-            let (len, key) = match memory {
-                Memory::Static(seg) => (seg.len() as u64, seg.descriptor()),
-                Memory::Dynamic(_) => (u64::MAX, Vec::new()),
+            let (len, key) = match (memory, &anchor) {
+                (Memory::Static(seg), _) => (seg.len() as u64, seg.descriptor()),
+                (Memory::Dynamic(_), Some(anchor)) => (u64::MAX, anchor.descriptor()),
+                (Memory::Dynamic(_), None) => (u64::MAX, Vec::new()),
             };
             let mut mine = Vec::with_capacity(16 + key.len());
             mine.extend_from_slice(&proposal.to_le_bytes());
@@ -639,7 +648,7 @@ impl Engine {
         drop(creating);
         let local: Option<Arc<dyn Segment>> = match &memory {
             Memory::Static(s) => Some(s.clone()),
-            Memory::Dynamic(_) => None,
+            Memory::Dynamic(_) => anchor.clone(),
         };
         // The backend maps or registers every member's part; that too can fail on one
         // rank alone, and the agreement on it is also the barrier after which peers may
@@ -662,6 +671,7 @@ impl Engine {
             e.clone(),
             remote,
             memory,
+            anchor,
             group,
         ));
         e.windows

@@ -247,6 +247,14 @@ pub trait WindowOps: Send + Sync {
     ) -> Result<bool, TransportError> {
         get_block_by_block(self, target, offset, stride, block, dst)
     }
+    /// Whether these ops reach `len` bytes at `offset` of `target`'s part. Always, but on
+    /// a dynamic window, where `offset` is an address in the target process: whether it
+    /// lies in a region the target has attached and published to this backend (the
+    /// engine sends the op as an active message otherwise, and the target checks it).
+    fn reaches(&self, target: Rank, offset: u64, len: u64) -> bool {
+        let _ = (target, offset, len);
+        true
+    }
 }
 
 /// [`WindowOps::put_blocks`] by default: a [`WindowOps::put`] per block (for a backend's
@@ -701,8 +709,28 @@ pub trait Transport: Send + Sync {
     }
     /// Exposes user memory as a window segment.
     fn expose(&self, memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError>;
+    /// This rank's part of a new dynamic window for a backend that reaches attached
+    /// regions natively: a segment of no bytes whose descriptor tells peers where to
+    /// find the regions this rank attaches (what [`region_attached`](Self::region_attached)
+    /// publishes), handed to [`window_ready`](Self::window_ready) as `local`. `None` (the
+    /// default): the window's ops are active messages, checked by the target.
+    fn allocate_dynamic(&self) -> Result<Option<Arc<dyn Segment>>, TransportError> {
+        Ok(None)
+    }
+    /// `len` bytes at `address` were attached to dynamic window `win` (made with an
+    /// [`allocate_dynamic`](Self::allocate_dynamic) part): peers may reach them natively
+    /// from now on. The engine's own record of the region is in place already.
+    fn region_attached(&self, win: u32, address: u64, len: u64) {
+        let _ = (win, address, len);
+    }
+    /// The region at `address` of dynamic window `win` is being detached: peers stop
+    /// reaching it natively before its memory goes back to the application.
+    fn region_detached(&self, win: u32, address: u64) {
+        let _ = (win, address);
+    }
     /// Tells the backend the window `win` is made of these segments (one per rank, from
-    /// the allgather; `local` is `None` for dynamic windows), so that native ops can
+    /// the allgather; `local` is `None` for dynamic windows, or this rank's
+    /// [`allocate_dynamic`](Self::allocate_dynamic) part), so that native ops can
     /// reach them. Collective: every rank calls it for the same window, but it must not
     /// block on the others (a rank whose call fails returns at once; the engine then
     /// agrees on every rank's outcome).

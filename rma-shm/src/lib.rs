@@ -12,6 +12,12 @@
 //!   created in place (`Comm::create_window_in_place`, MPI_Win_create of librma-mpi):
 //!   for that, and only then, each rank lifts Yama's ptrace restriction for processes of
 //!   the same user (`PR_SET_PTRACER_ANY`), which lets any of them attach to it.
+//! - **Dynamic windows**: each rank lists the regions it attaches in a directory in its
+//!   inbox (a seqlock, at the window's lock slot); a peer's put or get of a listed region
+//!   is cross-memory attach to its address there, with no action by the owner, while
+//!   accumulates and anything unlisted go as active messages, which the owner checks
+//!   against its regions. (As for every cross-memory write, an op racing the owner's
+//!   detach of its region is the program's error, as MPI says.)
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
 //!   and unlock complete while the target computes, with no action by the target. Each
 //!   live window (allocated, shared or over user memory) takes one of a process's 1023
@@ -32,6 +38,7 @@
 //!   publish with Release/Acquire.
 
 mod atomics;
+mod directory;
 mod ring;
 mod sys;
 
@@ -44,6 +51,7 @@ use rma_core::transport::{
 };
 use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
+use directory::{Directory, DIRECTORY_BYTES};
 use ring::Ring;
 use rma_backend::{process_alive, Collectives, PeerWatch, Region};
 use sys::Mapping;
@@ -93,6 +101,9 @@ struct LocalSegment {
     user: Mutex<Option<Box<dyn UserMemory>>>,
     lock_slot: u32,
     slots: Arc<Mutex<SlotTable>>,
+    /// A dynamic window's part (no bytes of its own: a lock slot, whose directory lists
+    /// the regions this rank attaches).
+    dynamic: bool,
 }
 
 impl Drop for LocalSegment {
@@ -126,6 +137,15 @@ impl Segment for LocalSegment {
     }
     fn descriptor(&self) -> Vec<u8> {
         let mut d = Vec::new();
+        if self.dynamic {
+            d.push(2);
+            d.extend_from_slice(&self.lock_slot.to_le_bytes());
+            d.extend_from_slice(&sys::pid().to_le_bytes());
+            // A byte of ours that peers read once, to learn whether cross-memory attach
+            // to this process is allowed.
+            d.extend_from_slice(&(std::ptr::addr_of!(PROBE) as u64).to_le_bytes());
+            return d;
+        }
         match &self.shm {
             Some((name, offset, total)) => {
                 d.push(0);
@@ -163,6 +183,9 @@ enum PeerMemory {
     Mapped(Region),
     /// Another process's user memory: cross-memory attach.
     CrossMemory { pid: u32, addr: u64, len: usize },
+    /// A dynamic window's regions in another process (or this one): cross-memory attach
+    /// to addresses its [`Directory`] lists.
+    Dynamic { pid: u32, directory: Directory },
     /// Not reachable natively: active messages.
     None,
 }
@@ -171,7 +194,8 @@ struct PeerWindow {
     memory: PeerMemory,
     lock: Option<Region>,
     /// The peer's lock slot for this window, which also indexes the PSCW notice counters
-    /// in both inboxes (None: a dynamic window, whose notices go by message).
+    /// in both inboxes (None: a dynamic window made without this backend's part, whose
+    /// notices go by message).
     slot: Option<usize>,
     /// The PSCW notice counters of this window between the peer and this process: ours
     /// in the peer's inbox (what we notify), the peer's in ours (what we take). Found
@@ -189,7 +213,45 @@ struct ShmWindow {
     members: usize,
     /// This process's rank: what its exclusive holds write into lock words.
     rank: Rank,
+    /// A dynamic window's regions attached here, as its directory lists them (in order
+    /// of attach; attach and detach rewrite the directory under this lock).
+    regions: Mutex<Vec<(u64, u64)>>,
     _mappings: Vec<Arc<Mapping>>,
+}
+
+impl ShmWindow {
+    /// On a dynamic window, whether `len` bytes at address `address` of `target` lie in
+    /// a region its directory lists: the process and the bytes' address there.
+    #[inline]
+    fn dynamic_reach(&self, target: Rank, address: u64, len: usize) -> Option<u32> {
+        match &self.peers[target as usize].memory {
+            PeerMemory::Dynamic { pid, directory } if directory.lists(address, len as u64) => {
+                Some(*pid)
+            }
+            _ => None,
+        }
+    }
+
+    /// The owner rewrites its directory (a dynamic window's).
+    fn publish_regions(&self, change: impl FnOnce(&mut Vec<(u64, u64)>)) {
+        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut regions);
+        if let Some(PeerWindow {
+            memory: PeerMemory::Dynamic { directory, .. },
+            ..
+        }) = self.peers.get(self.rank as usize)
+        {
+            directory.publish(&regions);
+        }
+    }
+}
+
+/// An op past a dynamic window's listed regions (the engine asks
+/// [`WindowOps::reaches`] first: only a region detached meanwhile comes here).
+fn unlisted(what: &str) -> TransportError {
+    TransportError::Failed(format!(
+        "{what} outside the regions the target has attached"
+    ))
 }
 
 /// A window's native operations, bound to it (what [`Transport::window_ops`] hands the
@@ -218,6 +280,20 @@ impl WindowOps for ShmWindow {
                     ));
                 }
                 sys::write_remote(*pid, addr + offset, data).map_err(|e| {
+                    fail(
+                        format!(
+                            "writing {} bytes to rank {target} (process_vm_writev)",
+                            data.len()
+                        ),
+                        e,
+                    )
+                })?;
+            }
+            PeerMemory::Dynamic { .. } => {
+                let pid = self
+                    .dynamic_reach(target, offset, data.len())
+                    .ok_or_else(|| unlisted("put"))?;
+                sys::write_remote(pid, offset, data).map_err(|e| {
                     fail(
                         format!(
                             "writing {} bytes to rank {target} (process_vm_writev)",
@@ -258,9 +334,31 @@ impl WindowOps for ShmWindow {
                     )
                 })?;
             }
+            PeerMemory::Dynamic { .. } => {
+                let pid = self
+                    .dynamic_reach(target, offset, dst.len())
+                    .ok_or_else(|| unlisted("get"))?;
+                sys::read_remote(pid, offset, dst).map_err(|e| {
+                    fail(
+                        format!(
+                            "reading {} bytes from rank {target} (process_vm_readv)",
+                            dst.len()
+                        ),
+                        e,
+                    )
+                })?;
+            }
             PeerMemory::None => return Ok(false),
         }
         Ok(true)
+    }
+
+    fn reaches(&self, target: Rank, offset: u64, len: u64) -> bool {
+        match &self.peers[target as usize].memory {
+            PeerMemory::Dynamic { directory, .. } => directory.lists(offset, len),
+            PeerMemory::Mapped(_) | PeerMemory::CrossMemory { .. } => true,
+            PeerMemory::None => false,
+        }
     }
 
     fn atomic(
@@ -577,8 +675,29 @@ impl std::fmt::Debug for ShmTransport {
 }
 
 fn inbox_len(size: usize) -> usize {
+    directory_table(size) + LOCK_SLOTS * DIRECTORY_BYTES
+}
+
+/// Where the dynamic windows' directories start in an inbox of a `size`-rank world: after
+/// the notice counters, one per lock slot (pages of slots no dynamic window took are
+/// never touched, so they take no memory).
+fn directory_table(size: usize) -> usize {
     notice_table(size) + LOCK_SLOTS * size * NOTICE_BYTES
 }
+
+/// The directory of `slot` in an inbox mapping.
+fn directory_at(inbox: &Arc<Mapping>, size: usize, slot: usize) -> Directory {
+    assert!(slot < LOCK_SLOTS);
+    let at = directory_table(size) + slot * DIRECTORY_BYTES;
+    assert!(at + DIRECTORY_BYTES <= inbox.len());
+    // SAFETY: inside the inbox's directory table (checked above); inbox mappings live as
+    // long as the transport, which outlives its windows.
+    Directory::new(unsafe { Region::new(inbox.ptr().add(at), DIRECTORY_BYTES) })
+}
+
+/// What peers read of this process once per dynamic window, to learn whether they may
+/// reach it by cross-memory attach.
+static PROBE: u8 = 1;
 
 /// Where the PSCW notice counters start in an inbox of a `size`-rank world: after the
 /// lock table and the rings, one pair of counters (posts, completes) per lock slot and
@@ -854,7 +973,7 @@ impl Transport for ShmTransport {
         let native_locks = peer.lock.is_some();
         match peer.memory {
             PeerMemory::Mapped(_) => full_capabilities(),
-            PeerMemory::CrossMemory { .. } => Capabilities {
+            PeerMemory::CrossMemory { .. } | PeerMemory::Dynamic { .. } => Capabilities {
                 rdma_write: true,
                 rdma_read: true,
                 native_locks,
@@ -959,6 +1078,7 @@ impl Transport for ShmTransport {
             user: Mutex::new(None),
             lock_slot,
             slots: self.slots.clone(),
+            dynamic: false,
         }))
     }
 
@@ -970,10 +1090,9 @@ impl Transport for ShmTransport {
 
     fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
         // User memory in place is reached by peers through process_vm_* (a window created
-        // in place; a dynamic window's regions only by messages, but which one this is
-        // is not ours to know): Yama's ptrace scope must let them, from now on.
-        static CROSS_MEMORY: std::sync::Once = std::sync::Once::new();
-        CROSS_MEMORY.call_once(sys::allow_cross_memory_attach);
+        // in place, a region of a dynamic window): Yama's ptrace scope must let them,
+        // from now on.
+        allow_cross_memory_attach_once();
         let bytes = memory.bytes_mut();
         // SAFETY: the heap buffer of the user's Vec does not move while the box is owned
         // by the segment (it is only handed back by `into_user_memory`, consuming it).
@@ -986,7 +1105,38 @@ impl Transport for ShmTransport {
             user: Mutex::new(Some(memory)),
             lock_slot,
             slots: self.slots.clone(),
+            dynamic: false,
         }))
+    }
+
+    fn allocate_dynamic(&self) -> Result<Option<Arc<dyn Segment>>, TransportError> {
+        // Peers reach the regions this rank attaches by cross-memory attach, listed in
+        // the directory of the lock slot taken here (which also holds the window's lock
+        // word, barrier words and notice counters, as for every other window).
+        allow_cross_memory_attach_once();
+        let lock_slot = self.take_slot()?;
+        Ok(Some(Arc::new(LocalSegment {
+            // SAFETY: no bytes: nothing is ever read or written through it.
+            region: unsafe { Region::new(std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), 0) },
+            mapping: None,
+            shm: None,
+            user: Mutex::new(None),
+            lock_slot,
+            slots: self.slots.clone(),
+            dynamic: true,
+        })))
+    }
+
+    fn region_attached(&self, win: u32, address: u64, len: u64) {
+        if let Ok(w) = self.window(win) {
+            w.publish_regions(|regions| regions.push((address, len)));
+        }
+    }
+
+    fn region_detached(&self, win: u32, address: u64) {
+        if let Ok(w) = self.window(win) {
+            w.publish_regions(|regions| regions.retain(|&(base, _)| base != address));
+        }
     }
 
     fn window_ready(
@@ -1013,6 +1163,7 @@ impl Transport for ShmTransport {
                     barrier: None,
                     members: 0,
                     rank: self.rank,
+                    regions: Mutex::new(Vec::new()),
                     _mappings: Vec::new(),
                 },
             );
@@ -1109,6 +1260,21 @@ impl Transport for ShmTransport {
                         PeerMemory::None
                     }
                 }
+                2 if k.len() >= 17 => {
+                    let pid = u32::from_le_bytes(k[5..9].try_into().expect("4 bytes"));
+                    let probe = u64::from_le_bytes(k[9..17].try_into().expect("8 bytes"));
+                    // Probe: cross-memory attach may be forbidden (ptrace scope, containers).
+                    let mut byte = [0u8; 1];
+                    if sys::read_remote(pid, probe, &mut byte).is_ok() {
+                        PeerMemory::Dynamic {
+                            pid,
+                            directory: directory_at(&self.inboxes[r], self.size, slot),
+                        }
+                    } else {
+                        tracing::info!(rank = r, "cross-memory attach refused: active messages");
+                        PeerMemory::None
+                    }
+                }
                 _ => {
                     return Err(TransportError::Failed(format!(
                         "bad window descriptor from rank {r}"
@@ -1150,6 +1316,7 @@ impl Transport for ShmTransport {
                 barrier,
                 members,
                 rank: self.rank,
+                regions: Mutex::new(Vec::new()),
                 _mappings: mappings,
             },
         );
@@ -1255,22 +1422,8 @@ impl Transport for ShmTransport {
                 }
                 region.read(offset as usize, &mut out);
             }
-            PeerMemory::CrossMemory {
-                pid,
-                addr,
-                len: wlen,
-            } => {
-                if offset as usize + len > *wlen {
-                    return Err(TransportError::Failed(
-                        "get outside the target's window".into(),
-                    ));
-                }
-                sys::read_remote(*pid, addr + offset, &mut out).map_err(|e| {
-                    fail(
-                        format!("reading {len} bytes from rank {target} (process_vm_readv)"),
-                        e,
-                    )
-                })?;
+            PeerMemory::CrossMemory { .. } | PeerMemory::Dynamic { .. } => {
+                w.get_into(target, offset, &mut out)?;
             }
             PeerMemory::None => {
                 return Err(TransportError::Unsupported("get from unmapped memory"))
@@ -1432,6 +1585,13 @@ fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> Region {
     // SAFETY: bytes 8..24 of a slot inside the inbox's lock table; inbox mappings live
     // as long as the transport, which outlives its windows.
     unsafe { Region::new(inbox.ptr().add(slot * 64 + 8), 16) }
+}
+
+/// Lets peers of this user reach this process by cross-memory attach (Yama's ptrace
+/// scope), once: for windows over user memory in place and dynamic windows.
+fn allow_cross_memory_attach_once() {
+    static CROSS_MEMORY: std::sync::Once = std::sync::Once::new();
+    CROSS_MEMORY.call_once(sys::allow_cross_memory_attach);
 }
 
 /// The lock word of `slot` in an inbox mapping.

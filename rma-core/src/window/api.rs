@@ -1118,6 +1118,12 @@ impl<T: Element> Window<T> {
             if let Memory::Dynamic(regions) = &mut *mem {
                 regions.push((address, seg));
             }
+            // Published once the target side has it: an op that the backend does not
+            // reach natively goes as a message, which finds the region too.
+            self.shared
+                .engine
+                .transport
+                .region_attached(self.shared.id, address, len);
             Ok(address)
         })
     }
@@ -1149,6 +1155,11 @@ impl<T: Element> Window<T> {
                 .iter()
                 .position(|(base, _)| *base == address)
                 .ok_or(UsageError::NotAttached)?;
+            // Peers stop reaching it natively before its memory goes back.
+            self.shared
+                .engine
+                .transport
+                .region_detached(self.shared.id, address);
             let (_, seg) = regions.swap_remove(i);
             seg.into_user_memory()
                 .ok_or_else(|| UsageError::NotAttached.into())
@@ -1294,6 +1305,7 @@ impl<T: Element> Window<T> {
             &mut *w.memory.write().unwrap_or_else(|e| e.into_inner()),
             Memory::Dynamic(Vec::new()),
         );
+        drop(w.anchor.lock().unwrap_or_else(|e| e.into_inner()).take());
         let kept = w.user_copy.lock().unwrap_or_else(|e| e.into_inner()).take();
         match (w.kind, mem, kept) {
             (WindowKind::Create, Memory::Static(seg), Some(mut user)) => {

@@ -137,6 +137,10 @@ pub(crate) struct WindowShared {
     pub engine: Arc<EngineShared>,
     pub remote: Vec<RemoteSegment>,
     pub memory: RwLock<Memory>,
+    /// A dynamic window's part of this rank where the backend reaches attached regions
+    /// natively ([`Transport::allocate_dynamic`](crate::transport::Transport::allocate_dynamic)),
+    /// kept until the window is freed.
+    pub anchor: Mutex<Option<Arc<dyn Segment>>>,
     pub state: StateLock<WinState>,
     pub counters: Counters,
     /// Per-target route: index into `classes`, decided once at creation (the native

@@ -11,6 +11,7 @@ impl WindowShared {
         engine: Arc<EngineShared>,
         remote: Vec<RemoteSegment>,
         memory: Memory,
+        anchor: Option<Arc<dyn Segment>>,
         group: Option<Group>,
     ) -> Self {
         let ops = engine.transport.window_ops(id);
@@ -44,6 +45,7 @@ impl WindowShared {
             engine,
             remote,
             memory: RwLock::new(memory),
+            anchor: Mutex::new(anchor),
             state,
             counters: Counters::default(),
             user_copy: Mutex::new(None),
@@ -195,6 +197,16 @@ impl WindowShared {
         if self.ops.is_none() {
             self.engine.transport.memory_sync();
         }
+    }
+
+    /// On a dynamic window: whether the window's ops reach `extent` of `target` natively
+    /// (a region it attached and the backend published); otherwise the op is a message
+    /// and the target checks it against its regions.
+    #[inline(never)]
+    fn reaches_region(&self, target: Rank, extent: Extent) -> bool {
+        self.ops
+            .as_deref()
+            .is_some_and(|ops| ops.reaches(target, extent.offset, extent.span()))
     }
 
     /// Whether a strided op toward `target` runs natively in its call (shared memory):
@@ -378,7 +390,10 @@ impl WindowShared {
         // A strided extent runs natively where every op completes in its call: one
         // call per block, inside this op's (see `native_blocks`).
         let contiguous = extent.count <= 1 || self.blocks_in_call;
-        if !self.engine.config.native_ops || self.kind == WindowKind::Dynamic || !contiguous {
+        if !self.engine.config.native_ops || !contiguous {
+            return false;
+        }
+        if self.kind == WindowKind::Dynamic && !self.reaches_region(target, extent) {
             return false;
         }
         let caps = self.caps(target);
