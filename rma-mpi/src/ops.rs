@@ -259,6 +259,16 @@ fn bitwise(code: u8, op: AccOp, data: &[u8], wide: bool) -> MpiResult<u8> {
     })
 }
 
+/// A fetching atomic's old value, done in its call (shared memory's atomics), to the
+/// application's result buffer: no request, nothing due.
+#[inline(always)]
+fn land_now<E: Element>(old: E, result: *mut u8) -> MpiResult<()> {
+    // SAFETY: MPI's contract for a result buffer: one writable element of the datatype
+    // at `result` (any alignment), not accessed by the application during the call.
+    unsafe { std::ptr::write_unaligned(result.cast::<E>(), old) };
+    Ok(())
+}
+
 /// The refusal of a [`Flat::wide`] element under MPI_REPLACE or MPI_NO_OP.
 fn would_tear() -> MpiError {
     MpiError::new(
@@ -693,8 +703,11 @@ impl Win {
                 // SAFETY: MPI's contract: one element of the datatype at `origin`.
                 unsafe { std::ptr::read_unaligned(origin.cast::<E>()) }
             };
-            let request = view.fetch_and_op(value, op, target, at)?;
-            self.land_one(target, request, result)
+            let mut old = E::zeroed();
+            match view.fetch_and_op_into(value, op, target, at, &mut old)? {
+                None => land_now(old, result),
+                Some(request) => self.land_one(target, request, result),
+            }
         })
     }
 
@@ -755,8 +768,11 @@ impl Win {
                     std::ptr::read_unaligned(compare.cast::<E>()),
                 )
             };
-            let request = view.compare_and_swap(expected, swap, target, at)?;
-            self.land_one(target, request, result)
+            let mut old = E::zeroed();
+            match view.compare_and_swap_into(expected, swap, target, at, &mut old)? {
+                None => land_now(old, result),
+                Some(request) => self.land_one(target, request, result),
+            }
         })
     }
 

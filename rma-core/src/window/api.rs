@@ -790,21 +790,38 @@ impl<T: Element> Window<T> {
 
     /// Atomic fetch-and-op on one element; the request's value is the old value.
     pub fn fetch_and_op(&self, value: T, op: AccOp, target: Rank, disp: u64) -> Result<Request<T>> {
+        let mut old = T::zeroed();
+        Ok(self
+            .fetch_and_op_into(value, op, target, disp, &mut old)?
+            .unwrap_or_else(|| Request::value(old)))
+    }
+
+    /// [`fetch_and_op`](Self::fetch_and_op) whose old value lands in `old` where the
+    /// backend completes it in the call (shared memory): `None` then, with no request
+    /// made; otherwise the request that carries it (`old` untouched). MPI_Fetch_and_op's
+    /// form, for a caller that keeps the result's place.
+    pub fn fetch_and_op_into(
+        &self,
+        value: T,
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        old: &mut T,
+    ) -> Result<Option<Request<T>>> {
         self.raised("fetch_and_op", || {
             let target = self.shared.world(target)?;
             Self::check_op(op)?;
             let extent = self
                 .shared
                 .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-            let mut old = T::zeroed();
             if let Some(done) = self.fetch_direct(
                 bytemuck::bytes_of(&value),
                 op,
                 target,
                 extent,
-                bytemuck::bytes_of_mut(&mut old),
+                bytemuck::bytes_of_mut(old),
             ) {
-                return done.map(|()| Request::value(old));
+                return done.map(|()| None);
             }
             let posted = self.shared.post(Self::desc(
                 OpKind::GetAccumulate,
@@ -814,7 +831,7 @@ impl<T: Element> Window<T> {
                 bytemuck::bytes_of(&value),
                 true,
             ))?;
-            Ok(self.request(posted, target, to_one::<T>))
+            Ok(Some(self.request(posted, target, to_one::<T>)))
         })
     }
 
@@ -827,6 +844,23 @@ impl<T: Element> Window<T> {
         target: Rank,
         disp: u64,
     ) -> Result<Request<T>> {
+        let mut old = T::zeroed();
+        Ok(self
+            .compare_and_swap_into(compare, swap, target, disp, &mut old)?
+            .unwrap_or_else(|| Request::value(old)))
+    }
+
+    /// [`compare_and_swap`](Self::compare_and_swap) whose old value lands in `old` where
+    /// the backend completes it in the call, as
+    /// [`fetch_and_op_into`](Self::fetch_and_op_into).
+    pub fn compare_and_swap_into(
+        &self,
+        compare: T,
+        swap: T,
+        target: Rank,
+        disp: u64,
+        old: &mut T,
+    ) -> Result<Option<Request<T>>> {
         self.raised("compare_and_swap", || {
             let target = self.shared.world(target)?;
             if !T::DATATYPE.is_integer() {
@@ -848,14 +882,13 @@ impl<T: Element> Window<T> {
                 compare: bytemuck::bytes_of(&compare),
                 swap: bytemuck::bytes_of(&swap),
             };
-            let mut old = T::zeroed();
             if let Some(done) = self.shared.atomic_direct_into(
                 target,
                 extent.offset,
                 atomic,
-                bytemuck::bytes_of_mut(&mut old),
+                bytemuck::bytes_of_mut(old),
             ) {
-                return done.map(|()| Request::value(old));
+                return done.map(|()| None);
             }
             let mut pair = [0u8; 16];
             pair[..Self::SIZE].copy_from_slice(bytemuck::bytes_of(&compare));
@@ -868,7 +901,7 @@ impl<T: Element> Window<T> {
                 &pair[..2 * Self::SIZE],
                 true,
             ))?;
-            Ok(self.request(posted, target, to_one::<T>))
+            Ok(Some(self.request(posted, target, to_one::<T>)))
         })
     }
 
