@@ -247,12 +247,13 @@ pub trait WindowOps: Send + Sync {
     ) -> Result<bool, TransportError> {
         get_block_by_block(self, target, offset, stride, block, dst)
     }
-    /// Whether these ops reach `len` bytes at `offset` of `target`'s part. Always, but on
-    /// a dynamic window, where `offset` is an address in the target process: whether it
-    /// lies in a region the target has attached and published to this backend (the
-    /// engine sends the op as an active message otherwise, and the target checks it).
-    fn reaches(&self, target: Rank, offset: u64, len: u64) -> bool {
-        let _ = (target, offset, len);
+    /// Whether these ops reach `len` bytes at `offset` of `target`'s part (for an
+    /// `atomic`, with an atomic). Always, but on a dynamic window, where `offset` is an
+    /// address in the target process: whether it lies in a region the target has
+    /// attached and published to this backend, reachable so (the engine sends the op as
+    /// an active message otherwise, and the target checks it).
+    fn reaches(&self, target: Rank, offset: u64, len: u64, atomic: bool) -> bool {
+        let _ = (target, offset, len, atomic);
         true
     }
 }
@@ -717,11 +718,13 @@ pub trait Transport: Send + Sync {
     fn allocate_dynamic(&self) -> Result<Option<Arc<dyn Segment>>, TransportError> {
         Ok(None)
     }
-    /// `len` bytes at `address` were attached to dynamic window `win` (made with an
-    /// [`allocate_dynamic`](Self::allocate_dynamic) part): peers may reach them natively
+    /// `segment` (from [`expose`](Self::expose), or [`allocate`](Self::allocate) where
+    /// the engine copied an attached `Vec` into the backend's memory) was attached at
+    /// `address` to dynamic window `win` (made with an
+    /// [`allocate_dynamic`](Self::allocate_dynamic) part): peers may reach it natively
     /// from now on. The engine's own record of the region is in place already.
-    fn region_attached(&self, win: u32, address: u64, len: u64) {
-        let _ = (win, address, len);
+    fn region_attached(&self, win: u32, address: u64, segment: &Arc<dyn Segment>) {
+        let _ = (win, address, segment);
     }
     /// The region at `address` of dynamic window `win` is being detached: peers stop
     /// reaching it natively before its memory goes back to the application.

@@ -13,11 +13,16 @@
 //!   for that, and only then, each rank lifts Yama's ptrace restriction for processes of
 //!   the same user (`PR_SET_PTRACER_ANY`), which lets any of them attach to it.
 //! - **Dynamic windows**: each rank lists the regions it attaches in a directory in its
-//!   inbox (a seqlock, at the window's lock slot); a peer's put or get of a listed region
-//!   is cross-memory attach to its address there, with no action by the owner, while
-//!   accumulates and anything unlisted go as active messages, which the owner checks
-//!   against its regions. (As for every cross-memory write, an op racing the owner's
-//!   detach of its region is the program's error, as MPI says.)
+//!   inbox (a seqlock, at the window's lock slot), with no action by the owner per op. A
+//!   region attached as a `Vec` (rma's `attach`) moves into a segment of its own, which
+//!   peers map through its descriptor on first use: every op on it native, as on
+//!   allocated memory. A region of the application's memory in place (`attach_memory`,
+//!   librma-mpi's MPI_Win_attach) is reached by cross-memory attach for puts and gets.
+//!   Accumulates on it, and anything unlisted (past a directory's 127 regions), go as
+//!   active messages, which the owner checks against its regions. (As for every
+//!   cross-memory write, an op racing the owner's detach of its region is the
+//!   program's error, as MPI says; a mapped region outlives its detach in the peers
+//!   that mapped it.)
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
 //!   and unlock complete while the target computes, with no action by the target. Each
 //!   live window (allocated, shared or over user memory) takes one of a process's 1023
@@ -51,7 +56,7 @@ use rma_core::transport::{
 };
 use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
-use directory::{Directory, DIRECTORY_BYTES};
+use directory::{Directory, Entry, DIRECTORY_BYTES};
 use ring::Ring;
 use rma_backend::{process_alive, Collectives, PeerWatch, Region};
 use sys::Mapping;
@@ -183,11 +188,35 @@ enum PeerMemory {
     Mapped(Region),
     /// Another process's user memory: cross-memory attach.
     CrossMemory { pid: u32, addr: u64, len: usize },
-    /// A dynamic window's regions in another process (or this one): cross-memory attach
-    /// to addresses its [`Directory`] lists.
-    Dynamic { pid: u32, directory: Directory },
+    /// A dynamic window's regions in another process (or this one), as its [`Directory`]
+    /// lists them: mapped here (regions the library copied into a segment of its own),
+    /// or cross-memory attach (the application's memory in place).
+    Dynamic {
+        pid: u32,
+        directory: Directory,
+        /// The peer's region segments mapped here so far: (address, generation) and the
+        /// mapping (kept until the window goes).
+        mapped: RwLock<Vec<MappedRegion>>,
+    },
     /// Not reachable natively: active messages.
     None,
+}
+
+/// A peer's region of a dynamic window, mapped here.
+#[derive(Debug)]
+struct MappedRegion {
+    address: u64,
+    generation: u64,
+    region: Region,
+    _mapping: Arc<Mapping>,
+}
+
+/// How an op reaches bytes of a peer's dynamic window.
+enum Reached {
+    /// Mapped here: the region and the bytes' offset in it.
+    Mapped(Region, usize),
+    /// The application's memory of process `pid`, at the op's address.
+    CrossMemory(u32),
 }
 
 struct PeerWindow {
@@ -215,25 +244,62 @@ struct ShmWindow {
     rank: Rank,
     /// A dynamic window's regions attached here, as its directory lists them (in order
     /// of attach; attach and detach rewrite the directory under this lock).
-    regions: Mutex<Vec<(u64, u64)>>,
+    regions: Mutex<Vec<Entry>>,
     _mappings: Vec<Arc<Mapping>>,
 }
 
 impl ShmWindow {
-    /// On a dynamic window, whether `len` bytes at address `address` of `target` lie in
-    /// a region its directory lists: the process and the bytes' address there.
+    /// On a dynamic window: how `len` bytes at address `address` of `target` are
+    /// reached, if a region its directory lists holds them.
     #[inline]
-    fn dynamic_reach(&self, target: Rank, address: u64, len: usize) -> Option<u32> {
-        match &self.peers[target as usize].memory {
-            PeerMemory::Dynamic { pid, directory } if directory.lists(address, len as u64) => {
-                Some(*pid)
-            }
-            _ => None,
+    fn dynamic_reach(&self, target: Rank, address: u64, len: usize) -> Option<Reached> {
+        let PeerMemory::Dynamic {
+            pid,
+            directory,
+            mapped,
+        } = &self.peers[target as usize].memory
+        else {
+            return None;
+        };
+        let (entry, at) = directory.find(address, len as u64)?;
+        let Some(fd) = entry.fd else {
+            return Some(Reached::CrossMemory(*pid));
+        };
+        let known =
+            |m: &MappedRegion| m.address == entry.address && m.generation == entry.generation;
+        if let Some(m) = mapped
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|m| known(m))
+        {
+            return Some(Reached::Mapped(m.region, at as usize));
         }
+        let mapping =
+            Arc::new(Mapping::open(&format!("/proc/{pid}/fd/{fd}"), entry.len as usize).ok()?);
+        // Still listed after the open: the owner closes a region's descriptor only after
+        // it took the region off its directory, so the descriptor opened was that
+        // region's, not a later file's under the same number.
+        if directory.find(address, len as u64).map(|(e, _)| e) != Some(entry) {
+            return None;
+        }
+        // SAFETY: the whole mapping (its length is the entry's, checked against the
+        // segment's size when opened); the mapping lives in `mapped` for the window's life.
+        let region = unsafe { Region::new(mapping.ptr(), entry.len as usize) };
+        mapped
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(MappedRegion {
+                address: entry.address,
+                generation: entry.generation,
+                region,
+                _mapping: mapping,
+            });
+        Some(Reached::Mapped(region, at as usize))
     }
 
     /// The owner rewrites its directory (a dynamic window's).
-    fn publish_regions(&self, change: impl FnOnce(&mut Vec<(u64, u64)>)) {
+    fn publish_regions(&self, change: impl FnOnce(&mut Vec<Entry>)) {
         let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
         change(&mut regions);
         if let Some(PeerWindow {
@@ -290,9 +356,14 @@ impl WindowOps for ShmWindow {
                 })?;
             }
             PeerMemory::Dynamic { .. } => {
-                let pid = self
-                    .dynamic_reach(target, offset, data.len())
-                    .ok_or_else(|| unlisted("put"))?;
+                let pid = match self.dynamic_reach(target, offset, data.len()) {
+                    Some(Reached::Mapped(region, at)) => {
+                        region.write(at, data);
+                        return Ok(Issued::Complete(None));
+                    }
+                    Some(Reached::CrossMemory(pid)) => pid,
+                    None => return Err(unlisted("put")),
+                };
                 sys::write_remote(pid, offset, data).map_err(|e| {
                     fail(
                         format!(
@@ -335,9 +406,14 @@ impl WindowOps for ShmWindow {
                 })?;
             }
             PeerMemory::Dynamic { .. } => {
-                let pid = self
-                    .dynamic_reach(target, offset, dst.len())
-                    .ok_or_else(|| unlisted("get"))?;
+                let pid = match self.dynamic_reach(target, offset, dst.len()) {
+                    Some(Reached::Mapped(region, at)) => {
+                        region.read(at, dst);
+                        return Ok(true);
+                    }
+                    Some(Reached::CrossMemory(pid)) => pid,
+                    None => return Err(unlisted("get")),
+                };
                 sys::read_remote(pid, offset, dst).map_err(|e| {
                     fail(
                         format!(
@@ -353,9 +429,12 @@ impl WindowOps for ShmWindow {
         Ok(true)
     }
 
-    fn reaches(&self, target: Rank, offset: u64, len: u64) -> bool {
+    fn reaches(&self, target: Rank, offset: u64, len: u64, atomic: bool) -> bool {
         match &self.peers[target as usize].memory {
-            PeerMemory::Dynamic { directory, .. } => directory.lists(offset, len),
+            // Atomics need the region mapped here (the library's copy of a Vec).
+            PeerMemory::Dynamic { directory, .. } => directory
+                .find(offset, len)
+                .is_some_and(|(e, _)| !atomic || e.fd.is_some()),
             PeerMemory::Mapped(_) | PeerMemory::CrossMemory { .. } => true,
             PeerMemory::None => false,
         }
@@ -607,6 +686,15 @@ impl ShmWindow {
     ) -> Result<R, TransportError> {
         let region = match &self.peers[target as usize].memory {
             PeerMemory::Mapped(r) => r,
+            PeerMemory::Dynamic { .. } => {
+                return match self.dynamic_reach(target, offset, len) {
+                    Some(Reached::Mapped(region, at)) => f(&region, at),
+                    Some(Reached::CrossMemory(_)) => {
+                        Err(TransportError::Unsupported("atomic on memory in place"))
+                    }
+                    None => Err(unlisted("an atomic")),
+                };
+            }
             _ => return Err(TransportError::Unsupported("window memory not mapped")),
         };
         let off = offset as usize;
@@ -973,7 +1061,12 @@ impl Transport for ShmTransport {
         let native_locks = peer.lock.is_some();
         match peer.memory {
             PeerMemory::Mapped(_) => full_capabilities(),
-            PeerMemory::CrossMemory { .. } | PeerMemory::Dynamic { .. } => Capabilities {
+            // Atomics where the region is mapped (WindowOps::reaches says which).
+            PeerMemory::Dynamic { .. } => Capabilities {
+                native_locks,
+                ..full_capabilities()
+            },
+            PeerMemory::CrossMemory { .. } => Capabilities {
                 rdma_write: true,
                 rdma_read: true,
                 native_locks,
@@ -1127,15 +1220,30 @@ impl Transport for ShmTransport {
         })))
     }
 
-    fn region_attached(&self, win: u32, address: u64, len: u64) {
+    fn region_attached(&self, win: u32, address: u64, segment: &Arc<dyn Segment>) {
+        // A segment of ours (the library's copy) is mapped by peers through its
+        // descriptor, which stays open while it is attached; the application's memory in
+        // place is reached by cross-memory attach.
+        let any: &dyn std::any::Any = segment.as_ref();
+        let fd = any
+            .downcast_ref::<LocalSegment>()
+            .and_then(|l| l.mapping.as_ref())
+            .and_then(|m| m.published_fd());
+        static GENERATION: AtomicU64 = AtomicU64::new(1);
+        let entry = Entry {
+            address,
+            len: segment.len() as u64,
+            fd,
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+        };
         if let Ok(w) = self.window(win) {
-            w.publish_regions(|regions| regions.push((address, len)));
+            w.publish_regions(|regions| regions.push(entry));
         }
     }
 
     fn region_detached(&self, win: u32, address: u64) {
         if let Ok(w) = self.window(win) {
-            w.publish_regions(|regions| regions.retain(|&(base, _)| base != address));
+            w.publish_regions(|regions| regions.retain(|e| e.address != address));
         }
     }
 
@@ -1269,6 +1377,7 @@ impl Transport for ShmTransport {
                         PeerMemory::Dynamic {
                             pid,
                             directory: directory_at(&self.inboxes[r], self.size, slot),
+                            mapped: RwLock::new(Vec::new()),
                         }
                     } else {
                         tracing::info!(rank = r, "cross-memory attach refused: active messages");

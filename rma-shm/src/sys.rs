@@ -58,6 +58,15 @@ impl Mapping {
             .map(|fd| format!("/proc/{}/fd/{}", pid(), fd.as_raw_fd()))
     }
 
+    /// The descriptor number of an anonymous segment while it is published (peers open
+    /// `/proc/<pid>/fd/<fd>`).
+    pub fn published_fd(&self) -> Option<u32> {
+        use std::os::fd::AsRawFd;
+        let fd = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        fd.as_ref()
+            .and_then(|fd| u32::try_from(fd.as_raw_fd()).ok())
+    }
+
     /// Closes an anonymous segment's descriptor once every peer has mapped it: the
     /// descriptors a process holds stay flat however many windows it makes.
     pub fn unpublish(&self) {

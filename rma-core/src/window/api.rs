@@ -1103,68 +1103,113 @@ impl<T: Element> Window<T> {
 
     /// Attaches `memory` to a dynamic window; returns the address peers use as
     /// displacement (MPI_Win_attach + MPI_Get_address: the address of the memory in
-    /// this process).
+    /// this process). Where the backend serves its own memory faster than the
+    /// application's (shared memory: loads, stores and atomics by peers, instead of a
+    /// system call per op and atomics by message), the elements move into the backend's
+    /// memory, as a window's of [`create`](crate::Engine::create) do, and come back out
+    /// at [`detach`](Self::detach); the address is theirs there.
     pub fn attach(&self, memory: Vec<T>) -> Result<u64> {
-        self.raised("attach", || self.attach_memory(Box::new(memory)))
+        self.raised("attach", || {
+            let t = &self.shared.engine.transport;
+            if self.shared.kind == WindowKind::Dynamic && t.copies_user_memory() {
+                let bytes: &[u8] = bytemuck::cast_slice(&memory);
+                // Past the backend's segments (shared memory: one per live window or
+                // region), in place.
+                if let Ok(seg) = t.allocate(bytes.len(), None) {
+                    if let Some(base) = seg.local_base() {
+                        seg.write(0, bytes);
+                        return self.attach_segment(base as u64, seg);
+                    }
+                }
+            }
+            self.attach_memory(Box::new(memory))
+        })
     }
 
     /// Attaches any [`UserMemory`] to a dynamic window, in place (peers reach its bytes
     /// where they are); returns its address, the displacement peers name it by.
     pub fn attach_memory(&self, mut memory: Box<dyn UserMemory>) -> Result<u64> {
         self.raised("attach_memory", || {
-            if self.shared.kind != WindowKind::Dynamic {
-                return Err(UsageError::Unsupported {
-                    what: "attach on a window not from create_dynamic",
-                }
-                .into());
-            }
+            self.check_dynamic()?;
             let address = memory.bytes_mut().as_ptr() as u64;
             let len = memory.bytes_mut().len() as u64;
-            let overlaps = |mem: &Memory| match mem {
-                // Attached regions must not overlap (MPI-4.1 12.2.4): an address names one.
-                Memory::Dynamic(regions) => regions.iter().any(|(base, s)| {
-                    len > 0
-                        && address < base.saturating_add(s.len() as u64)
-                        && *base < address + len
-                }),
-                Memory::Static(_) => false,
-            };
-            let refused = || -> Error {
-                UsageError::Unsupported {
-                    what: "attaching memory that overlaps a region already attached",
-                }
-                .into()
-            };
-            if overlaps(&self.shared.memory.read().unwrap_or_else(|e| e.into_inner())) {
-                return Err(refused());
+            if self.overlaps(
+                &self.shared.memory.read().unwrap_or_else(|e| e.into_inner()),
+                address,
+                len,
+            ) {
+                return Err(Self::overlap());
             }
             // Registered outside the memory lock: the target side reads it meanwhile.
             let seg = self.shared.engine.transport.expose(memory)?;
-            let mut mem = self
-                .shared
-                .memory
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            if overlaps(&mem) {
-                return Err(refused());
-            }
-            if let Memory::Dynamic(regions) = &mut *mem {
-                regions.push((address, seg));
-            }
-            // Published once the target side has it: an op that the backend does not
-            // reach natively goes as a message, which finds the region too.
-            self.shared
-                .engine
-                .transport
-                .region_attached(self.shared.id, address, len);
-            Ok(address)
+            self.attach_segment(address, seg)
         })
+    }
+
+    fn check_dynamic(&self) -> Result<()> {
+        if self.shared.kind != WindowKind::Dynamic {
+            return Err(UsageError::Unsupported {
+                what: "attach on a window not from create_dynamic",
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Whether `len` bytes at `address` overlap a region already attached: refused
+    /// (MPI-4.1 12.2.4), an address names one region.
+    fn overlaps(&self, mem: &Memory, address: u64, len: u64) -> bool {
+        match mem {
+            Memory::Dynamic(regions) => regions.iter().any(|(base, s)| {
+                len > 0 && address < base.saturating_add(s.len() as u64) && *base < address + len
+            }),
+            Memory::Static(_) => false,
+        }
+    }
+
+    fn overlap() -> Error {
+        UsageError::Unsupported {
+            what: "attaching memory that overlaps a region already attached",
+        }
+        .into()
+    }
+
+    /// Records `seg` as the region at `address`, then has the backend publish it.
+    fn attach_segment(&self, address: u64, seg: Arc<dyn Segment>) -> Result<u64> {
+        self.check_dynamic()?;
+        let mut mem = self
+            .shared
+            .memory
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.overlaps(&mem, address, seg.len() as u64) {
+            return Err(Self::overlap());
+        }
+        // Published under the memory lock: an op that the backend does not reach
+        // natively goes as a message, whose target side waits for the lock and finds
+        // the region too.
+        self.shared
+            .engine
+            .transport
+            .region_attached(self.shared.id, address, &seg);
+        if let Memory::Dynamic(regions) = &mut *mem {
+            regions.push((address, seg));
+        }
+        Ok(address)
     }
 
     /// Detaches the region at `address` and gives its memory back.
     pub fn detach(&self, address: u64) -> Result<Vec<T>> {
         self.raised("detach", || {
-            self.detach_memory(address)?
+            let seg = self.detach_region(address)?;
+            if seg.shared_base().is_some() {
+                // The backend's copy (`attach`): the elements come back out.
+                let mut out = vec![T::zeroed(); seg.len() / Self::SIZE];
+                seg.read(0, bytemuck::cast_slice_mut(&mut out));
+                return Ok(out);
+            }
+            seg.into_user_memory()
+                .ok_or(UsageError::NotAttached)?
                 .into_any()
                 .downcast::<Vec<T>>()
                 .map(|b| *b)
@@ -1173,30 +1218,42 @@ impl<T: Element> Window<T> {
     }
 
     /// Detaches the region attached at `address` (by [`attach`](Self::attach) or
-    /// [`attach_memory`](Self::attach_memory)) and gives its memory back.
+    /// [`attach_memory`](Self::attach_memory)) and gives its memory back (a region that
+    /// `attach` moved into the backend's memory as its bytes, a `Vec<u8>`).
     pub fn detach_memory(&self, address: u64) -> Result<Box<dyn UserMemory>> {
         self.raised("detach_memory", || {
-            let mut mem = self
-                .shared
-                .memory
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            let Memory::Dynamic(regions) = &mut *mem else {
-                return Err(UsageError::NotAttached.into());
-            };
-            let i = regions
-                .iter()
-                .position(|(base, _)| *base == address)
-                .ok_or(UsageError::NotAttached)?;
-            // Peers stop reaching it natively before its memory goes back.
-            self.shared
-                .engine
-                .transport
-                .region_detached(self.shared.id, address);
-            let (_, seg) = regions.swap_remove(i);
+            let seg = self.detach_region(address)?;
+            if seg.shared_base().is_some() {
+                let mut out = vec![0u8; seg.len()];
+                seg.read(0, &mut out);
+                let memory: Box<dyn UserMemory> = Box::new(out);
+                return Ok(memory);
+            }
             seg.into_user_memory()
                 .ok_or_else(|| UsageError::NotAttached.into())
         })
+    }
+
+    /// Takes the region at `address` out of the window: peers stop reaching it natively
+    /// first.
+    fn detach_region(&self, address: u64) -> Result<Arc<dyn Segment>> {
+        let mut mem = self
+            .shared
+            .memory
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let Memory::Dynamic(regions) = &mut *mem else {
+            return Err(UsageError::NotAttached.into());
+        };
+        let i = regions
+            .iter()
+            .position(|(base, _)| *base == address)
+            .ok_or(UsageError::NotAttached)?;
+        self.shared
+            .engine
+            .transport
+            .region_detached(self.shared.id, address);
+        Ok(regions.swap_remove(i).1)
     }
 
     /// The address of this process's part of the window, for loads and stores in place

@@ -203,10 +203,10 @@ impl WindowShared {
     /// (a region it attached and the backend published); otherwise the op is a message
     /// and the target checks it against its regions.
     #[inline(never)]
-    fn reaches_region(&self, target: Rank, extent: Extent) -> bool {
+    fn reaches_region(&self, target: Rank, extent: Extent, atomic: bool) -> bool {
         self.ops
             .as_deref()
-            .is_some_and(|ops| ops.reaches(target, extent.offset, extent.span()))
+            .is_some_and(|ops| ops.reaches(target, extent.offset, extent.span(), atomic))
     }
 
     /// Whether a strided op toward `target` runs natively in its call (shared memory):
@@ -393,7 +393,9 @@ impl WindowShared {
         if !self.engine.config.native_ops || !contiguous {
             return false;
         }
-        if self.kind == WindowKind::Dynamic && !self.reaches_region(target, extent) {
+        if self.kind == WindowKind::Dynamic
+            && !self.reaches_region(target, extent, !matches!(kind, OpKind::Put | OpKind::Get))
+        {
             return false;
         }
         let caps = self.caps(target);
