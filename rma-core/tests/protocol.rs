@@ -313,6 +313,11 @@ fn tiny() -> Config {
         op_pool_global: 0,
         target_pool_local: 1,
         target_pool_global: 0,
+        // Rank 0's 10,000 ops through one element take 4-9 s in the debug build, and
+        // past 20 s (the others' wait in the barrier after them) with three copies of
+        // the suite beside a CI run on two cores: the run's own 60 s deadline is the
+        // hang's bound.
+        timeout: Some(Duration::from_secs(50)),
         ..config()
     }
 }
