@@ -131,6 +131,20 @@ pub enum NativeAtomic<'a> {
     },
 }
 
+impl NativeAtomic<'_> {
+    /// Bytes of the target it touches.
+    pub fn len(&self) -> usize {
+        match self {
+            NativeAtomic::Accumulate { operand, .. } => operand.len(),
+            NativeAtomic::CompareAndSwap { compare, .. } => compare.len(),
+        }
+    }
+    /// Whether it touches no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The native operations of one window, bound to it (as a UCX endpoint holds its remote
 /// key): what [`Transport::window_ops`] gives for a backend whose operations complete
 /// within the call (shared memory), so that each of them skips the backend's lookup of

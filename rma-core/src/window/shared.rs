@@ -456,15 +456,24 @@ impl WindowShared {
     /// The window's bound ops, if an op toward `target` may go [direct](super::direct)
     /// (the target's mark, and native ops on a window that has them): what every
     /// `*_direct` call asks first, before the capability of its own kind.
+    /// On a dynamic window, also whether the ops reach `len` bytes at `offset` (an
+    /// address) of `target` (with an atomic if `atomic`): a region its owner listed.
     #[inline(always)]
-    fn direct_ops(&self, target: Rank) -> Option<&dyn crate::transport::WindowOps> {
-        if !self.direct.allows(target)
-            || !self.engine.config.native_ops
-            || self.kind == WindowKind::Dynamic
-        {
+    fn direct_ops(
+        &self,
+        target: Rank,
+        offset: u64,
+        len: usize,
+        atomic: bool,
+    ) -> Option<&dyn crate::transport::WindowOps> {
+        if !self.direct.allows(target) || !self.engine.config.native_ops {
             return None;
         }
-        self.ops.as_deref()
+        let ops = self.ops.as_deref()?;
+        if self.kind == WindowKind::Dynamic && !ops.reaches(target, offset, len as u64, atomic) {
+            return None;
+        }
+        Some(ops)
     }
 
     /// A put toward a [direct](super::direct) target, contiguous, native: the
@@ -473,7 +482,7 @@ impl WindowShared {
     /// backend now; the general path takes it.
     #[inline(always)]
     pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
-        let ops = self.direct_ops(target)?;
+        let ops = self.direct_ops(target, offset, data.len(), false)?;
         if !self.caps(target).rdma_write {
             return None;
         }
@@ -511,7 +520,7 @@ impl WindowShared {
         offset: u64,
         dst: &mut [u8],
     ) -> Option<Result<()>> {
-        let ops = self.direct_ops(target)?;
+        let ops = self.direct_ops(target, offset, dst.len(), false)?;
         if !self.caps(target).rdma_read {
             return None;
         }
@@ -534,7 +543,7 @@ impl WindowShared {
         offset: u64,
         atomic: NativeAtomic<'_>,
     ) -> Option<Result<Option<Fetched>>> {
-        let ops = self.direct_ops(target)?;
+        let ops = self.direct_ops(target, offset, atomic.len(), true)?;
         if !self.native_atomic(target, &atomic) {
             return None;
         }
@@ -552,7 +561,7 @@ impl WindowShared {
         atomic: NativeAtomic<'_>,
         old: &mut [u8],
     ) -> Option<Result<()>> {
-        let ops = self.direct_ops(target)?;
+        let ops = self.direct_ops(target, offset, atomic.len(), true)?;
         if !self.native_atomic(target, &atomic) {
             return None;
         }
