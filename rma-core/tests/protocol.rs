@@ -799,12 +799,18 @@ fn shared_windows_give_peer_addresses_where_memory_is_shared() {
             UsageError::RankOutOfRange { .. }
         ));
         win.free()?;
+        // Any flavor whose memory the backend maps here (MPI-4.1 12.2.3): this
+        // profile's segments are all in the process; a dynamic window has none.
         let plain = e.allocate::<u32>(4)?;
+        let (base, len) = plain.shared_query(1 - e.rank())?;
+        assert!(base != 0 && len == 16);
+        plain.free()?;
+        let dynamic = e.create_dynamic::<u32>()?;
         assert!(matches!(
-            usage(plain.shared_query(0)),
+            usage(dynamic.shared_query(0)),
             UsageError::Unsupported { .. }
         ));
-        plain.free()?;
+        dynamic.free()?;
         Ok(())
     });
     run(2, Profile::ActiveMessages, 27, config(), |e| {

@@ -385,6 +385,13 @@ fn shared_query(w: &Win, rank: c_int) -> MpiResult<(MPI_Aint, i64, *mut c_void)>
         let (base, _) = w.rma.shared_query(rank)?;
         return Ok((size, unit, base as *mut c_void));
     }
+    if w.flavor() == int!(MPI_WIN_FLAVOR_ALLOCATE) {
+        // MPI-4.1 12.2.3: any flavor's memory that this process can load and store (a
+        // window of MPI_Win_allocate on shared memory is mapped here).
+        if let Ok((base, _)) = w.rma.shared_query(rank) {
+            return Ok((size, unit, base as *mut c_void));
+        }
+    }
     if rank as usize == w.rank && !w.is_dynamic() {
         return Ok((size, unit, w.attr_base as *mut c_void));
     }

@@ -1076,14 +1076,19 @@ impl<T: Element> Window<T> {
         })
     }
 
-    /// For windows from `allocate_shared`: the address and byte length of `rank`'s
-    /// segment in this process, for direct load/store between synchronizations.
+    /// The address and byte length of `rank`'s part of the window in this process, for
+    /// direct load/store between synchronizations: every part of a window from
+    /// `allocate_shared`, and (MPI-4.1 12.2.3 allows any flavor) the parts of other
+    /// windows whose memory the backend maps here (shared memory: `allocate`, and
+    /// `create` where the window's elements moved into shared memory). An error where the
+    /// part is not memory this process can load and store (another node, the
+    /// application's memory in place, a dynamic window).
     pub fn shared_query(&self, rank: Rank) -> Result<(usize, usize)> {
         self.raised("shared_query", || {
             let rank = self.shared.world(rank)?;
-            if self.shared.kind != WindowKind::Shared {
+            if self.shared.kind == WindowKind::Dynamic {
                 return Err(UsageError::Unsupported {
-                    what: "shared_query on a window not from allocate_shared",
+                    what: "shared_query on a dynamic window (its memory is regions)",
                 }
                 .into());
             }

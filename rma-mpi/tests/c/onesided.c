@@ -341,6 +341,16 @@ static void run(MPI_Comm comm, enum flavor f, enum sync s) {
         OK(MPI_Win_shared_query(w.win, MPI_PROC_NULL, &size, &unit, &base));
         CHECK(size == N * (MPI_Aint)sizeof(int), "shared_query(MPI_PROC_NULL) %ld", (long)size);
     }
+    /* Any flavor may be queried (MPI-4.1 12.2.3): MPI_Win_allocate's memory is shared on
+     * one node under librma-mpi, so the neighbour's slot loads too. */
+    if (f == ALLOCATE) {
+        MPI_Aint size;
+        int unit;
+        int *base;
+        OK(MPI_Win_shared_query(w.win, t, &size, &unit, &base));
+        CHECK(size == N * (MPI_Aint)sizeof(int) && base != NULL && base[64] == n,
+              "shared_query of an allocated window %ld: %d", (long)size, base ? base[64] : -99);
+    }
     destroy(&w);
 }
 
