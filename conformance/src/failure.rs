@@ -642,9 +642,10 @@ pub fn large_ops(world: &World) -> Result<()> {
             &format!("every op native on shared memory: {stats:?}"),
         )?;
     }
-    eprintln!(
+    say!(
         "rank {me}: {} ops in {} pieces",
-        stats.ops_split, stats.pieces
+        stats.ops_split,
+        stats.pieces
     );
     world.barrier()?;
     win.free()?;

@@ -5,6 +5,18 @@
 //! runs unchanged on every backend. `RMA_LOG` logs rma's spans and events on stderr
 //! (`rma::logging`).
 
+/// `eprintln!` in one `write(2)`: ranks share the launcher's stderr, and the standard
+/// macro writes each piece of its format separately, so lines of two ranks interleave
+/// mid-line (a checker counting "as expected" lines then counts one where there were two).
+/// A line under PIPE_BUF bytes written at once reaches a pipe whole.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
 mod comm;
 mod failure;
 mod progress;
@@ -32,7 +44,7 @@ fn main() {
         Ok(w) => w,
         Err(e) => {
             // Debug: the message and its causes (what `fn main() -> Result` prints).
-            eprintln!("init failed: {e:?}");
+            say!("init failed: {e:?}");
             let dead = victim(case).is_some_and(|v| e.peer() == Some(&PeerError::Dead { rank: v }));
             std::process::exit(if dead && case == "kill_trial" { 3 } else { 1 });
         }
@@ -77,7 +89,7 @@ fn main() {
         "launcher_values" => failure::launcher_values(&world),
         "target_elsewhere" => progress::target_elsewhere(&world, kind),
         _ => {
-            eprintln!("unknown case {case:?}");
+            say!("unknown case {case:?}");
             std::process::exit(2);
         }
     };
@@ -90,11 +102,11 @@ fn main() {
         // Exit 3 only for the death of the rank the case kills: a survivor naming anyone
         // else (a survivor that left after seeing the death, say) names the messenger.
         Err(e) if victim(case).is_some_and(|v| e.peer() == Some(&PeerError::Dead { rank: v })) => {
-            eprintln!("rank {rank}: the killed peer is dead, as expected: {e}");
+            say!("rank {rank}: the killed peer is dead, as expected: {e}");
             std::process::exit(3);
         }
         Err(e) => {
-            eprintln!("rank {rank}: case {case} failed: {e}");
+            say!("rank {rank}: case {case} failed: {e}");
             std::process::exit(1);
         }
     }

@@ -98,7 +98,7 @@ pub fn target_elsewhere(world: &World, how: &str) -> Result<()> {
         active.put(&[22], target, 0)?;
         active.complete()?;
         let took = start.elapsed();
-        eprintln!(
+        say!(
             "rank {me}: target {how:?} for {away:?}: lock+put+unlock {locked_put:?}, \
              all three epochs {took:?}"
         );
