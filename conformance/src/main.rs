@@ -19,6 +19,7 @@ macro_rules! say {
 
 mod comm;
 mod failure;
+mod notify;
 mod progress;
 
 use std::time::{Duration, Instant};
@@ -68,6 +69,7 @@ fn main() {
         "threads_lock_counter" => threads_lock_counter(&world),
         "stress_overlap" => stress_overlap(&world),
         "litmus" => litmus(&world, kind),
+        "notify" => notify::notify(&world),
         "bad_input" => bad_input(&world),
         "dead_peer" => dead_peer(&world),
         "passive_target" => passive_target(&world),

@@ -50,6 +50,19 @@ fn assert_no_segments(job: &str) {
     );
 }
 
+/// Notified access (issue #28) on shared memory: natively (a copy, then the counter's
+/// atomic add) and as active messages (`RMA_NATIVE=0`: the target counts), 2 and 4
+/// ranks notifying one target at once.
+#[test]
+fn notified_access_natively_and_by_message() {
+    for ranks in [2, 4] {
+        ok(ranks, &["notify"]);
+        let out = run_env(ranks, &["notify"], &[("RMA_NATIVE", "0")]);
+        assert!(out.success(), "notify by message on {ranks} ranks: {out:?}");
+        assert_no_segments(&out.job);
+    }
+}
+
 #[test]
 fn every_op_every_sync_mode_every_window_kind() {
     for kind in ["allocate", "create", "dynamic", "shared"] {
@@ -713,6 +726,15 @@ mod ofi {
         ok_on(provider, 3, &["progress"], env);
         ok_on(provider, 2, &["bad_input"], env);
         ok_on(provider, 3, &["bad_input"], env);
+        // Notified access: its litmus at 1,000 rounds here (10^5 on shared memory; a
+        // round is two notified messages, milliseconds on sockets).
+        let fewer: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .chain([("RMA_CONFORMANCE_DIVISOR", "100")])
+            .collect();
+        ok_on(provider, 2, &["notify"], &fewer);
+        ok_on(provider, 4, &["notify"], &fewer);
     }
 
     #[test]

@@ -422,7 +422,11 @@ impl Engine {
         self.allocate_over(Some(comm).filter(|c| !c.is_world()), len)
     }
 
-    fn allocate_over<T: Element>(&self, comm: Option<&Comm>, len: usize) -> Result<Window<T>> {
+    pub(crate) fn allocate_over<T: Element>(
+        &self,
+        comm: Option<&Comm>,
+        len: usize,
+    ) -> Result<Window<T>> {
         let seg = window_bytes::<T>(len)
             .and_then(|bytes| Ok(self.shared.transport.allocate(bytes, None)?));
         self.make_window(
@@ -664,7 +668,6 @@ impl Engine {
         // (seen: a lock_all request across nodes lost, its origin's flush timing out).
         // Nobody sends before every rank registered with its backend, which the
         // agreement also says; if it fails, nobody sends at all.
-        let group = comm.map(|c| c.group().clone());
         let w = Arc::new(WindowShared::new(
             id,
             kind,
@@ -672,7 +675,7 @@ impl Engine {
             remote,
             memory,
             anchor,
-            group,
+            comm.cloned(),
         ));
         e.windows
             .write()

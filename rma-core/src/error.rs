@@ -114,7 +114,8 @@ impl Error {
             | UsageError::NotInGroup { target }
             | UsageError::NotLocked { target }
             | UsageError::AlreadyLocked { target }
-            | UsageError::OutOfBounds { target, .. },
+            | UsageError::OutOfBounds { target, .. }
+            | UsageError::NotifyIndex { target, .. },
         ) = &mut self.0.kind
         {
             *target = f(*target);
@@ -318,6 +319,17 @@ pub enum UsageError {
         op: crate::AccOp,
         /// The element type.
         datatype: crate::DataType,
+    },
+    /// A notification counter index past the counters the target set
+    /// ([`Window::set_notify_count`](crate::Window::set_notify_count)); `count` 0: it set
+    /// none.
+    NotifyIndex {
+        /// The process whose counter was named (this one's for a local counter call).
+        target: Rank,
+        /// The index given.
+        index: u32,
+        /// The counters it has.
+        count: u32,
     },
 }
 
@@ -580,6 +592,24 @@ impl fmt::Display for UsageError {
                 f,
                 "{op:?} is not a reduction defined for {datatype:?} elements (reductions: \
                  Sum, Prod, Min, Max and, for integers, the bitwise and logical operations)"
+            ),
+            NotifyIndex {
+                target,
+                index,
+                count: 0,
+            } => write!(
+                f,
+                "notification counter {index} of rank {target}: it has none (set them \
+                 with set_notify_count, collectively)"
+            ),
+            NotifyIndex {
+                target,
+                index,
+                count,
+            } => write!(
+                f,
+                "notification counter {index} of rank {target}: it has {count} (0 to {})",
+                count - 1
             ),
             EpochOpen => f.write_str(
                 "an epoch is still open on the window: close it (fence with NOSUCCEED, \

@@ -54,6 +54,9 @@ pub(crate) struct OpElem {
     /// Origin payload (for compare-and-swap: compare then swap), copied when queued.
     pub data: Vec<u8>,
     pub native: bool,
+    /// A notified access: the target's notification counter that counts it (sent with
+    /// the op as [`flags::NOTIFY`](crate::wire::flags::NOTIFY); never native once queued).
+    pub notify: Option<u32>,
     pub token: u64,
     /// Where the result or completion goes (get data, fetched values, rput completion).
     pub request: Option<Arc<RequestState>>,

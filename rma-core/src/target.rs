@@ -209,12 +209,15 @@ pub(crate) struct TargetSide {
 
 impl TargetSide {
     /// Applies an op packet (already decoded and version-checked) to the window memory.
-    /// Returns the response to send, if the op has one.
+    /// Returns the response to send, if the op has one. `refuse`: the op is refused
+    /// whatever its extent (a notification counter past this process's), as one
+    /// outside the window is.
     pub(crate) fn apply_op(
         &mut self,
         memory: &Memory,
         from: Rank,
         p: &Packet<'_>,
+        refuse: bool,
     ) -> Option<(u64, bool, Vec<u8>)> {
         *self.since_done.entry(from).or_default() += 1;
         let extent = match &p.body {
@@ -233,7 +236,7 @@ impl TargetSide {
             | Body::CompareAndSwap { token, .. } => Some(*token),
             _ => None,
         };
-        let Some((seg, base)) = memory.resolve(&extent) else {
+        let Some((seg, base)) = memory.resolve(&extent).filter(|_| !refuse) else {
             tracing::debug!(
                 from,
                 offset = extent.offset,

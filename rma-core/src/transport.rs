@@ -515,6 +515,14 @@ pub trait Segment: Send + Sync + Any {
     fn local_base(&self) -> Option<usize> {
         None
     }
+    /// The 8 bytes at `offset` as an atomic, where they are memory of this process that
+    /// peers change only by CPU atomics (shared memory): the notification counters of
+    /// notified access are read, set and counted through it. `None` (the default): the
+    /// engine goes through [`update`](Self::update) and [`read`](Self::read) instead.
+    fn atomic_u64(&self, offset: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        let _ = offset;
+        None
+    }
     /// Gives back the user memory a window was created over.
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>>;
 }

@@ -11,7 +11,8 @@ use crate::datatype::{AccOp, DataType};
 /// Version of this format; a packet of another version is refused. Version 2: extents
 /// are u64 throughout (no size of a window or an op is cut to 32 bits), and
 /// [`Kind::Depart`]. Version 3: [`flags::LOCK_ALL`]. Version 4: [`Kind::Collective`].
-pub const VERSION: u8 = 4;
+/// Version 5: [`flags::NOTIFY`].
+pub const VERSION: u8 = 5;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 12;
 
@@ -38,8 +39,12 @@ pub mod flags {
     /// request queued at the other's target close a cycle (a deadlock seen on ofi tcp
     /// with 4 ranks mixing lock_all and exclusive locks).
     pub const LOCK_ALL: u16 = 1 << 7;
+    /// On an op: a notified access. A u32 counter index follows the header; the target
+    /// adds one to that notification counter of its own once the op's data is in its
+    /// memory (for a get: read from it), and refuses an index past its counters.
+    pub const NOTIFY: u16 = 1 << 8;
     /// Every flag this version knows.
-    pub const ALL: u16 = (1 << 8) - 1;
+    pub const ALL: u16 = (1 << 9) - 1;
 }
 
 /// Packet kinds.
@@ -191,6 +196,8 @@ pub struct Packet<'a> {
     pub win: u32,
     /// With `DONE`, `UNLOCK` or `COMPLETE`: how many counted ops precede (or include) it.
     pub done_count: u32,
+    /// With [`flags::NOTIFY`] (ops only): the target's notification counter to count it.
+    pub notify: Option<u32>,
     /// The body.
     pub body: Body<'a>,
 }
@@ -381,6 +388,14 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
     }
     let win = r.u32()?;
     let done_count = r.u32()?;
+    let notify = if flags & flags::NOTIFY != 0 {
+        if !kind.is_op() {
+            return Err("a notification on a packet that is no operation");
+        }
+        Some(r.u32()?)
+    } else {
+        None
+    };
     let body = match kind {
         Kind::Put => {
             let extent = r.extent()?;
@@ -510,6 +525,7 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
         flags,
         win,
         done_count,
+        notify,
         body,
     })
 }
@@ -581,6 +597,34 @@ mod tests {
                 data: &[1, 2, 3, 4]
             }
         );
+    }
+
+    #[test]
+    fn a_notified_op_carries_its_counter_and_nothing_else_may() {
+        let mut e = Encoder::default();
+        e.start(Kind::Get, flags::NOTIFY, 3, 0)
+            .u32(5)
+            .u64(77)
+            .extent(Extent::contiguous(8, 8));
+        let p = decode(e.finish()).unwrap();
+        assert_eq!(p.notify, Some(5));
+        assert_eq!(
+            p.body,
+            Body::Get {
+                token: 77,
+                extent: Extent::contiguous(8, 8)
+            }
+        );
+        // Without the flag, no counter.
+        e.start(Kind::Get, 0, 3, 0)
+            .u64(77)
+            .extent(Extent::contiguous(8, 8));
+        assert_eq!(decode(e.finish()).unwrap().notify, None);
+        // A notification on a control packet, or a counter cut short.
+        e.start(Kind::Done, flags::NOTIFY, 3, 0).u32(1);
+        assert!(decode(e.finish()).is_err());
+        e.start(Kind::Put, flags::NOTIFY, 3, 0).u8(1);
+        assert!(decode(e.finish()).is_err());
     }
 
     #[test]

@@ -25,6 +25,8 @@ struct Corrupting {
     inner: SimTransport,
     armed: AtomicBool,
     state: AtomicU64,
+    /// Instead of corrupting: every notified op names counter 1000 of its target.
+    lie_notify: AtomicBool,
 }
 
 impl Corrupting {
@@ -105,6 +107,13 @@ impl Transport for Corrupting {
         self.inner.barrier()
     }
     fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
+        let notified = wire::decode(packet).is_ok_and(|p| p.notify.is_some());
+        if notified && self.lie_notify.load(Ordering::Relaxed) {
+            // The counter index follows the header.
+            let mut p = packet.to_vec();
+            p[wire::HEADER_LEN..wire::HEADER_LEN + 4].copy_from_slice(&1000u32.to_le_bytes());
+            return self.inner.send(target, &p);
+        }
         if self.armed.load(Ordering::Relaxed) {
             self.inner.send(target, &self.corrupt(packet))
         } else {
@@ -187,6 +196,7 @@ fn hostile_run(seed: u64) {
         inner: net.endpoint(1),
         armed: AtomicBool::new(false),
         state: AtomicU64::new(seed | 1),
+        lie_notify: AtomicBool::new(false),
     });
     let hostile = rma_core::Engine::new(
         hostile_transport.clone(),
@@ -284,4 +294,53 @@ proptest! {
         }
         let _ = wire::decode(&mutated);
     }
+}
+
+/// Issue #28: the target checks a notified op's counter against its own, whatever the
+/// origin checked: an op naming a counter past them is refused whole (nothing written,
+/// nothing counted) and its origin's epoch ends with the refusal.
+#[test]
+fn a_notified_op_past_the_target_counters_is_refused_whole() {
+    let net: Arc<Network> = Network::new(2, Profile::ActiveMessages, 3);
+    let config = || Config {
+        timeout: Some(Duration::from_secs(10)),
+        ..Config::default()
+    };
+    let honest = rma_core::Engine::new(Arc::new(net.endpoint(0)), config());
+    let liar_transport = Arc::new(Corrupting {
+        inner: net.endpoint(1),
+        armed: AtomicBool::new(false),
+        state: AtomicU64::new(1),
+        lie_notify: AtomicBool::new(true),
+    });
+    let liar = rma_core::Engine::new(liar_transport, config());
+    let lying = std::thread::spawn(move || {
+        let win = liar.allocate::<u64>(4)?;
+        win.set_notify_count(2)?;
+        win.lock(LockType::Shared, 0, Assert::NONE)?;
+        // Counter 1 here, 1000 on the wire.
+        win.put_notify(&[9; 4], 0, 0, 1)?;
+        let unlocked = win.unlock(0).map_err(Error::into_kind);
+        liar.barrier()?;
+        win.free().map_err(|e| e.error)?;
+        Ok::<_, Error>(unlocked)
+    });
+    let win = honest.allocate::<u64>(4).unwrap();
+    win.set_notify_count(2).unwrap();
+    honest.barrier().unwrap();
+    assert_eq!(win.local_to_vec(), vec![0; 4], "nothing of the op written");
+    assert_eq!(
+        (win.notify_value(0).unwrap(), win.notify_value(1).unwrap()),
+        (0, 0),
+        "nothing counted"
+    );
+    win.free().unwrap();
+    let unlocked = lying.join().expect("the lying rank's thread").unwrap();
+    assert!(
+        matches!(
+            unlocked,
+            Err(ErrorKind::Peer(PeerError::Refused { rank: 0 }))
+        ),
+        "{unlocked:?}"
+    );
 }

@@ -967,3 +967,80 @@ fn accumulates_keep_their_order_across_the_native_and_message_paths() {
         });
     }
 }
+
+// ----- notified access ----------------------------------------------------------------
+
+/// Issue #28: a notified put is the put's own message (the target counts it after
+/// applying it: no second message, no round trip), on every profile (the simulation's
+/// ops never complete in their call, so even its shared-memory profile sends them; the
+/// native path of real shared memory, no message at all, is the conformance suite's
+/// `notify` case). The target sees the count and then the data; a get and an
+/// accumulate count too; a counter past the target's is an error before anything goes.
+#[test]
+fn a_notified_put_is_one_message_or_none_and_its_target_sees_the_data_with_the_count() {
+    for profile in [
+        Profile::ActiveMessages,
+        Profile::Rdma,
+        Profile::SharedMemory,
+    ] {
+        for seed in 0..4 {
+            run(2, profile, seed, config(), notified_puts);
+        }
+    }
+}
+
+fn notified_puts(e: Engine) -> Result<()> {
+    const N: u64 = 20;
+    let win = e.allocate::<u64>(8)?;
+    win.set_notify_count(3)?;
+    win.lock_all(Assert::NONE)?;
+    if e.rank() == 0 {
+        let past = win.put_notify(&[1], 1, 0, 3).map_err(Error::into_kind);
+        assert!(
+            matches!(
+                past,
+                Err(ErrorKind::Usage(UsageError::NotifyIndex {
+                    target: 1,
+                    index: 3,
+                    count: 3
+                }))
+            ),
+            "{past:?}"
+        );
+        // The lock_all epoch's lock of rank 1 first (a message epoch asks for it).
+        win.put(&[0], 1, 7)?;
+        win.flush(1)?;
+        let before = win.stats();
+        for i in 1..=N {
+            win.put_notify(&[i; 4], 1, 0, 0)?;
+        }
+        let s = win.stats().since(&before);
+        assert_eq!(
+            s.messages(Kind::Put),
+            N,
+            "one message per notified put: {s:?}"
+        );
+        for k in [Kind::Accumulate, Kind::Done, Kind::Lock] {
+            assert_eq!(s.messages(k), 0, "nothing but the puts: {k:?} in {s:?}");
+        }
+        win.accumulate_notify(&[5], AccOp::Sum, 1, 4, 1)?;
+        let got = win.get_notify(1, 0, 4, 2)?;
+        win.flush(1)?;
+        assert_eq!(got.wait()?.len(), 4);
+    } else {
+        for i in 1..=N {
+            win.wait_notify(0, i)?;
+            // Seen the count, so the data of that put (or a later one's).
+            let now = win.local_to_vec()[0];
+            assert!(now >= i, "count {i} seen before its data: {now}");
+        }
+        win.wait_notify(1, 1)?;
+        assert_eq!(win.local_to_vec()[4], 5, "the notified accumulate's data");
+        win.wait_notify(2, 1)?;
+        assert_eq!(win.notify_value(0)?, N);
+    }
+    win.unlock_all()?;
+    e.barrier()?;
+    win.free()?;
+    Ok(())
+}

@@ -74,6 +74,7 @@ impl From<Error> for MpiError {
                 | UsageError::NoExposureEpoch
                 | UsageError::EpochOpen => int!(MPI_ERR_RMA_SYNC),
                 UsageError::RankOutOfRange { .. } => int!(MPI_ERR_RANK),
+                UsageError::NotifyIndex { .. } => int!(MPI_ERR_ARG),
                 UsageError::OutOfBounds { .. } | UsageError::TooLarge { .. } => {
                     int!(MPI_ERR_RMA_RANGE)
                 }

@@ -174,6 +174,15 @@ impl Segment for LocalSegment {
     fn local_base(&self) -> Option<usize> {
         Some(self.region.base() as usize)
     }
+    fn atomic_u64(&self, offset: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        // Mapped segments only: peers reach them by CPU atomics. (User memory in place
+        // is reached by cross-memory attach, which is no atomic.)
+        let aligned = (self.region.base() as usize)
+            .wrapping_add(offset)
+            .is_multiple_of(8);
+        (self.mapping.is_some() && aligned && self.region.contains(offset, 8))
+            .then(|| self.region.atomic_u64(offset))
+    }
     fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
         let me = Arc::into_inner(self)?;
         let user = me.user.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -449,6 +449,17 @@ impl WinState {
         match native_call(w, rank, &op, token) {
             Ok(Issued::Complete(data)) => {
                 w.counters.op_under_lock(true);
+                if let Some(index) = op.notify {
+                    // Queued, notified, native: only where ops complete in their call
+                    // (`post`), so its data is in now.
+                    if let Err(e) = w.notification_native(rank, index) {
+                        if let Some(r) = op.request.take() {
+                            r.complete(Err(e.clone()));
+                        }
+                        self.free_op(w, op);
+                        return Err(e);
+                    }
+                }
                 if let Some(r) = op.request.take() {
                     r.complete(Ok(data.unwrap_or_default()));
                 }

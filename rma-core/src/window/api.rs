@@ -115,12 +115,16 @@ impl<E: Element> std::fmt::Debug for Elements<E> {
 }
 
 impl<T: Element> Window<T> {
-    const SIZE: usize = std::mem::size_of::<T>();
+    pub(super) const SIZE: usize = std::mem::size_of::<T>();
 
     /// Runs the body of the public call `call`, saying on its error which call, rank and
     /// window raised it.
     #[inline(always)]
-    fn raised<R>(&self, call: &'static str, body: impl FnOnce() -> Result<R>) -> Result<R> {
+    pub(super) fn raised<R>(
+        &self,
+        call: &'static str,
+        body: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
         if self.shared.local_access.load(Ordering::Relaxed) {
             // This process lends the memory as a slice (a LocalGuard): any call, from
             // any thread, could touch it underneath.
@@ -131,7 +135,7 @@ impl<T: Element> Window<T> {
         body().map_err(|e| self.shared.raised(call, e))
     }
 
-    fn check_op(op: AccOp) -> Result<()> {
+    pub(super) fn check_op(op: AccOp) -> Result<()> {
         if op.valid_for(T::DATATYPE) {
             Ok(())
         } else {
@@ -158,12 +162,31 @@ impl<T: Element> Window<T> {
         layout: Layout,
         extent: Extent,
     ) -> Result<Option<Vec<Piece>>> {
+        self.pieces_of(kind, op, target, disp, layout, extent, true)
+    }
+
+    /// As [`pieces`](Self::pieces), for an op that may go natively only if
+    /// `may_be_native` (a notified op whose counter cannot follow natively goes as
+    /// messages, in pieces if large).
+    #[allow(clippy::too_many_arguments)] // pieces' arguments and the one that differs
+    #[inline]
+    pub(super) fn pieces_of(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        disp: u64,
+        layout: Layout,
+        extent: Extent,
+        may_be_native: bool,
+    ) -> Result<Option<Vec<Piece>>> {
         if extent.bytes() <= SPLIT_ABOVE {
             return Ok(None);
         }
-        self.pieces_of_large(kind, op, target, disp, layout, extent)
+        self.pieces_of_large(kind, op, target, disp, layout, extent, may_be_native)
     }
 
+    #[allow(clippy::too_many_arguments)] // as pieces_of
     #[inline(never)]
     fn pieces_of_large(
         &self,
@@ -173,10 +196,11 @@ impl<T: Element> Window<T> {
         disp: u64,
         layout: Layout,
         extent: Extent,
+        may_be_native: bool,
     ) -> Result<Option<Vec<Piece>>> {
         let w = &self.shared;
         let max = w.caps(target).max_message as u64;
-        let native = w.native_allowed(kind, op, T::DATATYPE, target, extent);
+        let native = may_be_native && w.native_allowed(kind, op, T::DATATYPE, target, extent);
         if native || extent.bytes().saturating_add(64) <= max {
             return Ok(None);
         }
@@ -256,8 +280,40 @@ impl<T: Element> Window<T> {
         packed: &[T],
         wants_result: bool,
     ) -> Result<Vec<Request<Fetched>>> {
+        self.post_pieces_inner(kind, op, target, pieces, packed, wants_result, None)
+    }
+
+    /// As [`post_pieces`](Self::post_pieces), the last piece notified: the pieces go as
+    /// messages (the caller found no native path for the notification), which the target
+    /// applies in order, so the count comes after all of them.
+    #[allow(clippy::too_many_arguments)] // post_pieces' arguments and the counter
+    pub(super) fn post_pieces_notified(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        pieces: Vec<Piece>,
+        packed: &[T],
+        wants_result: bool,
+        notify: super::notify::NotifyDesc<'_>,
+    ) -> Result<Vec<Request<Fetched>>> {
+        self.post_pieces_inner(kind, op, target, pieces, packed, wants_result, Some(notify))
+    }
+
+    #[allow(clippy::too_many_arguments)] // as post_pieces_notified
+    fn post_pieces_inner(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        target: Rank,
+        pieces: Vec<Piece>,
+        packed: &[T],
+        wants_result: bool,
+        notify: Option<super::notify::NotifyDesc<'_>>,
+    ) -> Result<Vec<Request<Fetched>>> {
         let mut requests = Vec::with_capacity(pieces.len());
-        for piece in pieces {
+        let last = pieces.len().saturating_sub(1);
+        for (i, piece) in pieces.into_iter().enumerate() {
             let extent = self
                 .shared
                 .extent(target, piece.disp, piece.layout, Self::SIZE)?;
@@ -266,14 +322,22 @@ impl<T: Element> Window<T> {
             } else {
                 &packed[piece.data_at..piece.data_at + piece.layout.elements()]
             };
-            let posted = self.shared.post(Self::desc(
-                kind,
-                target,
-                extent,
-                op,
-                bytemuck::cast_slice(data),
-                wants_result,
-            ))?;
+            let posted = self.shared.post(OpDesc {
+                // Every piece as a notified op (none native: see `post`), the last one
+                // counting.
+                notify: notify.map(|n| super::notify::NotifyDesc {
+                    counts: i == last,
+                    ..n
+                }),
+                ..Self::desc(
+                    kind,
+                    target,
+                    extent,
+                    op,
+                    bytemuck::cast_slice(data),
+                    wants_result,
+                )
+            })?;
             if wants_result {
                 requests.push(self.request(posted, target, |bytes| bytes));
             }
@@ -284,7 +348,7 @@ impl<T: Element> Window<T> {
     /// The descriptor of an op on elements of type `T`, with no buffer for a get to land
     /// in.
     #[inline]
-    fn desc<'a>(
+    pub(super) fn desc<'a>(
         kind: OpKind,
         target: Rank,
         extent: Extent,
@@ -301,11 +365,17 @@ impl<T: Element> Window<T> {
             data,
             wants_result,
             into: None,
+            notify: None,
         }
     }
 
     #[inline]
-    fn request<R>(&self, posted: Posted, target: Rank, convert: fn(Fetched) -> R) -> Request<R> {
+    pub(super) fn request<R>(
+        &self,
+        posted: Posted,
+        target: Rank,
+        convert: fn(Fetched) -> R,
+    ) -> Request<R> {
         match posted {
             // Complete in the call: the value now (a fetch_and_op's old value; a get's
             // vector, allocated now instead of at the wait).
@@ -1350,6 +1420,12 @@ impl<T: Element> Window<T> {
                 return Err(UsageError::EpochOpen.into());
             }
         }
+        // The notification counters' window first (collective too, in the same order on
+        // every rank).
+        let notify = w.notify.write().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(n) = notify {
+            n.free()?;
+        }
         // Outstanding barriers first; then every rank tells every other that it frees the
         // window, with the barriers it started on it: once all have said so with the same
         // count, no peer needs this window any more (each said it last, after everything
@@ -1576,7 +1652,7 @@ pub(super) fn user_vec<T: Element>(seg: Arc<dyn Segment>) -> Option<Vec<T>> {
 /// One active message of an op too large for one: a run of the packed elements (from
 /// `data_at`) and where they go.
 #[derive(Debug, Clone, Copy)]
-struct Piece {
+pub(super) struct Piece {
     data_at: usize,
     layout: Layout,
     disp: u64,

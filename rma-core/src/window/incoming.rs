@@ -193,7 +193,21 @@ impl WinState {
         p: &Packet<'_>,
     ) -> Result<Option<Vec<Waiter>>> {
         let memory = w.memory.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let response = self.target.apply_op(&memory, from, p);
+        let refused_before = self.target.refused.contains(&from);
+        // A notified op naming a counter past this process's is refused whole: nothing
+        // of it applied, nothing counted.
+        let counter_ok = p.notify.is_none_or(|index| w.has_notification(index));
+        let response = self.target.apply_op(&memory, from, p, !counter_ok);
+        if let Some(index) = p.notify {
+            // Counted once the op is applied, before its reply goes.
+            let applied = response.as_ref().is_none_or(|r| r.1)
+                && (refused_before || !self.target.refused.contains(&from));
+            if counter_ok && applied {
+                w.notification_arrived(index);
+            } else {
+                tracing::debug!(from, index, "refused a notified op");
+            }
+        }
         if response.as_ref().is_some_and(|r| !r.1) || self.target.refused.contains(&from) {
             w.counters.refused();
         }

@@ -235,7 +235,15 @@ pub(super) fn op_kind_wire(k: OpKind) -> Kind {
 
 pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_count: u32) {
     let kind = op_kind_wire(op.kind);
-    enc.start(kind, fl, win, done_count);
+    match op.notify {
+        Some(index) => {
+            enc.start(kind, fl | flags::NOTIFY, win, done_count)
+                .u32(index);
+        }
+        None => {
+            enc.start(kind, fl, win, done_count);
+        }
+    }
     let dt = op.datatype.unwrap_or(DataType::U8);
     match op.kind {
         OpKind::Put => {
@@ -365,6 +373,7 @@ pub(super) fn native_call(
         data: &op.data,
         wants_result: false,
         into: None,
+        notify: None,
     };
     native_call_desc(w, &d, token)
 }

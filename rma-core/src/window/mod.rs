@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, RwLock};
 pub(crate) use rma_sync::{BiasedGuard as StateGuard, BiasedLock as StateLock};
 
 use crate::barrier::Dissemination;
+use crate::comm::Comm;
 use crate::datatype::{AccOp, DataType, Element};
 use crate::engine::{EngineShared, BLAME_MISMATCH};
 use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEpoch};
@@ -58,6 +59,7 @@ mod incoming;
 mod issue;
 mod lock;
 mod lock_all;
+mod notify;
 mod pscw;
 mod rma_op;
 mod shared;
@@ -171,6 +173,11 @@ pub(crate) struct WindowShared {
     /// The communicator's group, whose numbering the public API's ranks are in; `None`:
     /// the World (ranks are World ranks). Everything inside works in World ranks.
     group: Option<Group>,
+    /// The communicator itself, for the window's own collective calls that make windows
+    /// ([`Window::set_notify_count`]); `None`: the World.
+    comm: Option<Comm>,
+    /// The notification counters of notified access ([`notify`]), while set.
+    pub(crate) notify: RwLock<Option<Arc<notify::Notifications>>>,
 }
 
 /// The World ranks of a window's members, without allocating.
@@ -342,6 +349,8 @@ struct OpDesc<'a> {
     wants_result: bool,
     /// A get's destination, filled directly when the backend completes it in the call.
     into: Option<std::cell::RefCell<&'a mut [u8]>>,
+    /// A notified access: the target's counter that counts it ([`notify`]).
+    notify: Option<notify::NotifyDesc<'a>>,
 }
 
 /// What posting an op came to.

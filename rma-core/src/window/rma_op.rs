@@ -171,6 +171,7 @@ impl WinState {
         op.data.clear();
         op.data.extend_from_slice(d.data);
         op.native = native;
+        op.notify = d.notify.filter(|n| n.counts).map(|n| n.index);
         op.token = self.new_token(w);
         op.request = if d.wants_result {
             Some(RequestState::reuse_or_new(op.spare_request.take()))
@@ -181,12 +182,21 @@ impl WinState {
         let config = &w.engine.config;
         let elem = self.table.get_mut(rank).expect("created above");
         elem.pending.push_back(op);
-        // Issue now unless the op may wait for piggybacking (or single-op at unlock).
+        // Issue now unless the op may wait for piggybacking (or single-op at unlock). A
+        // notified op never waits: its target waits for the count, not for our next
+        // synchronization call.
         let big = d.data.len() > config.queue_max_bytes;
-        let issue_now =
-            big || elem.pending.len() > config.piggyback_threshold || !config.piggyback || native;
+        let notified = d.notify.is_some();
+        // (Nor later, once its lock comes: no piggybacking, no single short op.)
+        elem.no_delay |= notified;
+        let issue_now = big
+            || elem.pending.len() > config.piggyback_threshold
+            || !config.piggyback
+            || native
+            || notified;
         let lock_now = elem.state == TargetState::LockCalled
-            && (elem.pending.len() > 1
+            && (notified
+                || elem.pending.len() > 1
                 || !config.single_op
                 || d.data.len() > config.single_op_threshold
                 || d.extent.bytes() > config.single_op_threshold as u64);
@@ -227,6 +237,7 @@ impl WinState {
         op.kind = d.kind;
         op.token = token;
         op.native = true;
+        op.notify = None;
         op.request = if d.wants_result {
             Some(RequestState::reuse_or_new(op.spare_request.take()))
         } else {

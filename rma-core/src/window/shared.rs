@@ -12,8 +12,9 @@ impl WindowShared {
         remote: Vec<RemoteSegment>,
         memory: Memory,
         anchor: Option<Arc<dyn Segment>>,
-        group: Option<Group>,
+        comm: Option<Comm>,
     ) -> Self {
+        let group = comm.as_ref().map(|c| c.group().clone());
         let ops = engine.transport.window_ops(id);
         let blocks_in_call = ops.as_ref().is_some_and(|o| o.completes_in_call());
         let direct = Arc::new(DirectAccess::new(engine.size, blocks_in_call));
@@ -52,6 +53,8 @@ impl WindowShared {
             freed: std::sync::atomic::AtomicBool::new(false),
             local_access: std::sync::atomic::AtomicBool::new(false),
             group,
+            comm,
+            notify: RwLock::new(None),
         }
     }
 
@@ -413,12 +416,44 @@ impl WindowShared {
     #[inline]
     pub(super) fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
+        if let Some(n) = d.notify {
+            let native = native && n.counters.native_toward(self, d.target);
+            return self.post_notified(d, native);
+        }
         if native && self.direct.allows(d.target) {
             if let Some(posted) = self.post_direct(&d) {
                 return posted;
             }
         }
         self.post_locked(d, native)
+    }
+
+    /// [`post`](Self::post) of a notified op ([`notify`]): natively only where the
+    /// counter's add follows natively, in the call; otherwise an active message that the
+    /// target counts. An op that completed in its call went natively: its counter now.
+    #[inline(never)]
+    fn post_notified(&self, d: OpDesc<'_>, native: bool) -> Result<Posted> {
+        let n = d.notify.expect("a notified op");
+        let target = d.target;
+        let direct = if native && self.direct.allows(target) {
+            self.post_direct(&d)
+        } else {
+            None
+        };
+        let posted = match direct {
+            Some(posted) => posted?,
+            None => self.post_locked(d, native)?,
+        };
+        if n.counts && matches!(posted, Posted::Done(_)) {
+            n.counters.add_native(target, n.index)?;
+        }
+        Ok(posted)
+    }
+
+    /// The native add of a queued notified op's counter, once the op completed in its
+    /// call.
+    pub(super) fn notification_native(&self, target: Rank, index: u32) -> Result<()> {
+        self.notifications(target, index)?.add_native(target, index)
     }
 
     /// [`post`](Self::post) through the window's state: RMA_OP with the op table.

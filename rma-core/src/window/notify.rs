@@ -1,0 +1,417 @@
+//! Notified access: puts, gets and accumulates that count at the target (the MPI Forum's
+//! RMA notifications, mpi-forum/mpi-issues#59; Intel MPI's `MPIX_Put_notify`; foMPI-NA,
+//! Belli and Hoefler, IPDPS 2015).
+//!
+//! A window may carry notification counters of each process, set collectively by
+//! [`Window::set_notify_count`]. A notified op names one counter of its target; the
+//! target's counter grows by one once the op's data is in the target's memory (for a get:
+//! read from it), so a process that sees the count see the data: a producer's put and its
+//! "it is there" are one operation, not a put, a flush and a flag.
+//!
+//! How each path keeps that order:
+//! - **Native, complete in its call** (shared memory): the data's copy or CPU atomic, then
+//!   a release-ordered atomic add on the counter, which lives in backend memory the
+//!   origin maps (the counters are a window of their own). A reader's acquire load of the
+//!   count makes the data visible. No message at all.
+//! - **Everything else** (a backend whose ops complete later, a target on another node,
+//!   an op queued behind a lock): the op goes as an active message with
+//!   [`flags::NOTIFY`] and the counter's index; the target's CPU applies the op, then adds
+//!   to the counter. One message, the op's own; large ops go in pieces, in order, the
+//!   last one carrying the notification. The op's completion (flush, unlock, fence,
+//!   complete) covers its notification, as it covers the op.
+//!
+//! The counters are never touched by a NIC's atomics: only by CPU atomics of processes
+//! that share the memory and by the target's own CPU, which are atomic against each other.
+
+use super::api::{to_vec, zeroed_vec};
+use super::*;
+use crate::comm::Comm;
+use crate::engine::Engine;
+
+/// A window's notification counters.
+pub(crate) struct Notifications {
+    /// The counters' window: its own counters (u64 each) in backend memory, so that
+    /// peers sharing memory add to them natively. Taken by `free` or a new count.
+    window: Mutex<Option<Window<u64>>>,
+    /// The counters' window's state, for its native ops.
+    counters: Arc<WindowShared>,
+    /// Counters of each World rank (0 outside the window's group).
+    counts: Vec<u32>,
+    /// This process's counters' memory.
+    local: Arc<dyn Segment>,
+}
+
+impl Notifications {
+    /// Frees the counters' window (collective).
+    pub(super) fn free(&self) -> Result<()> {
+        let window = self.window.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match window {
+            Some(window) => window.free().map(drop).map_err(|e| e.error),
+            None => Ok(()),
+        }
+    }
+
+    /// The counter `index` of this process, as an atomic where the backend's memory is
+    /// shared memory ([`Segment::atomic_u64`]).
+    fn local_counter(&self, index: u32) -> Option<&std::sync::atomic::AtomicU64> {
+        self.local.atomic_u64(index as usize * 8)
+    }
+
+    /// Adds one to this process's counter `index` (the target side of a notified op, once
+    /// its data is in), release-ordered; nothing for an index past the counters.
+    fn bump(&self, index: u32) {
+        if index as usize >= self.local.len() / 8 {
+            return;
+        }
+        match self.local_counter(index) {
+            Some(c) => {
+                c.fetch_add(1, Ordering::Release);
+            }
+            None => self.local.update(index as usize * 8, 8, &mut |b| {
+                let v = u64::from_ne_bytes(b.try_into().expect("8 bytes")).wrapping_add(1);
+                b.copy_from_slice(&v.to_ne_bytes());
+            }),
+        }
+    }
+
+    /// This process's counter `index` (checked by the caller), acquire-ordered.
+    fn value(&self, index: u32) -> u64 {
+        match self.local_counter(index) {
+            Some(c) => c.load(Ordering::Acquire),
+            None => {
+                let mut v = 0u64;
+                self.local.update(index as usize * 8, 8, &mut |b| {
+                    v = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+                });
+                v
+            }
+        }
+    }
+
+    fn set(&self, index: u32, value: u64) {
+        match self.local_counter(index) {
+            Some(c) => c.store(value, Ordering::Release),
+            None => self.local.update(index as usize * 8, 8, &mut |b| {
+                b.copy_from_slice(&value.to_ne_bytes())
+            }),
+        }
+    }
+
+    /// Whether a notified op toward `target` may take the native path of `w`: every op of
+    /// both windows completes in its call, and the counter's add is a native atomic
+    /// there. Then the data is in place when the add runs.
+    pub(super) fn native_toward(&self, w: &WindowShared, target: Rank) -> bool {
+        w.blocks_in_call
+            && self.counters.blocks_in_call
+            && self.counters.ops.is_some()
+            && self
+                .counters
+                .caps(target)
+                .has_atomic(AccOp::Sum, DataType::U64)
+    }
+
+    /// After the native op of a notified access completed in its call: the target's
+    /// counter, natively (release: the op's stores before the add).
+    pub(super) fn add_native(&self, target: Rank, index: u32) -> Result<()> {
+        let ops = self
+            .counters
+            .ops
+            .as_deref()
+            .ok_or(TransportError::Unsupported(
+                "notification counters without native ops",
+            ))?;
+        std::sync::atomic::fence(Ordering::Release);
+        let one = 1u64.to_ne_bytes();
+        let add = NativeAtomic::Accumulate {
+            op: AccOp::Sum,
+            datatype: DataType::U64,
+            operand: &one,
+            fetch: false,
+        };
+        loop {
+            match ops.atomic(target, u64::from(index) * 8, add) {
+                Ok(Issued::Complete(_)) => {
+                    self.counters.counters.op_direct();
+                    return Ok(());
+                }
+                Ok(Issued::Pending) => {
+                    return Err(TransportError::Failed(
+                        "a notification's add left pending by a backend whose ops complete \
+                         in their call"
+                            .into(),
+                    )
+                    .into())
+                }
+                // The backend's room for ops is full: it drains by itself (shared memory
+                // has none to drain); try again.
+                Err(TransportError::Busy) => std::hint::spin_loop(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// A notified op's counter, as the op's descriptor carries it.
+#[derive(Clone, Copy)]
+pub(super) struct NotifyDesc<'a> {
+    pub index: u32,
+    pub counters: &'a Notifications,
+    /// This op adds to the counter (all but the last piece of a large op do not, but go
+    /// the same path, so that the last one's count follows them).
+    pub counts: bool,
+}
+
+impl WindowShared {
+    /// The counters, with `index` checked against `target`'s (World rank).
+    pub(super) fn notifications(&self, target: Rank, index: u32) -> Result<Arc<Notifications>> {
+        let n = self
+            .notify
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let count = n
+            .as_ref()
+            .and_then(|n| n.counts.get(target as usize).copied())
+            .unwrap_or(0);
+        match n {
+            Some(n) if index < count => Ok(n),
+            _ => Err(UsageError::NotifyIndex {
+                target,
+                index,
+                count,
+            }
+            .into()),
+        }
+    }
+
+    /// The target side of a notified op, once its data is in (its index checked by
+    /// [`has_notification`](Self::has_notification) before the op was applied).
+    pub(super) fn notification_arrived(&self, index: u32) {
+        let n = self.notify.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = n.as_ref() {
+            n.bump(index);
+        }
+    }
+
+    /// Whether this process has counter `index` (an incoming notified op's is checked
+    /// before anything of the op is applied).
+    pub(super) fn has_notification(&self, index: u32) -> bool {
+        let n = self.notify.read().unwrap_or_else(|e| e.into_inner());
+        n.as_ref()
+            .is_some_and(|n| (index as usize) < n.local.len() / 8)
+    }
+
+    /// This process's counters, with `index` checked.
+    fn own_notifications(&self, index: u32) -> Result<Arc<Notifications>> {
+        self.notifications(self.engine.rank, index)
+    }
+}
+
+impl<T: Element> Window<T> {
+    /// Gives each process of the window `count` notification counters of its own (all at
+    /// zero), replacing those it had; 0 removes them. Collective over the window's
+    /// processes, outside any epoch; the counts may differ from process to process (each
+    /// learns the others'). Notified ops name a counter of their target
+    /// ([`put_notify`](Self::put_notify)); the target reads it with
+    /// [`notify_value`](Self::notify_value) or waits for it with
+    /// [`wait_notify`](Self::wait_notify).
+    pub fn set_notify_count(&self, count: u32) -> Result<()> {
+        self.raised("set_notify_count", || {
+            let w = &self.shared;
+            if !WindowShared::no_access_epoch(&w.lock_state()) {
+                return Err(UsageError::EpochOpen.into());
+            }
+            let engine = Engine {
+                shared: w.engine.clone(),
+            };
+            let comm: Option<&Comm> = w.comm.as_ref();
+            // Every process is here before any counter goes: no notified op of the old
+            // counters is still to arrive once the epochs that carried them ended.
+            match comm {
+                Some(c) => c.barrier()?,
+                None => engine.world().barrier()?,
+            }
+            let old = w.notify.write().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(old) = old {
+                old.free()?;
+            }
+            let window = engine.allocate_over::<u64>(comm, count as usize)?;
+            let counters = window.shared.clone();
+            let local = match &*counters.memory.read().unwrap_or_else(|e| e.into_inner()) {
+                crate::target::Memory::Static(seg) => seg.clone(),
+                crate::target::Memory::Dynamic(_) => unreachable!("an allocated window"),
+            };
+            let counts = counters
+                .remote
+                .iter()
+                .map(|r| (r.len / 8).min(u64::from(u32::MAX)) as u32)
+                .collect();
+            let any = counters.remote.iter().any(|r| r.len > 0);
+            if any {
+                let n = Notifications {
+                    window: Mutex::new(Some(window)),
+                    counters,
+                    counts,
+                    local,
+                };
+                // A window's memory starts as the backend gives it (MPI promises no
+                // zeros); counters start at 0, before anyone may count on them.
+                for i in 0..count {
+                    n.set(i, 0);
+                }
+                *w.notify.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(n));
+            } else {
+                window.free().map_err(|e| e.error)?;
+            }
+            // Nobody notifies a process before it holds its counters.
+            match comm {
+                Some(c) => c.barrier(),
+                None => engine.world().barrier(),
+            }
+        })
+    }
+
+    /// This process's notification counters ([`set_notify_count`](Self::set_notify_count)).
+    pub fn notify_count(&self) -> u32 {
+        let n = self.shared.notify.read().unwrap_or_else(|e| e.into_inner());
+        n.as_ref()
+            .and_then(|n| n.counts.get(self.shared.engine.rank as usize).copied())
+            .unwrap_or(0)
+    }
+
+    /// This process's counter `index`: how many notified ops named it since it was set.
+    /// A count seen here means those ops' data is seen too (acquire).
+    pub fn notify_value(&self, index: u32) -> Result<u64> {
+        self.raised("notify_value", || {
+            Ok(self.shared.own_notifications(index)?.value(index))
+        })
+    }
+
+    /// Sets this process's counter `index` to `value` (release), for example back to 0
+    /// before the next round. Ops counting on it meanwhile are the caller's to order.
+    pub fn notify_set(&self, index: u32, value: u64) -> Result<()> {
+        self.raised("notify_set", || {
+            self.shared.own_notifications(index)?.set(index, value);
+            Ok(())
+        })
+    }
+
+    /// Waits until this process's counter `index` is at least `at_least`, making progress
+    /// meanwhile (notified ops that came as messages are applied by it), within the
+    /// library's deadline. Returns the value seen.
+    pub fn wait_notify(&self, index: u32, at_least: u64) -> Result<u64> {
+        self.raised("wait_notify", || {
+            let n = self.shared.own_notifications(index)?;
+            let mut seen = n.value(index);
+            self.shared.engine.wait_until("wait_notify", || {
+                seen = n.value(index);
+                Ok(seen >= at_least)
+            })?;
+            Ok(seen)
+        })
+    }
+
+    /// [`put`](Self::put), notified: `target`'s counter `index` counts it once its data is
+    /// in `target`'s memory.
+    pub fn put_notify(&self, data: &[T], target: Rank, disp: u64, index: u32) -> Result<()> {
+        self.raised("put_notify", || {
+            self.post_notified(OpKind::Put, None, data, target, disp, index)
+        })
+    }
+
+    /// A notified put or accumulate of contiguous `data`: in pieces as messages where it
+    /// is larger than one and its counter cannot follow natively, otherwise one op.
+    fn post_notified(
+        &self,
+        kind: OpKind,
+        op: Option<AccOp>,
+        data: &[T],
+        target: Rank,
+        disp: u64,
+        index: u32,
+    ) -> Result<()> {
+        let target = self.shared.world(target)?;
+        if let Some(op) = op {
+            Self::check_op(op)?;
+        }
+        let n = self.shared.notifications(target, index)?;
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        let notify = NotifyDesc {
+            index,
+            counters: &n,
+            counts: true,
+        };
+        let native = n.native_toward(&self.shared, target);
+        if let Some(p) = self.pieces_of(kind, op, target, disp, layout, extent, native)? {
+            return self
+                .post_pieces_notified(kind, op, target, p, data, false, notify)
+                .map(drop);
+        }
+        let bytes = bytemuck::cast_slice(data);
+        self.shared
+            .post(OpDesc {
+                notify: Some(notify),
+                ..Self::desc(kind, target, extent, op, bytes, false)
+            })
+            .map(drop)
+    }
+
+    /// [`get`](Self::get), notified: `target`'s counter `index` counts it once its data is
+    /// read from `target`'s memory (the target may then reuse it).
+    pub fn get_notify(
+        &self,
+        target: Rank,
+        disp: u64,
+        count: usize,
+        index: u32,
+    ) -> Result<Request<Vec<T>>> {
+        self.raised("get_notify", || {
+            let target = self.shared.world(target)?;
+            let n = self.shared.notifications(target, index)?;
+            let layout = Layout::contiguous(count);
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let notify = NotifyDesc {
+                index,
+                counters: &n,
+                counts: true,
+            };
+            let native = n.native_toward(&self.shared, target);
+            if let Some(p) =
+                self.pieces_of(OpKind::Get, None, target, disp, layout, extent, native)?
+            {
+                let parts =
+                    self.post_pieces_notified(OpKind::Get, None, target, p, &[], true, notify)?;
+                return Ok(Request::joined(parts, to_vec::<T>));
+            }
+            let mut out = zeroed_vec::<T>(count)?;
+            let into = Some(std::cell::RefCell::new(bytemuck::cast_slice_mut(
+                out.as_mut_slice(),
+            )));
+            let posted = self.shared.post(OpDesc {
+                into,
+                notify: Some(notify),
+                ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+            })?;
+            Ok(match posted {
+                Posted::Done(None) => Request::value(out),
+                other => self.request(other, target, to_vec::<T>),
+            })
+        })
+    }
+
+    /// [`accumulate`](Self::accumulate), notified: `target`'s counter `index` counts it
+    /// once its elements are updated.
+    pub fn accumulate_notify(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        index: u32,
+    ) -> Result<()> {
+        self.raised("accumulate_notify", || {
+            self.post_notified(OpKind::Accumulate, Some(op), data, target, disp, index)
+        })
+    }
+}
