@@ -803,7 +803,9 @@ fn communicate(
                 Comm::Accumulate(op) => w
                     .accumulate_contiguous(addr, n, flat, acc_op(op)?, rank, disp)
                     .map(|()| None),
-                Comm::GetAccumulate(..) => unreachable!("not taken here"),
+                Comm::GetAccumulate(..) | Comm::PutNotify(_) | Comm::GetNotify(_) => {
+                    unreachable!("not taken here")
+                }
             };
         }
     }
@@ -854,6 +856,8 @@ fn communicate_described(
             let r = buffer(result.0, result.1, result.2, "result count")?;
             w.get_accumulate(&o, &r, acc_op(op)?, &t)
         }
+        Comm::PutNotify(index) => w.put_notify(&o, &t, notify_index(index)?).map(|()| None),
+        Comm::GetNotify(index) => w.get_notify(&o, &t, notify_index(index)?),
     }
 }
 
@@ -890,6 +894,9 @@ enum Comm {
     Get,
     Accumulate(c_int),
     GetAccumulate(c_int, (*const c_void, i64, MPI_Datatype)),
+    /// A notified put or get (issue #28): the target's counter.
+    PutNotify(c_int),
+    GetNotify(c_int),
 }
 
 #[inline]
@@ -1733,3 +1740,176 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
     // SAFETY: passed on.
     unsafe { sys::PMPI_Type_free(datatype) }
 }
+
+// ----- notified access (issue #28) ----------------------------------------------------
+//
+// Two spellings of one feature: the MPI Forum's draft (mpi-forum/mpi-issues#59:
+// MPI_Put_notify, MPI_Get_notify with the counter before the window, MPI_Win_notify_*)
+// and Intel MPI's extension (MPIX_*, the counter after the window). Declared for C in
+// include/rma_mpi_notify.h. A notified op's target counter grows by one once the op's
+// data is in (for a get: read from) the target's memory; the target reads it with
+// MPI_Win_notify_get_value / MPIX_Win_get_notify.
+
+/// A counter index from C: negative ones are refused here, past the target's there.
+fn notify_index(index: c_int) -> MpiResult<u32> {
+    u32::try_from(index).map_err(|_| {
+        MpiError::new(
+            int!(MPI_ERR_ARG),
+            format!("notification counter {index}: indices start at 0"),
+        )
+    })
+}
+
+fn set_notify_count(call: &str, win: MPI_Win, count: c_int) -> c_int {
+    on_window(call, win, |w| {
+        let count = u32::try_from(count).map_err(|_| {
+            MpiError::new(
+                int!(MPI_ERR_ARG),
+                format!("{count} notification counters: a count is 0 or more"),
+            )
+        })?;
+        Ok(w.rma.set_notify_count(count)?)
+    })
+}
+
+fn get_notify_value(call: &str, win: MPI_Win, index: c_int, value: *mut MPI_Count) -> c_int {
+    on_window(call, win, |w| {
+        let out = out_ptr(value, "value")?;
+        let v = w.rma.notify_value(notify_index(index)?)?;
+        // SAFETY: checked non-null; MPI's contract: a writable MPI_Count.
+        unsafe { *out = v as MPI_Count };
+        Ok(())
+    })
+}
+
+fn set_notify_value(call: &str, win: MPI_Win, index: c_int, value: MPI_Count) -> c_int {
+    on_window(call, win, |w| {
+        let v = u64::try_from(value).map_err(|_| {
+            MpiError::new(
+                int!(MPI_ERR_ARG),
+                "a notification counter is never negative",
+            )
+        })?;
+        Ok(w.rma.notify_set(notify_index(index)?, v)?)
+    })
+}
+
+/// MPI_Win_notify_set_num (draft): `num` counters of this process, collectively; 0
+/// removes them. The info argument has no key librma-mpi reads.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_notify_set_num(win: MPI_Win, info: MPI_Info, num: c_int) -> c_int {
+    let _ = info;
+    set_notify_count("MPI_Win_notify_set_num", win, num)
+}
+
+/// MPI_Win_notify_get_value (draft).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_notify_get_value(
+    win: MPI_Win,
+    notification_idx: c_int,
+    value: *mut MPI_Count,
+) -> c_int {
+    get_notify_value("MPI_Win_notify_get_value", win, notification_idx, value)
+}
+
+/// MPI_Win_notify_set_value (draft).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Win_notify_set_value(
+    win: MPI_Win,
+    notification_idx: c_int,
+    value: MPI_Count,
+) -> c_int {
+    set_notify_value("MPI_Win_notify_set_value", win, notification_idx, value)
+}
+
+/// MPIX_Win_create_notify (Intel MPI): `notify_num` counters, collectively.
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Win_create_notify(win: MPI_Win, notify_num: c_int) -> c_int {
+    set_notify_count("MPIX_Win_create_notify", win, notify_num)
+}
+
+/// MPIX_Win_free_notify (Intel MPI): the counters go, collectively.
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Win_free_notify(win: MPI_Win) -> c_int {
+    set_notify_count("MPIX_Win_free_notify", win, 0)
+}
+
+/// MPIX_Win_get_notify (Intel MPI).
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Win_get_notify(
+    win: MPI_Win,
+    notify_idx: c_int,
+    value: *mut MPI_Count,
+) -> c_int {
+    get_notify_value("MPIX_Win_get_notify", win, notify_idx, value)
+}
+
+/// MPIX_Win_set_notify (Intel MPI).
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Win_set_notify(
+    win: MPI_Win,
+    notify_idx: c_int,
+    value: MPI_Count,
+) -> c_int {
+    set_notify_value("MPIX_Win_set_notify", win, notify_idx, value)
+}
+
+macro_rules! notified_calls {
+    ($put:ident, $get:ident, $index_first:tt) => {
+        notified_calls!(@one $put, Comm::PutNotify, *const c_void, $index_first);
+        notified_calls!(@one $get, Comm::GetNotify, *mut c_void, $index_first);
+    };
+    (@one $name:ident, $what:path, $addr:ty, true) => {
+        /// A notified access, the draft's argument order (the counter, then the window).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            origin_addr: $addr,
+            origin_count: c_int,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: c_int,
+            target_datatype: MPI_Datatype,
+            notification_idx: c_int,
+            win: MPI_Win,
+        ) -> c_int {
+            call(
+                stringify!($name),
+                win,
+                (origin_addr as *const c_void, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                $what(notification_idx),
+            )
+        }
+    };
+    (@one $name:ident, $what:path, $addr:ty, false) => {
+        /// A notified access, Intel MPI's argument order (the window, then the counter).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            origin_addr: $addr,
+            origin_count: c_int,
+            origin_datatype: MPI_Datatype,
+            target_rank: c_int,
+            target_disp: MPI_Aint,
+            target_count: c_int,
+            target_datatype: MPI_Datatype,
+            win: MPI_Win,
+            notification_idx: c_int,
+        ) -> c_int {
+            call(
+                stringify!($name),
+                win,
+                (origin_addr as *const c_void, origin_count as i64, origin_datatype),
+                target_rank,
+                target_disp,
+                (target_count as i64, target_datatype),
+                $what(notification_idx),
+            )
+        }
+    };
+}
+
+notified_calls!(MPI_Put_notify, MPI_Get_notify, true);
+notified_calls!(MPIX_Put_notify, MPIX_Get_notify, false);

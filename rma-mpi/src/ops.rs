@@ -455,6 +455,52 @@ impl Win {
             || self.flavor() == int!(MPI_WIN_FLAVOR_CREATE)
     }
 
+    /// MPI_Put_notify (the MPI Forum's draft) and MPIX_Put_notify (Intel MPI's): a put
+    /// that the target's notification counter `index` counts once its data is there.
+    /// The target's datatype must be contiguous (the count rides on one op); the origin's
+    /// may be anything. A count of 0 is a notification alone.
+    pub fn put_notify(&self, origin: &Buffer, target: &Target, index: u32) -> MpiResult<()> {
+        let data = origin.packed()?;
+        Self::same_size(data.len(), target)?;
+        let (disp, len) = self.notified_run(target)?;
+        Ok(self
+            .rma
+            .put_notify(&data[..len], target.rank, disp, index)?)
+    }
+
+    /// MPI_Get_notify and MPIX_Get_notify: a get that the target's counter `index`
+    /// counts once its data is read (the target may then reuse it); contiguous at the
+    /// target, as [`put_notify`](Self::put_notify).
+    pub fn get_notify(
+        &self,
+        origin: &Buffer,
+        target: &Target,
+        index: u32,
+    ) -> MpiResult<Option<Shared>> {
+        let n = origin.bytes()?;
+        Self::same_size(n, target)?;
+        let (disp, len) = self.notified_run(target)?;
+        let request = self.rma.get_notify(target.rank, disp, len, index)?;
+        let c = Unpack {
+            requests: vec![request],
+            dst: Dest(origin.addr as *mut u8),
+            runs: origin.runs(),
+        };
+        Ok(Some(self.due(target.rank, Box::new(c))))
+    }
+
+    /// The one run of bytes at the target of a notified op.
+    fn notified_run(&self, target: &Target) -> MpiResult<(u64, usize)> {
+        match self.target_runs(target)? {
+            Runs::One([run]) => Ok(run),
+            _ => Err(MpiError::new(
+                int!(MPI_ERR_TYPE),
+                "a notified access needs a contiguous target datatype (its count rides on \
+                 one operation)",
+            )),
+        }
+    }
+
     /// MPI_Rput: a put whose request completes with the window's ops (rma completes
     /// our copy of the origin in the call).
     #[inline]

@@ -33,17 +33,33 @@ fn lib_dir() -> PathBuf {
 }
 
 fn compile(source: &str, linked: bool) -> PathBuf {
+    compile_with(source, linked, &[])
+}
+
+/// As [`compile`], with more arguments for the compiler (`-D` flags); the executable's
+/// name carries them.
+fn compile_with(source: &str, linked: bool, flags: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(source);
     let tag = if open_mpi() { "ompi" } else { "mpich" };
     let mode = if linked { "linked" } else { "plain" };
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{}-{tag}-{mode}", source.trim_end_matches(".c")));
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{}-{tag}-{mode}{}",
+        source.trim_end_matches(".c"),
+        flags.concat()
+    ));
     let mut cmd = Command::new(mpicc());
     cmd.args(["-O1", "-Wall", "-Wno-stringop-overflow", "-o"])
         .arg(&exe)
-        .arg(&src);
+        .arg(&src)
+        .arg(format!(
+            "-I{}",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("include")
+                .display()
+        ))
+        .args(flags);
     if linked {
         let dir = lib_dir();
         cmd.arg(format!("-L{}", dir.display()))
@@ -150,4 +166,24 @@ fn every_call_flavor_and_sync_mode_gives_exact_results() {
 #[test]
 fn bad_input_returns_the_error_class_mpi_prescribes() {
     passes("errors.c");
+}
+
+/// Notified access (issue #28), from a program written against the MPI Forum draft's
+/// names and the same one against Intel MPI's MPIX_ names: they exist in no MPI, so the
+/// programs link librma-mpi (-lrma_mpi) and include its rma_mpi_notify.h.
+#[test]
+fn notified_access_under_both_spellings() {
+    let which = if open_mpi() { "Open MPI" } else { "MPICH" };
+    for flags in [&[][..], &["-DINTEL_NAMES"][..]] {
+        let exe = compile_with("notify.c", true, flags);
+        for ranks in [2, 4] {
+            let out = launch(&exe, ranks, false);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains(" No Errors"),
+                "notify.c {flags:?} under {which} on {ranks} ranks: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 }
