@@ -197,8 +197,11 @@ impl WindowShared {
     /// before anything of the op is applied).
     pub(super) fn has_notification(&self, index: u32) -> bool {
         let n = self.notify.read().unwrap_or_else(|e| e.into_inner());
-        n.as_ref()
-            .is_some_and(|n| (index as usize) < n.local.len() / 8)
+        n.as_ref().is_some_and(|n| {
+            n.counts
+                .get(self.engine.rank as usize)
+                .is_some_and(|c| index < *c)
+        })
     }
 
     /// This process's counters, with `index` checked.
@@ -225,28 +228,37 @@ impl<T: Element> Window<T> {
                 shared: w.engine.clone(),
             };
             let comm: Option<&Comm> = w.comm.as_ref();
-            // Every process is here before any counter goes: no notified op of the old
-            // counters is still to arrive once the epochs that carried them ended.
-            match comm {
-                Some(c) => c.barrier()?,
-                None => engine.world().barrier()?,
-            }
+            let world;
+            let members: &Comm = match comm {
+                Some(c) => c,
+                None => {
+                    world = engine.world();
+                    &world
+                }
+            };
+            // Every process is here before any counter goes (no notified op of the old
+            // counters is still to arrive once the epochs that carried them ended), and
+            // learns everyone's count.
+            let all = members.allgather(&[count])?;
             let old = w.notify.write().unwrap_or_else(|e| e.into_inner()).take();
             if let Some(old) = old {
                 old.free()?;
             }
-            let window = engine.allocate_over::<u64>(comm, count as usize)?;
+            // Each process's counters on cache lines of their own: a consumer spinning on
+            // its counter must not share the line with a neighbour's (64-byte parts).
+            let padded = (count as usize).div_ceil(8) * 8;
+            let window = engine.allocate_over::<u64>(comm, padded)?;
             let counters = window.shared.clone();
             let local = match &*counters.memory.read().unwrap_or_else(|e| e.into_inner()) {
                 crate::target::Memory::Static(seg) => seg.clone(),
                 crate::target::Memory::Dynamic(_) => unreachable!("an allocated window"),
             };
-            let counts = counters
-                .remote
-                .iter()
-                .map(|r| (r.len / 8).min(u64::from(u32::MAX)) as u32)
-                .collect();
-            let any = counters.remote.iter().any(|r| r.len > 0);
+            let mut counts = vec![0u32; w.engine.size];
+            for (i, c) in all.iter().enumerate() {
+                let rank = w.group.as_ref().map_or(i as Rank, |g| g.members()[i]);
+                counts[rank as usize] = *c;
+            }
+            let any = all.iter().any(|c| *c > 0);
             if any {
                 let n = Notifications {
                     window: Mutex::new(Some(window)),
@@ -264,10 +276,7 @@ impl<T: Element> Window<T> {
                 window.free().map_err(|e| e.error)?;
             }
             // Nobody notifies a process before it holds its counters.
-            match comm {
-                Some(c) => c.barrier(),
-                None => engine.world().barrier(),
-            }
+            members.barrier()
         })
     }
 
@@ -302,9 +311,24 @@ impl<T: Element> Window<T> {
     pub fn wait_notify(&self, index: u32, at_least: u64) -> Result<u64> {
         self.raised("wait_notify", || {
             let n = self.shared.own_notifications(index)?;
+            // A while on the counter alone first: on shared memory the count comes from
+            // the producers' own atomic adds, and a progress pass per look would only
+            // slow the look (messages wait for the pass at most this long).
             let mut seen = n.value(index);
+            for _ in 0..256 {
+                if seen >= at_least {
+                    return Ok(seen);
+                }
+                std::hint::spin_loop();
+                seen = n.value(index);
+            }
             self.shared.engine.wait_until("wait_notify", || {
                 seen = n.value(index);
+                if seen < at_least {
+                    // The producer may need this core (more ranks than cores): waiting
+                    // for a count is waiting for another process, never for this one.
+                    std::thread::yield_now();
+                }
                 Ok(seen >= at_least)
             })?;
             Ok(seen)
