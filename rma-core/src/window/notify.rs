@@ -218,6 +218,23 @@ impl<T: Element> Window<T> {
     /// ([`put_notify`](Self::put_notify)); the target reads it with
     /// [`notify_value`](Self::notify_value) or waits for it with
     /// [`wait_notify`](Self::wait_notify).
+    ///
+    /// A ring of producers and consumers, each halo read when its count says it is there:
+    /// ```
+    /// use rma_core::{sim, Assert};
+    /// sim::run(3, sim::Profile::ActiveMessages, 7, |engine| {
+    ///     let (me, n) = (engine.rank(), engine.size() as u32);
+    ///     let win = engine.allocate::<u64>(4)?;
+    ///     win.set_notify_count(1)?;
+    ///     win.lock_all(Assert::NONE)?;
+    ///     win.put_notify(&[u64::from(me); 4], (me + 1) % n, 0, 0)?;
+    ///     win.wait_notify(0, 1)?; // the left neighbour's halo is here
+    ///     assert_eq!(win.local_to_vec(), vec![u64::from((me + n - 1) % n); 4]);
+    ///     win.unlock_all()?;
+    ///     win.free()?;
+    ///     Ok(())
+    /// }).unwrap();
+    /// ```
     pub fn set_notify_count(&self, count: u32) -> Result<()> {
         self.raised("set_notify_count", || {
             let w = &self.shared;
