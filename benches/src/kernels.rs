@@ -561,6 +561,29 @@ fn latency_loop_of<T: Elem, const OP: u8>(
                 })
             }
         }
+        SyncMode::Notify => {
+            // A notified put each way; each side waits for the other's count (counter 0,
+            // set afresh for this size: both ranks are here).
+            win.set_notify_count(1)?;
+            win.lock_all(Assert::NONE)?;
+            let peer = if me == ORIGIN { TARGET } else { ORIGIN };
+            let mut n = 0u64;
+            let mut step = || -> Result<()> {
+                n += 1;
+                if me == ORIGIN {
+                    win.put_notify(buf, peer, disp, 0)?;
+                    win.wait_notify(0, n)?;
+                } else {
+                    win.wait_notify(0, n)?;
+                    win.put_notify(buf, peer, disp, 0)?;
+                }
+                Ok(())
+            };
+            let elapsed = timed(skip, total, &mut step)?;
+            win.unlock_all()?;
+            win.set_notify_count(0)?;
+            Ok(elapsed)
+        }
         SyncMode::Pscw => {
             engine.barrier()?;
             if me == ORIGIN {
@@ -743,5 +766,10 @@ fn bandwidth_loop<T: Elem>(
                 })
             }
         }
+        // Offered by osu_put_latency only (the options refuse it elsewhere).
+        SyncMode::Notify => Err(rma::UsageError::Unsupported {
+            what: "-s notify in a bandwidth benchmark",
+        }
+        .into()),
     }
 }

@@ -70,18 +70,29 @@ pub enum SyncMode {
     /// Post/start/complete/wait; latency tests put in both directions and report half a
     /// round trip.
     Pscw,
+    /// rma's notified access (no OSU counterpart, `osu_put_latency` only): a notified put
+    /// each way, each side waiting for the other's count; half a round trip, in a
+    /// lock_all epoch held throughout. What a put + flush + flag costs without it.
+    Notify,
 }
 
 impl SyncMode {
-    /// Every mode, in the order of OSU's help text.
-    pub const ALL: [SyncMode; 6] = [
+    /// OSU's modes, in the order of its help text, then rma's notified put
+    /// (`osu_put_latency` only).
+    pub const WITH_NOTIFY: [SyncMode; 7] = [
         SyncMode::Lock,
         SyncMode::Flush,
         SyncMode::FlushLocal,
         SyncMode::LockAll,
         SyncMode::Pscw,
         SyncMode::Fence,
+        SyncMode::Notify,
     ];
+    /// Every mode of OSU's.
+    pub const ALL: [SyncMode; 6] = {
+        let m = Self::WITH_NOTIFY;
+        [m[0], m[1], m[2], m[3], m[4], m[5]]
+    };
     /// The modes of OSU's `ACTIVE_SYNC` benchmarks (`osu_put_bibw`).
     pub const ACTIVE: [SyncMode; 2] = [SyncMode::Pscw, SyncMode::Fence];
 
@@ -94,6 +105,7 @@ impl SyncMode {
             SyncMode::LockAll => "lock_all",
             SyncMode::Fence => "fence",
             SyncMode::Pscw => "pscw",
+            SyncMode::Notify => "notify",
         }
     }
 
@@ -106,16 +118,17 @@ impl SyncMode {
             SyncMode::LockAll => "MPI_Win_lock_all/unlock_all",
             SyncMode::Fence => "MPI_Win_fence",
             SyncMode::Pscw => "MPI_Win_post/start/complete/wait",
+            SyncMode::Notify => "notified put + wait (rma's put_notify)",
         }
     }
 
     /// Active-target synchronization (both ranks take part in every epoch).
     pub const fn is_active(self) -> bool {
-        matches!(self, SyncMode::Fence | SyncMode::Pscw)
+        matches!(self, SyncMode::Fence | SyncMode::Pscw | SyncMode::Notify)
     }
 
     fn parse(s: &str) -> Option<SyncMode> {
-        SyncMode::ALL
+        SyncMode::WITH_NOTIFY
             .into_iter()
             .find(|m| m.name().eq_ignore_ascii_case(s))
     }
@@ -281,7 +294,7 @@ pub const PUT_LATENCY: Benchmark = Benchmark {
     title: "OSU MPI_Put Latency Test",
     operation: Operation::Put,
     measure: Measure::Latency,
-    syncs: &SyncMode::ALL,
+    syncs: &SyncMode::WITH_NOTIFY,
     default_sync: SyncMode::Flush,
     default_window: WindowCreation::Allocate,
     datatype: Some("MPI_CHAR"),
@@ -292,6 +305,7 @@ pub const GET_LATENCY: Benchmark = Benchmark {
     name: "osu_get_latency",
     title: "OSU MPI_Get latency Test",
     operation: Operation::Get,
+    syncs: &SyncMode::ALL,
     ..PUT_LATENCY
 };
 
@@ -300,6 +314,7 @@ pub const ACC_LATENCY: Benchmark = Benchmark {
     name: "osu_acc_latency",
     title: "OSU MPI_Accumulate latency Test",
     operation: Operation::Accumulate,
+    syncs: &SyncMode::ALL,
     ..PUT_LATENCY
 };
 
@@ -313,6 +328,7 @@ pub const GET_ACC_LATENCY: Benchmark = Benchmark {
     default_sync: SyncMode::Lock,
     default_window: WindowCreation::Create,
     datatype: None,
+    syncs: &SyncMode::ALL,
     ..PUT_LATENCY
 };
 
@@ -322,6 +338,7 @@ pub const FOP_LATENCY: Benchmark = Benchmark {
     title: "OSU MPI_Fetch_and_op latency Test",
     operation: Operation::FetchAndOp,
     datatype: Some("MPI_UINT64_T"),
+    syncs: &SyncMode::ALL,
     ..PUT_LATENCY
 };
 
@@ -331,6 +348,7 @@ pub const CAS_LATENCY: Benchmark = Benchmark {
     title: "OSU MPI_Compare_and_swap latency Test",
     operation: Operation::CompareAndSwap,
     datatype: Some("MPI_UINT64_T"),
+    syncs: &SyncMode::ALL,
     ..PUT_LATENCY
 };
 
@@ -340,6 +358,7 @@ pub const PUT_BW: Benchmark = Benchmark {
     title: "OSU MPI_Put Bandwidth Test",
     operation: Operation::Put,
     measure: Measure::Bandwidth,
+    syncs: &SyncMode::ALL,
     ..PUT_LATENCY
 };
 

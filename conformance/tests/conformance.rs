@@ -1033,6 +1033,9 @@ mod hybrid {
             (4, &["litmus", "lock"]),
             (4, &["litmus", "lock_all"]),
             (4, &["fence_then_lock"]),
+            // Notified access across the hosts: natively inside a host where its ops
+            // complete in the call, by message between them (fewer litmus rounds).
+            (4, &["notify"]),
             // Communicators across the hosts: halves and nodes (shared windows per
             // host), collectives, subsets, overlapping windows.
             (4, &["comm_ops", "allocate"]),

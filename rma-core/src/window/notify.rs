@@ -332,7 +332,7 @@ impl<T: Element> Window<T> {
             // the producers' own atomic adds, and a progress pass per look would only
             // slow the look (messages wait for the pass at most this long).
             let mut seen = n.value(index);
-            for _ in 0..256 {
+            for _ in 0..32 {
                 if seen >= at_least {
                     return Ok(seen);
                 }
