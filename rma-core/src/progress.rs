@@ -34,6 +34,10 @@ pub(crate) const LONGEST_BACK_OFF: Duration = Duration::from_millis(16);
 /// The agent's longest sleep on a wait object with no traffic.
 pub(crate) const IDLE_SLEEP: Duration = Duration::from_millis(50);
 
+/// How many calls that end at once (no wait, no progress pass of their own) may follow
+/// each other before one makes a pass ([`Activity::bump_quick`]).
+const POLL_EVERY_QUICK: u64 = 64;
+
 /// A count the application's threads bump while they wait inside the library.
 #[derive(Debug, Default)]
 pub(crate) struct Activity(AtomicU64);
@@ -51,6 +55,19 @@ impl Activity {
             self.0.load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Relaxed,
         );
+    }
+
+    /// [`bump`](Self::bump) by a call that ends at once, without a progress pass: true
+    /// once in [`POLL_EVERY_QUICK`] such calls, when the caller makes a pass after all.
+    /// A thread that spins on calls with nothing to wait for (a flag loop around a
+    /// flush with nothing outstanding) keeps the agent away, so it must poll itself now
+    /// and then, or its peers' requests are never answered (seen: two ranks' flag loops
+    /// on libfabric tcp, each flush_all waiting for the other's ack forever).
+    #[inline]
+    pub(crate) fn bump_quick(&self) -> bool {
+        let n = self.0.load(Ordering::Relaxed).wrapping_add(1);
+        self.0.store(n, Ordering::Relaxed);
+        n.is_multiple_of(POLL_EVERY_QUICK)
     }
     fn now(&self) -> u64 {
         self.0.load(Ordering::Relaxed)

@@ -78,8 +78,10 @@ impl WindowShared {
             if settled && st.deferred.is_none() && st.outbox.is_empty() {
                 drop(st);
                 // In the library all the same: the progress agent stays away (a flush
-                // that waits says so in its wait).
-                self.engine.activity.bump();
+                // that waits says so in its wait), so now and then a pass of our own.
+                if self.engine.activity.bump_quick() {
+                    self.engine.progress()?;
+                }
                 self.flush_memory_sync();
                 return Ok(());
             }
