@@ -32,6 +32,10 @@ command -v clang >/dev/null || need+=(clang)
 # ip (netns, veth, bridge) and unshare for the simulated hosts of the hybrid tests.
 [ -x /usr/sbin/ip ] || [ -x /bin/ip ] || need+=(iproute2)
 command -v unshare >/dev/null || need+=(util-linux)
+# A venv for PyPI's MPICH 5.0.2 wheel, whose libfabric 2.5.1 the ofi conformance also
+# runs on (ci/libfabric2.sh).
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

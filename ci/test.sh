@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 bash ci/first-run.sh
 bash ci/install-deps.sh
 export RMA_REQUIRE_MPIEXEC=1 RMA_REQUIRE_MPIRUN=1
+# The ofi conformance on libfabric 2.5.1 too (MPICH 5.0.2's wheel ships it).
+RMA_TEST_LIBFABRIC2=$(bash ci/libfabric2.sh)
+export RMA_TEST_LIBFABRIC2 RMA_REQUIRE_LIBFABRIC2=1
 # Hybrid worlds across simulated hosts (network namespaces: CI runs as root).
 export RMA_REQUIRE_NETNS=1
 slurm_dir=$(mktemp -d /tmp/rma-slurm.XXXXXX)

@@ -773,6 +773,59 @@ mod ofi {
         ok_on(p, 4, &["comm_errors"], &[]);
     }
 
+    /// Puts delivery-complete before each epoch's closing message (`RMA_OFI_ORDERED=0`:
+    /// the protocol before issue #27's ordered puts, with ofi_rxm's native atomics): the
+    /// suite, the litmus of the active modes and lock, the atomic stress.
+    #[test]
+    fn tcp_rxm_delivery_complete_puts() {
+        let p = "tcp;ofi_rxm";
+        let dc = [("RMA_OFI_ORDERED", "0")];
+        suite_with(p, &dc);
+        ok_on(p, 4, &["stress_fetch_and_op"], &dc);
+        for mode in ["fence", "pscw", "lock"] {
+            ok_on(p, 2, &["litmus", mode], &dc);
+        }
+    }
+
+    /// A current libfabric (issue #27): rma, built against Debian's 1.17, runs on 2.x
+    /// unchanged (libfabric's versioned ABI), where tcp is an RDM endpoint of its own
+    /// (no ofi_rxm). `RMA_TEST_LIBFABRIC2` names the directory of its libfabric.so.1 (CI
+    /// installs MPICH 5.0.2's wheel, which ships 2.5.1: ci/libfabric2.sh); with
+    /// `RMA_REQUIRE_LIBFABRIC2=1` (CI) its absence fails the test. Ordered puts (the
+    /// default) and delivery-complete ones with ofi_rxm's atomics (`RMA_OFI_ORDERED=0`).
+    #[test]
+    fn tcp_on_libfabric_2() {
+        let Some(dir) = std::env::var_os("RMA_TEST_LIBFABRIC2") else {
+            assert!(
+                std::env::var_os("RMA_REQUIRE_LIBFABRIC2").is_none(),
+                "RMA_REQUIRE_LIBFABRIC2 is set but RMA_TEST_LIBFABRIC2 names no libfabric"
+            );
+            eprintln!("RMA_TEST_LIBFABRIC2 not set: libfabric 2.x not tested");
+            return;
+        };
+        let dir = dir.to_string_lossy().into_owned();
+        assert!(
+            Path::new(&dir).join("libfabric.so.1").exists(),
+            "no libfabric.so.1 in {dir}"
+        );
+        let p = "tcp";
+        let lib = [("LD_LIBRARY_PATH", dir.as_str())];
+        suite_with(p, &lib);
+        ok_on(p, 4, &["stress_fetch_and_op"], &lib);
+        ok_on(p, 4, &["stress_overlap"], &lib);
+        ok_on(p, 3, &["fence_then_lock"], &lib);
+        for mode in ["fence", "pscw", "lock", "lock_all"] {
+            ok_on(p, 2, &["litmus", mode], &lib);
+        }
+        ok_on(p, 2, &["passive_target"], &lib);
+        let dc = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_OFI_ORDERED", "0")];
+        for ranks in [2, 4] {
+            ok_on(p, ranks, &["ops", "allocate"], &dc);
+        }
+        ok_on(p, 4, &["stress_fetch_and_op"], &dc);
+        ok_on(p, 2, &["litmus", "pscw"], &dc);
+    }
+
     #[test]
     fn tcp_rxm_active_messages_only() {
         let am = [

@@ -65,6 +65,15 @@ pub(crate) struct OpElem {
     pub spare_request: Option<Arc<RequestState>>,
 }
 
+impl OpElem {
+    /// Whether this queued op, once issued, is complete at its target only when a message
+    /// after it arrives there: an active message, or a native put of a backend with
+    /// `ordered` puts ([`Capabilities::ordered_puts`](crate::transport::Capabilities::ordered_puts)).
+    pub(crate) fn needs_done(&self, ordered: bool) -> bool {
+        !self.native || ordered && self.kind == OpKind::Put
+    }
+}
+
 impl Default for Extent {
     fn default() -> Self {
         Extent::contiguous(0, 0)
@@ -97,6 +106,11 @@ pub(crate) struct TargetElem {
     pub issued: Vec<Box<OpElem>>,
     /// Active-message ops sent since the last RMA_DONE (the target counts them too).
     pub am_since_done: u32,
+    /// Native puts of a backend with [`ordered_puts`](crate::transport::Capabilities::ordered_puts)
+    /// issued since the last RMA_DONE: complete at the origin, placed at the target only
+    /// once a message after them is delivered there, so like active messages they need
+    /// one (not counted on the wire: the target never sees them).
+    pub puts_since_done: u32,
     /// Native ops under way (an RMA_DONE may only follow once they are complete).
     pub native_in_flight: u32,
     /// Ops of the accumulate family went as active messages and no ack after them has
@@ -121,6 +135,7 @@ impl TargetElem {
         self.rank = rank;
         self.state = state;
         self.am_since_done = 0;
+        self.puts_since_done = 0;
         self.native_in_flight = 0;
         self.am_atomics = false;
         self.held_for_order = false;
@@ -135,6 +150,17 @@ impl TargetElem {
             && self.native_in_flight == 0
             && self.acks_awaited == 0
             && self.sync == SyncFlag::None
+    }
+    /// Ops went since the last RMA_DONE that only a message after them completes at the
+    /// target: active messages, and ordered native puts.
+    pub(crate) fn needs_done(&self) -> bool {
+        self.am_since_done > 0 || self.puts_since_done > 0
+    }
+    /// An RMA_DONE (or a sync carrying one, or a message that stands for one) went: what
+    /// it follows is complete at the target once it is delivered.
+    pub(crate) fn done_sent(&mut self) {
+        self.am_since_done = 0;
+        self.puts_since_done = 0;
     }
     /// Something to issue or send: pending ops, a sync, a lock to retry.
     pub(crate) fn has_work(&self) -> bool {

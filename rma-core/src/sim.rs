@@ -4,9 +4,11 @@
 //! which completes native operations late.
 //!
 //! It implements the same [`Transport`] trait as the real backends; nothing in the engine
-//! knows it is simulated. Two capability profiles: [`Profile::ActiveMessages`] (nothing
-//! native) and [`Profile::Rdma`] (native put, get, some atomics, completed
-//! asynchronously). It proves protocol logic; real multi-process proof is the backends'.
+//! knows it is simulated. Capability profiles: [`Profile::ActiveMessages`] (nothing
+//! native), [`Profile::Rdma`] (native put, get, some atomics, completed
+//! asynchronously), [`Profile::OrderedPuts`] (puts in the pair's message stream, as
+//! libfabric's tcp providers carry them) and [`Profile::SharedMemory`]. It proves
+//! protocol logic; real multi-process proof is the backends'.
 
 /// The largest window a simulated rank allocates (1 GiB).
 const SIM_MAX_WINDOW: usize = 1 << 30;
@@ -35,6 +37,11 @@ pub enum Profile {
     /// Like shared memory: every op native (all atomics), native passive-target locks
     /// and PSCW notices that need no message and no help from the target.
     SharedMemory,
+    /// Native puts and gets, no native atomics; a put is complete at the origin in its
+    /// call and travels in the pair's message stream: the target places it when it
+    /// takes in what came before it, and before anything after it
+    /// ([`Capabilities::ordered_puts`], as libfabric's tcp providers do).
+    OrderedPuts,
 }
 
 impl Profile {
@@ -59,12 +66,20 @@ impl Profile {
                     native_locks: false,
                     get_in_call: false,
                     max_atomic_elements: usize::MAX,
+                    ordered_puts: false,
                 }
             }
             Profile::SharedMemory => Capabilities {
                 atomics: Capabilities::all_atomics(),
                 compare_and_swap: 0x7fe,
                 native_locks: true,
+                ..Profile::Rdma.capabilities()
+            },
+            Profile::OrderedPuts => Capabilities {
+                atomics: 0,
+                compare_and_swap: 0,
+                shared_memory: false,
+                ordered_puts: true,
                 ..Profile::Rdma.capabilities()
             },
         }
@@ -176,12 +191,25 @@ struct Collective {
     result: Arc<Vec<Vec<u8>>>,
 }
 
+/// What travels from one rank to another, in order.
+enum Arrival {
+    /// An active message, handed to the engine.
+    Message(Vec<u8>),
+    /// An ordered put ([`Profile::OrderedPuts`]), placed by the receiver when it takes
+    /// it in.
+    Put {
+        win: u32,
+        offset: u64,
+        data: Vec<u8>,
+    },
+}
+
 /// The simulated network shared by all ranks of one run.
 pub struct Network {
     size: usize,
     profile: Profile,
     /// inboxes[receiver][sender]: FIFO per pair.
-    inboxes: Vec<Mutex<Vec<VecDeque<Vec<u8>>>>>,
+    inboxes: Vec<Mutex<Vec<VecDeque<Arrival>>>>,
     segments: Mutex<HashMap<(u32, Rank), Arc<dyn Segment>>>,
     /// Native lock words: (exclusive held, shared holders) per (window, rank).
     locks: Mutex<HashMap<(u32, Rank), (bool, u32)>>,
@@ -203,7 +231,7 @@ impl Network {
             size,
             profile,
             inboxes: (0..size)
-                .map(|_| Mutex::new(vec![VecDeque::new(); size]))
+                .map(|_| Mutex::new((0..size).map(|_| VecDeque::new()).collect()))
                 .collect(),
             segments: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
@@ -425,7 +453,7 @@ impl Transport for SimTransport {
         let mut inbox = self.net.inboxes[target as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        inbox[self.rank as usize].push_back(packet.to_vec());
+        inbox[self.rank as usize].push_back(Arrival::Message(packet.to_vec()));
         Ok(())
     }
     fn put(
@@ -436,6 +464,19 @@ impl Transport for SimTransport {
         data: &[u8],
         token: u64,
     ) -> std::result::Result<Issued, TransportError> {
+        if self.net.profile == Profile::OrderedPuts {
+            // Into the pair's stream: complete here, placed when the target polls.
+            self.alive(target)?;
+            let mut inbox = self.net.inboxes[target as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            inbox[self.rank as usize].push_back(Arrival::Put {
+                win,
+                offset,
+                data: data.to_vec(),
+            });
+            return Ok(Issued::Complete(None));
+        }
         self.native(PendingNative {
             token,
             target,
@@ -582,6 +623,14 @@ impl Transport for SimTransport {
         }
         Ok(())
     }
+    fn ordered_puts_delivered(&self, target: Rank) -> bool {
+        let inbox = self.net.inboxes[target as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        !inbox[self.rank as usize]
+            .iter()
+            .any(|a| matches!(a, Arrival::Put { .. }))
+    }
     fn poll(&self, events: &mut Vec<Event>) -> std::result::Result<usize, TransportError> {
         let before = events.len();
         // Native completions: a random number from the front (issue order).
@@ -614,12 +663,28 @@ impl Transport for SimTransport {
             for k in 0..n {
                 let from = (start + k) % n;
                 let take = 1 + self.roll(4) as usize;
-                for _ in 0..take {
+                let mut taken = 0;
+                while taken < take {
                     match inbox[from].pop_front() {
-                        Some(data) => events.push(Event::Received {
-                            from: from as Rank,
-                            data,
-                        }),
+                        Some(Arrival::Message(data)) => {
+                            taken += 1;
+                            events.push(Event::Received {
+                                from: from as Rank,
+                                data,
+                            })
+                        }
+                        Some(Arrival::Put { win, offset, data }) => {
+                            // Placed in order, as the target's provider would; one the
+                            // target cannot place (no such window, out of its bounds)
+                            // fails the origin's connection in a real backend: dropped
+                            // here, the protocol tests never send one.
+                            if let Some(seg) = self.net.segment(win, self.rank) {
+                                let off = offset as usize;
+                                if off + data.len() <= seg.len() {
+                                    seg.update(off, data.len(), &mut |t| t.copy_from_slice(&data));
+                                }
+                            }
+                        }
                         None => break,
                     }
                 }

@@ -333,20 +333,21 @@ impl TargetSide {
         }
     }
 
+    /// An RMA_DONE from `from` counting `count` active messages before it: the count
+    /// starts afresh.
+    pub(crate) fn done_received(&mut self, from: Rank, count: u32) {
+        let seen = self.since_done.remove(&from).unwrap_or(0);
+        if seen != count {
+            // Ordered delivery makes this impossible for a correct peer.
+            tracing::warn!(from, seen, expected = count, "RMA_DONE count mismatch");
+        }
+    }
+
     /// Handles the sync flags a packet carries once its op (if any) was applied:
     /// RMA_DONE, UNLOCK, COMPLETE. Returns what to send back.
     pub(crate) fn handle_sync_flags(&mut self, from: Rank, p: &Packet<'_>, reply: &mut Reply) {
         if p.flags & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
-            let seen = self.since_done.remove(&from).unwrap_or(0);
-            if seen != p.done_count {
-                // Ordered delivery makes this impossible for a correct peer.
-                tracing::warn!(
-                    from,
-                    seen,
-                    expected = p.done_count,
-                    "RMA_DONE count mismatch"
-                );
-            }
+            self.done_received(from, p.done_count);
         }
         if p.flags & flags::UNLOCK != 0 {
             reply.released = self.locks.release(from);

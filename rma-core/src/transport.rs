@@ -42,6 +42,17 @@ pub struct Capabilities {
     /// Most elements one native (fetching) atomic takes (a provider's `fi_atomicvalid`
     /// count); a larger accumulate goes as active messages.
     pub max_atomic_elements: usize,
+    /// Native puts are ordered before messages: a put toward a target is placed in its
+    /// memory before any message sent to that target after it is delivered there (a
+    /// byte stream per pair that the target's provider reads in order, as libfabric's tcp
+    /// providers do). Such a backend reports a put [`Issued::Complete`] once it owns the
+    /// data (the origin's buffer is free), not when it is placed: the engine then
+    /// completes it at the target with the next message it sends there (an RMA_DONE,
+    /// unlock, PSCW complete or fence barrier message), as it does active messages,
+    /// instead of waiting for the put before sending that message; a flush with nothing
+    /// else outstanding waits for [`Transport::ordered_puts_delivered`] instead. A later
+    /// failure of such a put is reported as the peer's ([`Event::PeerFailed`]).
+    pub ordered_puts: bool,
 }
 
 impl Capabilities {
@@ -57,6 +68,7 @@ impl Capabilities {
         native_locks: false,
         get_in_call: false,
         max_atomic_elements: usize::MAX,
+        ordered_puts: false,
     };
 
     /// The bit for an (op, datatype) pair in [`atomics`](Self::atomics).
@@ -880,6 +892,14 @@ pub trait Transport: Send + Sync {
     fn notify(&self, win: u32, rank: Rank, notice: Notice) -> Result<bool, TransportError> {
         let _ = (win, rank, notice);
         Ok(false)
+    }
+
+    /// With [`Capabilities::ordered_puts`]: whether every put toward `target` reported
+    /// complete so far is placed in its memory (the backend learns it from its own
+    /// delivery-complete completions). A flush of puts alone waits for this.
+    fn ordered_puts_delivered(&self, target: Rank) -> bool {
+        let _ = target;
+        true
     }
 
     /// Takes the notices of kind `notice` that `from` left natively for this process on

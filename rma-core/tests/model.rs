@@ -112,7 +112,8 @@ fn program() -> impl Strategy<Value = Program> {
                 prop_oneof![
                     Just(Profile::ActiveMessages),
                     Just(Profile::Rdma),
-                    Just(Profile::SharedMemory)
+                    Just(Profile::SharedMemory),
+                    Just(Profile::OrderedPuts)
                 ],
                 any::<bool>(),
                 any::<bool>(),

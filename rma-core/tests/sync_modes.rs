@@ -4,10 +4,11 @@
 use rma_core::sim::{self, Profile};
 use rma_core::{AccOp, Assert, Engine, LockType, Rank, Request, Result, Window};
 
-const PROFILES: [Profile; 3] = [
+const PROFILES: [Profile; 4] = [
     Profile::ActiveMessages,
     Profile::Rdma,
     Profile::SharedMemory,
+    Profile::OrderedPuts,
 ];
 const N: usize = 16;
 

@@ -36,7 +36,7 @@ impl Endpoint {
         atomics: bool,
         av_count: usize,
     ) -> Result<Endpoint, TransportError> {
-        Self::open_with(provider, atomics, av_count, 0, false)
+        Self::open_with(provider, atomics, av_count, 0, false, false)
     }
 
     /// [`open`](Self::open), also asking for `FI_MULTI_RECV` when `min_multi_recv` is
@@ -47,13 +47,16 @@ impl Endpoint {
     /// (FI_MR_LOCAL) are taken too: the caller then passes a [`LocalBuf`]'s descriptor
     /// with every buffer it hands the provider. The completion queue gets a file
     /// descriptor to sleep on where the provider has one, unless `RMA_OFI_WAIT_FD=0`
-    /// (then the progress agent polls on a timer).
+    /// (then the progress agent polls on a timer). With `send_after_write`, sends are
+    /// asked to follow the writes posted before them (`FI_ORDER_SAW`) first, and the
+    /// same without it if no provider offers that.
     pub fn open_with(
         provider: Option<&str>,
         atomics: bool,
         av_count: usize,
         min_multi_recv: usize,
         local_mr: bool,
+        send_after_write: bool,
     ) -> Result<Endpoint, TransportError> {
         let multi = if min_multi_recv > 0 {
             Caps::MULTI_RECV
@@ -63,17 +66,22 @@ impl Endpoint {
         let atomic = if atomics { Caps::ATOMIC } else { Caps::NONE };
         let base = Caps::BASE;
         // Most wanted first; a provider without one of the extras still serves.
-        let mut tries = vec![
-            base.with(atomic).with(multi),
-            base.with(atomic),
-            base.with(multi),
-            base,
-        ];
+        let mut tries: Vec<(Caps, bool)> = Vec::new();
+        for ordered in [send_after_write, false] {
+            for caps in [
+                base.with(atomic).with(multi),
+                base.with(atomic),
+                base.with(multi),
+                base,
+            ] {
+                tries.push((caps, ordered));
+            }
+        }
         tries.dedup();
         let wait_fd = std::env::var("RMA_OFI_WAIT_FD").map_or(true, |v| v.trim() != "0");
         let mut last = TransportError::Failed("fi_getinfo: nothing tried".into());
-        for caps in tries {
-            let list = match InfoList::query(provider, caps, local_mr) {
+        for (caps, ordered) in tries {
+            let list = match InfoList::query(provider, caps, local_mr, ordered) {
                 Ok(list) => list,
                 Err(e) => {
                     tracing::info!(

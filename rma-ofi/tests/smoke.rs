@@ -9,7 +9,7 @@ use rma_ofi::fabric::{is_again, Completion, Endpoint, Local, LocalBuf, OpContext
 use rma_ofi::sys::Atomic;
 
 fn exchange(provider: &str, local_mr: bool) {
-    let open = || Endpoint::open_with(Some(provider), true, 2, 0, local_mr);
+    let open = || Endpoint::open_with(Some(provider), true, 2, 0, local_mr, false);
     let (mut a, mut b) = (open().expect("open a"), open().expect("open b"));
     if local_mr {
         a.force_local_mr();
@@ -96,7 +96,7 @@ fn shm() {
 /// again once it grows out of its allocation.
 #[test]
 fn a_local_buffer_is_registered_again_when_it_moves() {
-    let mut ep = Endpoint::open_with(Some("tcp"), true, 2, 0, true).expect("open");
+    let mut ep = Endpoint::open_with(Some("tcp"), true, 2, 0, true, false).expect("open");
     let mut buf = LocalBuf::default();
     assert!(
         buf.desc(&mut ep).unwrap().is_none(),

@@ -1047,6 +1047,7 @@ fn full_capabilities() -> Capabilities {
         native_locks: true,
         get_in_call: true,
         max_atomic_elements: usize::MAX,
+        ordered_puts: false,
     }
 }
 

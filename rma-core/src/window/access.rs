@@ -80,7 +80,16 @@ impl WinState {
             }
         }
         for (peer, seq, round) in sends {
-            self.enc.start(Kind::Barrier, 0, w.id, 0).u32(seq).u8(round);
+            // A fence of two members: the first barrier message after the epoch's ops
+            // is their RMA_DONE, unacknowledged (see `fence`).
+            let (fl, count) = match self.pair_done.take() {
+                Some(count) => (flags::DONE, count),
+                None => (0, 0),
+            };
+            self.enc
+                .start(Kind::Barrier, fl, w.id, count)
+                .u32(seq)
+                .u8(round);
             self.send_encoded(w, w.member(peer as usize), Kind::Barrier)?;
         }
         self.background_barriers.retain(|b| !b.is_done());
@@ -104,7 +113,10 @@ impl WinState {
         }
         self.barrier = Some(match w.barrier_arrive()? {
             Some(ticket) => Barrier::Native(ticket),
-            None => Barrier::Messages(Dissemination::new(self.barrier_seq, w.member_count())),
+            None => {
+                self.barrier_by_messages = true;
+                Barrier::Messages(Dissemination::new(self.barrier_seq, w.member_count()))
+            }
         });
         Ok(())
     }
@@ -157,9 +169,7 @@ impl WinState {
             .table
             .iter()
             .filter(|t| {
-                t.is_idle()
-                    && t.am_since_done == 0
-                    && !(keep_locks && t.state != TargetState::Ready)
+                t.is_idle() && !t.needs_done() && !(keep_locks && t.state != TargetState::Ready)
             })
             .filter(|t| t.state != TargetState::LockIssued)
             .map(|t| t.rank)
@@ -296,7 +306,7 @@ impl WinState {
                     // Ask for the ack that says the active messages before it are
                     // applied (an RMA_DONE of their count, as a flush sends).
                     let count = elem.am_since_done;
-                    elem.am_since_done = 0;
+                    elem.done_sent();
                     elem.acks_awaited += 1;
                     self.send_control(w, rank, Kind::Done, flags::DONE, count)?;
                 }
@@ -331,14 +341,18 @@ impl WinState {
         if elem.sync != SyncFlag::None && elem.native_in_flight == 0 {
             let sync = elem.sync;
             let count = elem.am_since_done;
+            let ordered_puts = elem.puts_since_done;
             elem.sync = SyncFlag::None;
-            elem.am_since_done = 0;
+            elem.done_sent();
             if sync != SyncFlag::Complete {
                 elem.acks_awaited += 1;
             }
             // A complete with no active message to count goes natively where it can.
-            let native =
-                sync == SyncFlag::Complete && count == 0 && w.notify(rank, Notice::Complete)?;
+            // (Not after ordered puts: only a message follows them in order.)
+            let native = sync == SyncFlag::Complete
+                && count == 0
+                && ordered_puts == 0
+                && w.notify(rank, Notice::Complete)?;
             if !native {
                 self.send_control(w, rank, Kind::Done, sync_flags(sync), count)?;
             }
@@ -422,7 +436,7 @@ impl WinState {
         let elem = self.table.get_mut(rank).expect("target element exists");
         elem.am_atomics |= op.kind.is_atomic();
         if fl & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
-            elem.am_since_done = 0;
+            elem.done_sent();
         } else {
             elem.am_since_done += 1;
         }
@@ -449,6 +463,9 @@ impl WinState {
         match native_call(w, rank, &op, token) {
             Ok(Issued::Complete(data)) => {
                 w.counters.op_under_lock(true);
+                if op.kind == OpKind::Put && w.caps(rank).ordered_puts {
+                    self.table.get_mut(rank).expect("exists").puts_since_done += 1;
+                }
                 if let Some(index) = op.notify {
                     // Queued, notified, native: only where ops complete in their call
                     // (`post`), so its data is in now.

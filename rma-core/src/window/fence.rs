@@ -26,16 +26,23 @@ impl WindowShared {
                 return Ok(((), self.lock_state()));
             }
             // Hot path: no barrier under way and every op of the epoch complete already
-            // (each completed in its call, as on shared memory): nothing to wait for
-            // before this fence's own barrier, all in one hold of the state.
+            // (each completed in its call, as on shared memory; or, toward the pair's
+            // other member, issued), nothing to wait for before this fence's own
+            // barrier, all in one hold of the state.
+            let pair = st.fence_pair(self);
             let settled = st.barrier.is_none()
                 && st.outbox.is_empty()
-                && st.table.iter().all(|t| t.is_idle() && t.am_since_done == 0);
+                && (st.table.iter())
+                    .all(|t| t.is_idle() && (!t.needs_done() || pair == Some(t.rank)));
             if !settled {
                 drop(st);
-                self.fence_complete_epoch()?;
+                self.fence_complete_epoch(pair)?;
                 st = self.lock_state();
             }
+            st.pair_done = pair
+                .and_then(|p| st.table.get(p))
+                .filter(|t| t.needs_done())
+                .map(|t| t.am_since_done);
             t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
             for rank in st.table.ranks() {
                 st.free_target(self, rank);
@@ -89,8 +96,10 @@ impl WindowShared {
 
     /// Before a fence's barrier, when its epoch has ops not complete yet: a previous
     /// NOPRECEDE fence's barrier finishes, then every op completes at its target (seed
-    /// 001).
-    fn fence_complete_epoch(&self) -> Result<()> {
+    /// 001), except toward `pair` (see [`WinState::fence_pair`]), where every op is
+    /// issued and complete at the origin: the barrier message that follows them
+    /// completes them at the target.
+    fn fence_complete_epoch(&self, pair: Option<Rank>) -> Result<()> {
         self.wait_for("fence", |st| Ok(st.barrier.is_none()))?;
         {
             let mut st = self.lock_state();
@@ -98,8 +107,13 @@ impl WindowShared {
                 st.epoch = WindowEpoch::FenceGranted;
             }
             for rank in st.table.ranks() {
+                let ordered = self.caps(rank).ordered_puts;
                 let t = st.table.get_mut(rank).expect("listed");
-                if t.am_since_done > 0 || t.pending.iter().any(|o| !o.native) {
+                if pair == Some(rank) {
+                    if !t.pending.is_empty() {
+                        st.force_issue(self, rank)?;
+                    }
+                } else if t.needs_done() || t.pending.iter().any(|o| o.needs_done(ordered)) {
                     t.sync = SyncFlag::Flush;
                 }
             }
@@ -114,5 +128,21 @@ impl WindowShared {
             WindowEpoch::FenceGranted | WindowEpoch::FenceIssued => st.table.active == 0,
             _ => false,
         }
+    }
+}
+
+impl WinState {
+    /// The other member of a two-member window whose fence barrier goes as messages.
+    /// Its one barrier message to it follows this process's ops to it on the same
+    /// ordered channel, so it stands for their RMA_DONE: the other member leaves its
+    /// fence only once that message, and so every op before it, was applied, and no
+    /// third process could read its memory in between. (With more members one could:
+    /// the dissemination barrier lets a third member leave the fence and read the target
+    /// natively before the target took in our ops; there each target is flushed first.)
+    pub(super) fn fence_pair(&self, w: &WindowShared) -> Option<Rank> {
+        if !self.barrier_by_messages || w.member_count() != 2 {
+            return None;
+        }
+        w.members().find(|&r| r != w.engine.rank)
     }
 }

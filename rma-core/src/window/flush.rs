@@ -59,7 +59,10 @@ impl WindowShared {
         }
         let done = |t: &TargetElem| {
             if remote {
-                t.ops_complete() && t.acks_awaited == 0 && t.sync == SyncFlag::None
+                t.ops_complete()
+                    && t.acks_awaited == 0
+                    && t.sync == SyncFlag::None
+                    && t.puts_since_done == 0
             } else {
                 t.ops_complete()
             }
@@ -72,7 +75,7 @@ impl WindowShared {
                 Some(t) => st
                     .table
                     .get(t)
-                    .is_none_or(|e| done(e) && e.am_since_done == 0 || !remote && done(e)),
+                    .is_none_or(|e| done(e) && !e.needs_done() || !remote && done(e)),
                 None => false,
             };
             if settled && st.deferred.is_none() && st.outbox.is_empty() {
@@ -94,12 +97,16 @@ impl WindowShared {
                 }
             };
             for &rank in ranks {
+                let ordered = self.caps(rank).ordered_puts;
                 let Some(t) = st.table.get_mut(rank) else {
                     continue;
                 };
+                // Ordered puts alone: the backend says when they are placed (below).
+                let puts_alone = ordered && t.am_since_done == 0 && t.pending.is_empty();
                 if remote
                     && t.sync == SyncFlag::None
-                    && (t.am_since_done > 0 || t.pending.iter().any(|o| !o.native))
+                    && !puts_alone
+                    && (t.needs_done() || t.pending.iter().any(|o| o.needs_done(ordered)))
                 {
                     t.sync = SyncFlag::Flush;
                 }
@@ -133,6 +140,9 @@ impl WindowShared {
                     }
                 }
             }
+            if remote {
+                st.take_delivered_puts(self, target);
+            }
             let finished = match target {
                 Some(r) => st.table.get(r).is_none_or(done),
                 None => st.table.iter().all(done),
@@ -152,6 +162,30 @@ impl WindowShared {
     pub(super) fn flush_memory_sync(&self) {
         if self.shares_memory {
             self.engine.transport.memory_sync();
+        }
+    }
+}
+
+impl WinState {
+    /// Flush's part in ordered puts ([`Capabilities::ordered_puts`](crate::transport::Capabilities::ordered_puts)):
+    /// toward `target` (or every target), once the backend says the puts it reported
+    /// complete are placed, they need no RMA_DONE. A flush of puts alone then costs the
+    /// backend's own delivery acknowledgements, no message of the engine's.
+    fn take_delivered_puts(&mut self, w: &WindowShared, target: Option<Rank>) {
+        let all;
+        let ranks: &[Rank] = match &target {
+            Some(t) => std::slice::from_ref(t),
+            None => {
+                all = self.table.ranks();
+                &all
+            }
+        };
+        for &rank in ranks {
+            if let Some(t) = self.table.get_mut(rank) {
+                if t.puts_since_done > 0 && w.engine.transport.ordered_puts_delivered(rank) {
+                    t.puts_since_done = 0;
+                }
+            }
         }
     }
 }

@@ -107,6 +107,11 @@ impl WinState {
             Kind::Ack => self.handle_ack(from, p.flags),
             Kind::Post => *self.target.posts.entry(from).or_default() += 1,
             Kind::Barrier => {
+                if p.flags & flags::DONE != 0 {
+                    // A two-member fence's RMA_DONE (unacknowledged): the ops before it
+                    // are applied, delivery being ordered.
+                    self.target.done_received(from, p.done_count);
+                }
                 if let Body::Barrier { seq, round } = p.body {
                     *self
                         .target

@@ -140,7 +140,7 @@ impl WindowShared {
             let settled = st
                 .table
                 .get(target)
-                .is_none_or(|t| t.is_idle() && t.am_since_done == 0);
+                .is_none_or(|t| t.is_idle() && !t.needs_done());
             if WinState::native_locks(self, target) && settled && st.outbox.is_empty() {
                 // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK
                 // (a NOCHECK lock holds no word whose release would carry it).
@@ -164,7 +164,7 @@ impl WindowShared {
             let native = WinState::native_locks(self, target);
             let t = st.table.get_mut(target).expect("exists");
             t.sync = if info.nocheck || native {
-                if t.am_since_done > 0 || !t.pending.is_empty() {
+                if t.needs_done() || !t.pending.is_empty() {
                     SyncFlag::Flush
                 } else {
                     SyncFlag::None

@@ -22,7 +22,7 @@ impl WindowShared {
             && self.members().all(|r| WinState::native_locks(self, r));
         let settled = |t: &TargetElem| {
             t.is_idle()
-                && t.am_since_done == 0
+                && !t.needs_done()
                 && (nocheck && t.state == TargetState::Ready
                     || every_word
                     || matches!(t.state, TargetState::LockCalled | TargetState::LockGranted)
@@ -206,7 +206,7 @@ impl WindowShared {
                 for rank in st.table.ranks() {
                     let native = WinState::native_locks(self, rank);
                     let t = st.table.get_mut(rank).expect("listed");
-                    let needs_done = t.am_since_done > 0 || !t.pending.is_empty();
+                    let needs_done = t.needs_done() || !t.pending.is_empty();
                     t.sync = match t.state {
                         // Native locks: complete remotely, release after (below).
                         TargetState::LockCalled
@@ -224,7 +224,7 @@ impl WindowShared {
                         TargetState::LockCalled
                         | TargetState::LockIssued
                         | TargetState::LockGranted => SyncFlag::Unlock,
-                        TargetState::Ready if t.am_since_done > 0 || !t.pending.is_empty() => {
+                        TargetState::Ready if t.needs_done() || !t.pending.is_empty() => {
                             SyncFlag::Flush
                         }
                         TargetState::Ready => SyncFlag::None,

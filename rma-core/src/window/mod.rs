@@ -261,6 +261,12 @@ pub(crate) struct WinState {
     barrier: Option<Barrier>,
     background_barriers: Vec<Dissemination>,
     barrier_seq: u32,
+    /// This window's fence barriers go as messages (known after the first one; the
+    /// backend answers the same for every barrier of a window).
+    barrier_by_messages: bool,
+    /// The RMA_DONE count the next barrier message to the other member of a two-member
+    /// window carries (`fence`: that message completes the epoch's ops at it).
+    pair_done: Option<u32>,
     /// A synchronization call in progress (other than flush), for the thread rules.
     sync_call: Option<&'static str>,
     /// Resource pressure: free idle target elements eagerly.
@@ -380,6 +386,8 @@ impl WinState {
             barrier: None,
             background_barriers: Vec::new(),
             barrier_seq: 0,
+            barrier_by_messages: false,
+            pair_done: None,
             sync_call: None,
             restoring: false,
             deferred: None,

@@ -88,7 +88,7 @@ impl WinState {
                 return match native_call_desc(w, d, token) {
                     Ok(Issued::Complete(_)) => {
                         w.counters.op_under_lock(true);
-                        self.open_direct_if_settled(rank);
+                        self.native_done_in_call(w, rank, d.kind);
                         Ok(Step::Done(Posted::Done(None)))
                     }
                     Ok(Issued::Pending) => {
@@ -124,7 +124,7 @@ impl WinState {
                 match issued {
                     Ok(Issued::Complete(data)) => {
                         w.counters.op_under_lock(true);
-                        self.open_direct_if_settled(rank);
+                        self.native_done_in_call(w, rank, d.kind);
                         // A get into the caller's buffer, complete in the call: the bytes
                         // go there now (no request to make and wait on).
                         if let (Some(dst), Some(bytes)) = (&d.into, &data) {
@@ -209,13 +209,27 @@ impl WinState {
         Ok(Step::Done(Posted::Later(request)))
     }
 
+    /// A native op toward `rank` (access granted, room for its target element) said it
+    /// completed in its call. An ordered put (`Capabilities::ordered_puts`) is only
+    /// complete at the origin: its target element remembers that a message must follow
+    /// it. Anything else is complete at the target, and the target may go direct.
+    #[inline]
+    fn native_done_in_call(&mut self, w: &WindowShared, rank: Rank, kind: OpKind) {
+        if kind == OpKind::Put && w.caps(rank).ordered_puts {
+            let elem = self.target_elem(w, rank).expect("room checked");
+            elem.puts_since_done += 1;
+        } else {
+            self.open_direct_if_settled(rank);
+        }
+    }
+
     /// After a native op toward `rank` completed in its call, access granted: the next
     /// ones go [direct](super::direct) if nothing of the target is outstanding (and no
     /// error waits to be reported).
     fn open_direct_if_settled(&self, rank: Rank) {
         let settled = self.table.get(rank).is_none_or(|t| {
             t.is_idle()
-                && t.am_since_done == 0
+                && !t.needs_done()
                 && matches!(t.state, TargetState::LockGranted | TargetState::Ready)
         });
         if settled && self.deferred.is_none() {
@@ -326,7 +340,7 @@ impl WinState {
         if let Some(v) = victim {
             let elem = self.table.get_mut(v).expect("exists");
             elem.no_delay = true;
-            if elem.sync == SyncFlag::None && (!elem.pending.is_empty() || elem.am_since_done > 0) {
+            if elem.sync == SyncFlag::None && (!elem.pending.is_empty() || elem.needs_done()) {
                 elem.sync = if in_pscw {
                     SyncFlag::None
                 } else {
@@ -335,7 +349,7 @@ impl WinState {
                 if in_pscw {
                     // PSCW needs no RMA_DONE until complete: issuing frees the op elements,
                     // and the count rides on the complete.
-                    elem.am_since_done = 0;
+                    elem.done_sent();
                 }
             }
         }

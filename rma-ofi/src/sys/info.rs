@@ -65,13 +65,20 @@ impl Drop for InfoList {
 
 impl InfoList {
     /// fi_getinfo for an RDM endpoint with `caps`, on `provider` if given, with
-    /// FI_CONTEXT/FI_CONTEXT2, FI_THREAD_DOMAIN, send-after-send order, and the mr_mode
-    /// bits this crate honours (FI_MR_LOCAL too with `local_mr`).
+    /// FI_CONTEXT/FI_CONTEXT2, FI_THREAD_DOMAIN, send-after-send order (and
+    /// send-after-write with `send_after_write`), and the mr_mode bits this crate honours
+    /// (FI_MR_LOCAL too with `local_mr`).
     pub fn query(
         provider: Option<&str>,
         caps: Caps,
         local_mr: bool,
+        send_after_write: bool,
     ) -> Result<InfoList, TransportError> {
+        let order = if send_after_write {
+            (ffi::FI_ORDER_SAS | ffi::FI_ORDER_SAW) as u64
+        } else {
+            ffi::FI_ORDER_SAS as u64
+        };
         let name = provider
             .map(|p| {
                 CString::new(p)
@@ -98,8 +105,8 @@ impl InfoList {
                 MR_MODE_SUPPORTED as i32
             };
             (*h.domain_attr).threading = ffi::fi_threading_FI_THREAD_DOMAIN;
-            (*h.tx_attr).msg_order = ffi::FI_ORDER_SAS as u64;
-            (*h.rx_attr).msg_order = ffi::FI_ORDER_SAS as u64;
+            (*h.tx_attr).msg_order = order;
+            (*h.rx_attr).msg_order = order;
             if let Some(c) = &name {
                 (*h.fabric_attr).prov_name = libc::strdup(c.as_ptr());
             }
@@ -228,6 +235,11 @@ impl Offer {
             manual_progress: da.data_progress == ffi::fi_progress_FI_PROGRESS_MANUAL,
             multi_recv: false,
         }
+    }
+
+    /// Sends are transmitted after the RMA writes posted before them (`FI_ORDER_SAW`).
+    pub fn sends_after_writes(&self) -> bool {
+        self.msg_order & ffi::FI_ORDER_SAW as u64 != 0
     }
 
     /// Native RMA (`FI_RMA`) granted.

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# rma beside MPICH 5 across libfabric tcp, in one invocation (issue #27): 2 ranks on this
+# host forced through the network. rma's OSU binaries with RMA_BACKEND=ofi on the tcp
+# provider, on the system's libfabric (Debian 12: 1.17, where tcp is tcp;ofi_rxm) and on
+# the libfabric 2.5.1 that PyPI's MPICH 5.0.2 wheel ships (LD_LIBRARY_PATH, libfabric's
+# versioned ABI; tcp is its own RDM endpoint there), each with ordered puts (the default)
+# and with RMA_OFI_ORDERED=0 (every put delivery-complete before the epoch's closing
+# message: the previous protocol); benches/mpi/rma_latency.c (the same loops in MPI)
+# under MPICH 5.0.2 ch4:ofi on the same libfabric 2.5.1 and provider
+# (MPIR_CVAR_NOLOCAL=1, FI_PROVIDER=tcp). 8-byte latencies in microseconds, medians of
+# REPS interleaved rounds. Last, put + flush beside libfabric's own delivery-complete
+# write round trip timed in the same run (`--reference`).
+#
+# usage: bash benches/compare_network.sh [REPS] [ITERS]    (defaults 3, 3000)
+#   VENVS=dir (default target/peer-venvs) holds the MPICH venv; needs python3 and PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-3}
+iters=${2:-3000}
+warmup=$((iters / 10))
+# shellcheck source=benches/scripts/peer_venvs.sh
+source benches/scripts/peer_venvs.sh
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich" benches/mpi/rma_latency.c
+cargo build --release -q -p rma-benches --features ofi --bins
+wheel_fabric=$(cd "$venvs/mpich/lib/mpich" && pwd)
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+export RMA_OFI_PROVIDER=tcp
+rma() { # LIBDIR ORDERED OP SYNC
+  local op=$3 sync=$4
+  env ${1:+LD_LIBRARY_PATH=$1} RMA_OFI_ORDERED="$2" timeout 300 \
+    "target/release/osu_${op}_latency" -b ofi -m 8:8 -i "$iters" -x "$warmup" -s "$sync" |
+    awk '$1 == "8" {print $2}'
+}
+rows=(
+  "put flush" "get flush" "acc flush" "get_acc flush" "fop flush" "cas flush"
+  "put lock" "put lock_all" "put fence" "put pscw"
+)
+echo "libfabric tcp, 2 ranks on one host, 8 bytes, us (medians of $reps)"
+echo
+echo "| row | rma, 1.17 | rma, 1.17, RMA_OFI_ORDERED=0 | rma, 2.5.1 | rma, 2.5.1, RMA_OFI_ORDERED=0 | MPICH 5.0.2 ch4:ofi (2.5.1) | rma 2.5.1 / MPICH |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for row in "${rows[@]}"; do
+  read -r op sync <<<"$row"
+  declare -A c=()
+  for _ in $(seq "$reps"); do
+    c[a]+=" $(rma "" 1 "$op" "$sync")"
+    c[b]+=" $(rma "" 0 "$op" "$sync")"
+    c[c]+=" $(rma "$wheel_fabric" 1 "$op" "$sync")"
+    c[d]+=" $(rma "$wheel_fabric" 0 "$op" "$sync")"
+    c[m]+=" $(MPICH_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp timeout 300 \
+      "$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich" "$op" "$sync" "$iters" "$warmup" | awk '{print $3}')"
+  done
+  a=$(median <<<"${c[a]}") b=$(median <<<"${c[b]}") cc=$(median <<<"${c[c]}")
+  d=$(median <<<"${c[d]}") m=$(median <<<"${c[m]}")
+  echo "| $op + $sync | $a | $b | $cc | $d | $m | $(awk -v a="$cc" -v b="$m" 'BEGIN {printf "%.2f", a / b}') |"
+  unset c
+done
+echo
+echo "put + flush beside libfabric's delivery-complete write (fi_writemsg, FI_DELIVERY_COMPLETE), same run:"
+for lib in "" "$wheel_fabric"; do
+  env ${lib:+LD_LIBRARY_PATH=$lib} timeout 300 target/release/osu_put_latency -b ofi \
+    -m 8:8 -i "$iters" -x "$warmup" -s flush --reference | awk -v l="${lib:+2.5.1}" \
+    '$1 == "8" {printf "  libfabric %s: rma %s us, bare %s us, ratio %s\n", (l == "" ? "1.17" : l), $2, $3, $4}'
+done
+echo
+echo "put bandwidth, 1 MiB, MB/s (rma; MPICH's needs OSU, see compare_librma_mpi.sh):"
+for lib in "" "$wheel_fabric"; do
+  for ordered in 1 0; do
+    bw=$(env ${lib:+LD_LIBRARY_PATH=$lib} RMA_OFI_ORDERED=$ordered timeout 300 \
+      target/release/osu_put_bw -b ofi -m 1048576:1048576 -i 200 -x 20 | awk '$1 == "1048576" {print $2}')
+    echo "  libfabric ${lib:+2.5.1}${lib:-1.17}, RMA_OFI_ORDERED=$ordered: $bw"
+  done
+done
