@@ -70,6 +70,6 @@ for lib in "" "$wheel_fabric"; do
   for ordered in 1 0; do
     bw=$(env ${lib:+LD_LIBRARY_PATH=$lib} RMA_OFI_ORDERED=$ordered timeout 300 \
       target/release/osu_put_bw -b ofi -m 1048576:1048576 -i 200 -x 20 | awk '$1 == "1048576" {print $2}')
-    echo "  libfabric ${lib:+2.5.1}${lib:-1.17}, RMA_OFI_ORDERED=$ordered: $bw"
+    echo "  libfabric $([ -n "$lib" ] && echo 2.5.1 || echo 1.17), RMA_OFI_ORDERED=$ordered: $bw"
   done
 done

@@ -825,6 +825,21 @@ pub trait Transport: Send + Sync {
         data: &[u8],
         token: u64,
     ) -> Result<Issued, TransportError>;
+    /// A [`put`](Self::put) in an active-target epoch (fence, PSCW) toward a target with
+    /// [`Capabilities::ordered_puts`]: no flush can ask for it, the message that closes
+    /// the epoch completes it at the target, so the backend may leave out its delivery
+    /// acknowledgement (and [`ordered_puts_delivered`](Self::ordered_puts_delivered) need
+    /// not count it).
+    fn put_unacknowledged(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        self.put(win, target, offset, data, token)
+    }
     /// Native get of `len` bytes at `offset`.
     fn get(
         &self,

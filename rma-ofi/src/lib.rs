@@ -196,9 +196,12 @@ struct NativeOp {
     /// Fetched bytes (get, fetching atomics).
     result: LocalBuf,
     fetch: bool,
-    /// An ordered put the engine was told is complete: its (delivery) completion frees
-    /// the slot and counts it placed at `dest`; its failure is the peer's.
+    /// An ordered put the engine was told is complete: its completion frees the slot;
+    /// its failure is the peer's (`dest`).
     silent: bool,
+    /// An ordered put with delivery completion: its completion counts it placed at
+    /// `dest` (`Inner::undelivered`).
+    counted: bool,
     dest: Rank,
 }
 
@@ -578,6 +581,55 @@ impl OfiTransport {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A native put; `delivered`: with `FI_DELIVERY_COMPLETE` (always, unless ordered
+    /// puts leave it out in active-target epochs: `put_unacknowledged`).
+    fn write(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+        delivered: bool,
+    ) -> Result<Issued, TransportError> {
+        let m = self.remote(win, target, offset, data.len())?;
+        // Ordered puts (`ordered_puts_on`): complete for the engine once posted (the next
+        // message to the target completes them there); the delivery completions of the
+        // acknowledged ones say when a flush of them alone is over
+        // (`ordered_puts_delivered`).
+        let ordered = self.native.ordered_puts;
+        let issued = self.issue(target, token, false, "fi_writemsg", |inner, idx, peer| {
+            let inject = data.len() <= inner.ep.offer.inject_size;
+            let Inner {
+                ep,
+                ops,
+                undelivered,
+                ..
+            } = inner;
+            let op = &mut ops[idx];
+            op.silent = ordered;
+            op.counted = ordered && delivered;
+            op.dest = target;
+            op.buf.bytes.extend_from_slice(data);
+            let src = op.buf.local(ep)?;
+            let to = m.at(peer, offset);
+            // SAFETY: the source buffer and context are the op slot's, untouched until its
+            // completion (the slot is not freed before), its descriptor none or its
+            // region; the target range was checked against the window's registered
+            // length.
+            let rc = unsafe { ep.write(src, to, inject, delivered, &mut *op.ctx) };
+            if op.counted && rc == 0 {
+                undelivered[target as usize] += 1;
+            }
+            Ok(rc)
+        })?;
+        Ok(if ordered {
+            Issued::Complete(None)
+        } else {
+            issued
+        })
+    }
+
     fn check_liveness(&self, events: &mut Vec<Event>) {
         // A peer that said goodbye and then exited left normally; its goodbye may still
         // sit in the completion queue (it exits right after sending it).
@@ -803,9 +855,11 @@ impl Inner {
                 let op = &mut self.ops[idx];
                 if op.silent {
                     // An ordered put: the engine counted it complete when it was posted;
-                    // now it is placed.
-                    let dest = op.dest as usize;
-                    self.undelivered[dest] = self.undelivered[dest].saturating_sub(1);
+                    // now it is placed (if it was asked to say so).
+                    if op.counted {
+                        let dest = op.dest as usize;
+                        self.undelivered[dest] = self.undelivered[dest].saturating_sub(1);
+                    }
                     self.op_free.push(idx);
                     return Ok(());
                 }
@@ -860,14 +914,17 @@ impl Inner {
                 let NativeOp {
                     token,
                     silent,
+                    counted,
                     dest,
                     ..
                 } = self.ops[idx];
                 self.op_free.push(idx);
                 if silent {
                     // The engine has no op to fail: the stream to this peer is broken.
-                    self.undelivered[dest as usize] =
-                        self.undelivered[dest as usize].saturating_sub(1);
+                    if counted {
+                        self.undelivered[dest as usize] =
+                            self.undelivered[dest as usize].saturating_sub(1);
+                    }
                     self.peer_failed(dest, &e.to_string());
                     return Ok(());
                 }
@@ -899,6 +956,7 @@ impl Inner {
                     result: LocalBuf::default(),
                     fetch: false,
                     silent: false,
+                    counted: false,
                     dest: 0,
                 });
                 i
@@ -908,6 +966,7 @@ impl Inner {
         op.token = token;
         op.fetch = fetch;
         op.silent = false;
+        op.counted = false;
         op.buf.bytes.clear();
         op.cmp.bytes.clear();
         op.result.bytes.clear();
@@ -1217,41 +1276,18 @@ impl Transport for OfiTransport {
         data: &[u8],
         token: u64,
     ) -> Result<Issued, TransportError> {
-        let m = self.remote(win, target, offset, data.len())?;
-        // Ordered puts (`ordered_puts_on`): complete for the engine once posted (the next
-        // message to the target completes them there); their delivery completions say
-        // when a flush of them alone is over (`ordered_puts_delivered`).
-        let ordered = self.native.ordered_puts;
-        let issued = self.issue(target, token, false, "fi_writemsg", |inner, idx, peer| {
-            let inject = data.len() <= inner.ep.offer.inject_size;
-            let Inner {
-                ep,
-                ops,
-                undelivered,
-                ..
-            } = inner;
-            let op = &mut ops[idx];
-            op.silent = ordered;
-            op.dest = target;
-            op.buf.bytes.extend_from_slice(data);
-            let src = op.buf.local(ep)?;
-            let to = m.at(peer, offset);
-            // Remote completion: the completion comes once the data is at the target.
-            // SAFETY: the source buffer and context are the op slot's, untouched until its
-            // completion (the slot is not freed before), its descriptor none or its
-            // region; the target range was checked against the window's registered
-            // length.
-            let rc = unsafe { ep.write(src, to, inject, &mut *op.ctx) };
-            if ordered && rc == 0 {
-                undelivered[target as usize] += 1;
-            }
-            Ok(rc)
-        })?;
-        Ok(if ordered {
-            Issued::Complete(None)
-        } else {
-            issued
-        })
+        self.write(win, target, offset, data, token, true)
+    }
+
+    fn put_unacknowledged(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        self.write(win, target, offset, data, token, !self.native.ordered_puts)
     }
 
     fn get(

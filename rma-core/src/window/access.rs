@@ -460,7 +460,7 @@ impl WinState {
     ) -> Result<()> {
         let token = self.new_token(w);
         op.token = token;
-        match native_call(w, rank, &op, token) {
+        match native_call(w, rank, &op, token, !self.epoch.is_passive()) {
             Ok(Issued::Complete(data)) => {
                 w.counters.op_under_lock(true);
                 if op.kind == OpKind::Put && w.caps(rank).ordered_puts {

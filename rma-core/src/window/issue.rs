@@ -356,12 +356,14 @@ pub(super) fn native_blocks(
     }
 }
 
-/// The transport call of a native op issued from its element (queued first).
+/// The transport call of a native op issued from its element (queued first); `active`:
+/// in an active-target epoch (see [`native_call_desc`]).
 pub(super) fn native_call(
     w: &WindowShared,
     rank: Rank,
     op: &OpElem,
     token: u64,
+    active: bool,
 ) -> std::result::Result<Issued, TransportError> {
     // The same call as an op still in its descriptor makes.
     let d = OpDesc {
@@ -375,14 +377,18 @@ pub(super) fn native_call(
         into: None,
         notify: None,
     };
-    native_call_desc(w, &d, token)
+    native_call_desc(w, &d, token, active)
 }
 
+/// The transport call of a native op. `active`: the epoch is an active-target one (fence,
+/// PSCW), where an ordered put needs no acknowledgement of its own
+/// ([`Transport::put_unacknowledged`](crate::transport::Transport::put_unacknowledged)).
 #[inline(always)] // on every native op's path; a call costs the emulator more than its code
 pub(super) fn native_call_desc(
     w: &WindowShared,
     d: &OpDesc<'_>,
     token: u64,
+    active: bool,
 ) -> std::result::Result<Issued, TransportError> {
     let off = d.extent.offset;
     let t = &w.engine.transport;
@@ -394,6 +400,9 @@ pub(super) fn native_call_desc(
             return match &w.ops {
                 // Bound to the window: no lookup of it by id in the backend.
                 Some(ops) => ops.put(d.target, off, d.data),
+                None if active && w.caps(d.target).ordered_puts => {
+                    t.put_unacknowledged(w.id, d.target, off, d.data, token)
+                }
                 None => t.put(w.id, d.target, off, d.data, token),
             };
         }

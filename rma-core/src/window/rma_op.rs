@@ -85,7 +85,7 @@ impl WinState {
                 // element counts it, and its completion names the target (as a provider
                 // counter would); the backend bounds how many are under way (Busy).
                 let token = untracked_token(w.id, rank);
-                return match native_call_desc(w, d, token) {
+                return match native_call_desc(w, d, token, !self.epoch.is_passive()) {
                     Ok(Issued::Complete(_)) => {
                         w.counters.op_under_lock(true);
                         self.native_done_in_call(w, rank, d.kind);
@@ -112,7 +112,7 @@ impl WinState {
             };
             if granted && room && (held.is_some() || self.op_pool.has_local()) {
                 let token = self.new_token(w);
-                let issued = native_call_desc(w, d, token);
+                let issued = native_call_desc(w, d, token, !self.epoch.is_passive());
                 // Kept only for an op that stays pending.
                 let held = match held {
                     Some(op) if !matches!(issued, Ok(Issued::Pending)) => {

@@ -654,7 +654,7 @@ impl WindowShared {
             };
         }
         // The token names nothing: no completion of a direct op ever comes.
-        let issued = native_call_desc(self, d, untracked_token(self.id, d.target));
+        let issued = native_call_desc(self, d, untracked_token(self.id, d.target), false);
         Some(self.direct_outcome(issued)?.map(|data| {
             if let (Some(dst), Some(bytes)) = (&d.into, &data) {
                 let mut dst = dst.borrow_mut();

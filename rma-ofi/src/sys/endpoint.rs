@@ -349,8 +349,9 @@ impl Endpoint {
         unsafe { ffi::rma_fi_inject(self.ep, data.as_ptr().cast(), data.len(), dest) }
     }
 
-    /// Writes `src`'s bytes into `to` (`fi_writemsg`) with `FI_DELIVERY_COMPLETE`, so that
-    /// the completion means the data is at the target, and `FI_INJECT` with `inject` (the
+    /// Writes `src`'s bytes into `to` (`fi_writemsg`), with `FI_DELIVERY_COMPLETE` when
+    /// `delivered` (the completion then means the data is at the target; otherwise only
+    /// that the provider is done with the source), and `FI_INJECT` with `inject` (the
     /// source is then copied before the call returns).
     ///
     /// # Safety
@@ -362,6 +363,7 @@ impl Endpoint {
         src: Local,
         to: Remote,
         inject: bool,
+        delivered: bool,
         ctx: *mut OpContext,
     ) -> isize {
         let iov = ffi::iovec {
@@ -384,7 +386,10 @@ impl Endpoint {
             context: ctx.cast(),
             data: 0,
         };
-        let mut flags = (ffi::FI_COMPLETION | ffi::FI_DELIVERY_COMPLETE) as u64;
+        let mut flags = ffi::FI_COMPLETION as u64;
+        if delivered {
+            flags |= ffi::FI_DELIVERY_COMPLETE as u64;
+        }
         if inject {
             flags |= ffi::FI_INJECT as u64;
         }
