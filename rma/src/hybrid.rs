@@ -513,6 +513,27 @@ impl Transport for HybridTransport {
         self.count_op(target);
         Ok(issued)
     }
+    fn put_unacknowledged(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let issued = match self.on_node(target) {
+            Some(i) => self.node.put_unacknowledged(win, i, offset, data, token)?,
+            None => (self.net).put_unacknowledged(win, target, offset, data, token)?,
+        };
+        self.count_op(target);
+        Ok(issued)
+    }
+    fn ordered_puts_delivered(&self, target: Rank) -> bool {
+        match self.on_node(target) {
+            Some(i) => self.node.ordered_puts_delivered(i),
+            None => self.net.ordered_puts_delivered(target),
+        }
+    }
     fn get(
         &self,
         win: u32,
