@@ -9,7 +9,8 @@
 # under MPICH 5.0.2 ch4:ofi on the same libfabric 2.5.1 and provider
 # (MPIR_CVAR_NOLOCAL=1, FI_PROVIDER=tcp). 8-byte latencies in microseconds, medians of
 # REPS interleaved rounds. Last, put + flush beside libfabric's own delivery-complete
-# write round trip timed in the same run (`--reference`).
+# write round trip timed in the same run (`--reference`), and 1 MiB bandwidth beside
+# benches/mpi/rma_bw.c under MPICH.
 #
 # usage: bash benches/compare_network.sh [REPS] [ITERS]    (defaults 3, 3000)
 #   VENVS=dir (default target/peer-venvs) holds the MPICH venv; needs python3 and PyPI.
@@ -65,11 +66,16 @@ for lib in "" "$wheel_fabric"; do
     '$1 == "8" {printf "  libfabric %s: rma %s us, bare %s us, ratio %s\n", (l == "" ? "1.17" : l), $2, $3, $4}'
 done
 echo
-echo "put bandwidth, 1 MiB, MB/s (rma; MPICH's needs OSU, see compare_librma_mpi.sh):"
-for lib in "" "$wheel_fabric"; do
-  for ordered in 1 0; do
-    bw=$(env ${lib:+LD_LIBRARY_PATH=$lib} RMA_OFI_ORDERED=$ordered timeout 300 \
-      target/release/osu_put_bw -b ofi -m 1048576:1048576 -i 200 -x 20 | awk '$1 == "1048576" {print $2}')
-    echo "  libfabric $([ -n "$lib" ] && echo 2.5.1 || echo 1.17), RMA_OFI_ORDERED=$ordered: $bw"
+echo "bandwidth, 1 MiB, 64 per flush, MB/s (medians of $reps; MPICH: benches/mpi/rma_bw.c, the same loop):"
+"$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich_bw" benches/mpi/rma_bw.c
+for op in put get; do
+  declare -A c=()
+  for _ in $(seq "$reps"); do
+    c[a]+=" $(RMA_OFI_ORDERED=1 timeout 300 "target/release/osu_${op}_bw" -b ofi -m 1048576:1048576 -i 30 -x 3 | awk '$1 == "1048576" {print $2}')"
+    c[c]+=" $(LD_LIBRARY_PATH=$wheel_fabric timeout 300 "target/release/osu_${op}_bw" -b ofi -m 1048576:1048576 -i 30 -x 3 | awk '$1 == "1048576" {print $2}')"
+    c[m]+=" $(MPICH_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp timeout 300 \
+      "$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich_bw" "$op" 1048576 64 30 3 | awk '{print $3}')"
   done
+  echo "  $op: rma 1.17 $(median <<<"${c[a]}"), rma 2.5.1 $(median <<<"${c[c]}"), MPICH 5.0.2 $(median <<<"${c[m]}")"
+  unset c
 done

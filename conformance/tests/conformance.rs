@@ -818,6 +818,9 @@ mod ofi {
             ok_on(p, 2, &["litmus", mode], &lib);
         }
         ok_on(p, 2, &["passive_target"], &lib);
+        // Puts from the caller's buffer (past 128 KiB), flushed by a read behind them.
+        let large = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_LARGE_MIB", "4")];
+        ok_on(p, 2, &["large_ops"], &large);
         let dc = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_OFI_ORDERED", "0")];
         for ranks in [2, 4] {
             ok_on(p, ranks, &["ops", "allocate"], &dc);

@@ -47,9 +47,9 @@ impl Endpoint {
     /// (FI_MR_LOCAL) are taken too: the caller then passes a [`LocalBuf`]'s descriptor
     /// with every buffer it hands the provider. The completion queue gets a file
     /// descriptor to sleep on where the provider has one, unless `RMA_OFI_WAIT_FD=0`
-    /// (then the progress agent polls on a timer). With `send_after_write`, sends are
-    /// asked to follow the writes posted before them (`FI_ORDER_SAW`) first, and the
-    /// same without it if no provider offers that.
+    /// (then the progress agent polls on a timer). With `send_after_write`, sends and
+    /// reads are asked to follow the writes posted before them (`FI_ORDER_SAW`,
+    /// `FI_ORDER_RAW`) first, and the same without it if no provider offers that.
     pub fn open_with(
         provider: Option<&str>,
         atomics: bool,

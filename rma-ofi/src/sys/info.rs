@@ -65,8 +65,8 @@ impl Drop for InfoList {
 
 impl InfoList {
     /// fi_getinfo for an RDM endpoint with `caps`, on `provider` if given, with
-    /// FI_CONTEXT/FI_CONTEXT2, FI_THREAD_DOMAIN, send-after-send order (and
-    /// send-after-write with `send_after_write`), and the mr_mode bits this crate honours
+    /// FI_CONTEXT/FI_CONTEXT2, FI_THREAD_DOMAIN, send-after-send order (and send- and
+    /// read-after-write with `send_after_write`), and the mr_mode bits this crate honours
     /// (FI_MR_LOCAL too with `local_mr`).
     pub fn query(
         provider: Option<&str>,
@@ -75,7 +75,7 @@ impl InfoList {
         send_after_write: bool,
     ) -> Result<InfoList, TransportError> {
         let order = if send_after_write {
-            (ffi::FI_ORDER_SAS | ffi::FI_ORDER_SAW) as u64
+            (ffi::FI_ORDER_SAS | ffi::FI_ORDER_SAW | ffi::FI_ORDER_RAW) as u64
         } else {
             ffi::FI_ORDER_SAS as u64
         };
@@ -237,9 +237,11 @@ impl Offer {
         }
     }
 
-    /// Sends are transmitted after the RMA writes posted before them (`FI_ORDER_SAW`).
-    pub fn sends_after_writes(&self) -> bool {
-        self.msg_order & ffi::FI_ORDER_SAW as u64 != 0
+    /// Sends and RMA reads are transmitted after the RMA writes posted before them
+    /// (`FI_ORDER_SAW`, `FI_ORDER_RAW`).
+    pub fn ordered_after_writes(&self) -> bool {
+        let both = (ffi::FI_ORDER_SAW | ffi::FI_ORDER_RAW) as u64;
+        self.msg_order & both == both
     }
 
     /// Native RMA (`FI_RMA`) granted.
