@@ -694,6 +694,47 @@ impl OfiTransport {
         data: &[u8],
         delivered: bool,
     ) -> Result<Issued, TransportError> {
+        let src = sys::Local {
+            ptr: data.as_ptr().cast_mut(),
+            len: data.len(),
+            desc: sys::Desc::NONE,
+        };
+        let to = |peer| m.at(peer, offset);
+        let post = |ep: &mut Endpoint, peer, ctx| {
+            // SAFETY: the provider only reads `data` (a write's source) until the op's
+            // completion, which `in_call` waits for; no descriptor is needed (the caller
+            // checked that the provider does not ask for FI_MR_LOCAL); the target range
+            // was checked against the window's registered length.
+            unsafe { ep.write(src, to(peer), false, false, ctx) }
+        };
+        // SAFETY: `post` hands the provider `data` only, borrowed for this whole call.
+        unsafe { self.in_call(target, "put", "fi_writemsg", data.len(), post)? };
+        if delivered {
+            let mut inner = self.lock();
+            let peer = inner.addrs[target as usize];
+            inner.unprobed[target as usize] = Some(to(peer));
+        }
+        Ok(Issued::Complete(None))
+    }
+
+    /// Posts one op with `post(endpoint, peer address, context)` on a slot of its own
+    /// and returns only once its completion is read: for ops on the caller's buffers,
+    /// which the provider may touch until then. Returning before the post took is safe
+    /// (the provider never saw the buffer); once it took, the wait ends with the op's
+    /// completion (success or error), or the process aborts at the library's deadline
+    /// (`in_call_deadline`): a posted op cannot be taken back, and returning would let
+    /// the provider touch memory the caller may free.
+    ///
+    /// # Safety
+    /// `post` hands the provider only buffers that outlive this call.
+    unsafe fn in_call(
+        &self,
+        target: Rank,
+        what: &str,
+        call: &'static str,
+        len: usize,
+        mut post: impl FnMut(&mut Endpoint, sys::fi_addr_t, *mut OpContext) -> isize,
+    ) -> Result<(), TransportError> {
         let deadline = self.in_call_deadline.map(|d| Instant::now() + d);
         let past = || deadline.is_some_and(|d| Instant::now() > d);
         let mut inner = self.lock();
@@ -703,33 +744,23 @@ impl OfiTransport {
         let dest = inner.addrs[target as usize];
         let idx = inner.alloc_op(0, false);
         inner.ops[idx].in_call = true;
+        let not_posted = |inner: &mut Inner, e: TransportError| {
+            inner.ops[idx].in_call = false;
+            inner.op_free.push(idx);
+            Err(e)
+        };
         loop {
             let Inner { ep, ops, .. } = &mut *inner;
-            let src = sys::Local {
-                ptr: data.as_ptr().cast_mut(),
-                len: data.len(),
-                desc: sys::Desc::NONE,
-            };
-            // SAFETY: the provider only reads `data` (a write's source), and this call
-            // returns only after the op's completion (the wait below) or aborts the
-            // process: the borrow outlives every read. No descriptor is needed (the
-            // caller checked that the provider does not ask for FI_MR_LOCAL). The slot's
-            // context lives in `ops[idx]` until the slot is freed after the completion.
-            // The target range was checked against the window's registered length.
-            let rc = unsafe { ep.write(src, m.at(dest, offset), false, false, &mut *ops[idx].ctx) };
+            // The slot's context lives in `ops[idx]` until the slot is freed after the
+            // completion.
+            let rc = post(ep, dest, &mut *ops[idx].ctx);
             if rc == 0 {
                 break;
             }
-            // Not posted: the caller's buffer is not the provider's; returning is safe.
-            let not_posted = |inner: &mut Inner, e: TransportError| {
-                inner.ops[idx].in_call = false;
-                inner.op_free.push(idx);
-                Err(e)
-            };
             if !is_again(rc) {
                 let e = fi_error(
-                    format!("posting a native put to rank {target}"),
-                    "fi_writemsg",
+                    format!("posting a native {what} to rank {target}"),
+                    call,
                     rc as i64,
                 );
                 return not_posted(&mut inner, e);
@@ -752,25 +783,22 @@ impl OfiTransport {
                 inner.ops[idx].in_call = false;
                 inner.op_free.push(idx);
                 if result.is_err() {
-                    inner.peer_failed(target, "a put from the caller's buffer failed");
-                } else if delivered {
-                    inner.unprobed[target as usize] = Some(m.at(dest, offset));
+                    inner.peer_failed(target, &format!("a {what} on the caller's buffer failed"));
                 }
-                return result.map(|()| Issued::Complete(None));
+                return result;
             }
             // An error reading the queue leaves the op's fate unknown: keep reading.
             let _ = inner.drive();
             if past() {
                 eprintln!(
-                    "rma-ofi: a put of {} bytes to rank {target} is still held by libfabric \
-                     after the library's deadline (RMA_TIMEOUT_MS): the peer no longer \
-                     reads; aborting rather than returning while the provider may read \
-                     the caller's buffer",
-                    data.len()
+                    "rma-ofi: a {what} of {len} bytes with rank {target} still holds the \
+                     caller's buffer after the library's deadline (RMA_TIMEOUT_MS): the \
+                     peer no longer answers; aborting rather than returning while \
+                     libfabric may use that buffer"
                 );
                 std::process::abort();
             }
-            // Other threads get the transport now and then (a put of a MiB takes
+            // Other threads get the transport now and then (an op of a MiB takes
             // hundreds of microseconds), without a yield per look.
             spins += 1;
             if spins.is_multiple_of(64) {
@@ -1067,8 +1095,11 @@ impl Inner {
             }
             KIND_OP => {
                 if self.ops[idx].in_call {
-                    self.ops[idx].finished =
-                        Some(Err(BackendError::new("completing a native put", e).into()));
+                    self.ops[idx].finished = Some(Err(BackendError::new(
+                        "completing a native operation on the caller's buffer",
+                        e,
+                    )
+                    .into()));
                     return Ok(());
                 }
                 let NativeOp {
