@@ -79,3 +79,18 @@ for op in put get; do
   echo "  $op: rma 1.17 $(median <<<"${c[a]}"), rma 2.5.1 $(median <<<"${c[c]}"), MPICH 5.0.2 $(median <<<"${c[m]}")"
   unset c
 done
+echo
+echo "flush litmus (benches/mpi/flush_litmus.c, 3 ranks, 2000 rounds): reads by a third process"
+echo "older than a put its origin flushed (MPI asks for 0):"
+"$venvs/mpich/bin/mpicc" -O2 -o "$out/flush_litmus" benches/mpi/flush_litmus.c
+echo "  MPICH 5.0.2 ch4:ofi tcp: $(MPICH_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp \
+  timeout 300 "$venvs/mpich/bin/mpiexec" -n 3 "$out/flush_litmus" 2000 200 | grep -o '[0-9]* stale')"
+if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
+  # librma-mpi with the ofi backend, under Debian's MPICH 4.0.2 (its messages; rma's RMA).
+  MPICC=mpicc.mpich CARGO_TARGET_DIR=target/mpicc.mpich-ofi cargo build --release -q \
+    -p rma-mpi --features rma/ofi
+  mpicc.mpich -O2 -o "$out/flush_litmus4" benches/mpi/flush_litmus.c
+  echo "  librma-mpi, RMA_BACKEND=ofi tcp (2.5.1): $(RMA_BACKEND=ofi LD_LIBRARY_PATH=$wheel_fabric \
+    timeout 300 mpiexec.mpich -n 3 -genv LD_PRELOAD "$PWD/target/mpicc.mpich-ofi/release/librma_mpi.so" \
+    "$out/flush_litmus4" 2000 200 | grep -o '[0-9]* stale')"
+fi

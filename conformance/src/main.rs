@@ -666,6 +666,78 @@ fn litmus(world: &World, mode: &str) -> Result<()> {
             }
             win.unlock_all()?;
         }
+        "third_party" => {
+            // A flushed put is complete at its target (MPI-4.1 12.5.4), whoever looks
+            // next: rank 0 puts round i into a block of rank 1's window, flushes, then
+            // raises rank 2's flag; rank 2, once it sees the flag, gets the block's last
+            // element from rank 1, which computes and makes a progress pass only every
+            // 100 us (run it with RMA_ASYNC_PROGRESS=0, or its agent answers at once and
+            // the race is rare). A flush that returned before the data was in place (the
+            // block's tail still in rank 1's socket, or not yet sent) lets rank 2's get
+            // overtake it on another connection when rank 1 next polls: MPICH 5.0.2 over
+            // libfabric tcp reads stale data in most rounds of
+            // benches/mpi/flush_litmus.c, the same pattern in C with one element. The
+            // block (256 KiB) is past RMA_OFI_ZERO_COPY's 128 KiB: those puts go from
+            // the caller's buffer, and a flush must read behind them.
+            check(world.size() >= 3, "litmus third_party needs 3 ranks")?;
+            const BLOCK: usize = 32 * 1024;
+            // A fiftieth of the other modes' rounds: each is a block, two flushes and
+            // a get across three processes.
+            let reps = (reps / 50).max(1);
+            // Rank 1: the block, then its done flag; rank 2: its round flag after it.
+            let tp = world.allocate::<u64>(BLOCK + 2)?;
+            tp.lock_all(Assert::NONE)?;
+            let (flag, done) = (BLOCK as u64, BLOCK as u64 + 1);
+            match me {
+                0 => {
+                    let mut block = vec![0u64; BLOCK];
+                    for i in 1..=reps {
+                        block.fill(i);
+                        tp.put(&block, 1, 0)?;
+                        tp.flush(1)?;
+                        tp.put(&[i], 2, flag)?;
+                        tp.flush(2)?;
+                    }
+                }
+                2 => {
+                    let mut stale = 0u64;
+                    for i in 1..=reps {
+                        loop {
+                            let seen = tp.get(2, flag, 1)?;
+                            tp.flush(2)?;
+                            if seen.wait()?[0] >= i {
+                                break;
+                            }
+                        }
+                        let tail = tp.get(1, BLOCK as u64 - 1, 1)?;
+                        tp.flush(1)?;
+                        if tail.wait()?[0] < i {
+                            stale += 1;
+                        }
+                    }
+                    // Rank 1 may stop computing.
+                    tp.put(&[1], 1, done)?;
+                    tp.flush(1)?;
+                    check(
+                        stale == 0,
+                        &format!("{stale} of {reps} reads older than a flushed put"),
+                    )?;
+                }
+                1 => {
+                    while tp.local_to_vec()[done as usize] == 0 {
+                        let until = Instant::now() + Duration::from_micros(100);
+                        while Instant::now() < until {
+                            std::hint::spin_loop();
+                        }
+                        world.progress()?;
+                    }
+                }
+                _ => {}
+            }
+            tp.unlock_all()?;
+            world.barrier()?;
+            tp.free()?;
+        }
         other => {
             return Err(rma::TransportError::Failed(format!("unknown litmus mode {other}")).into())
         }

@@ -161,6 +161,7 @@ fn litmus_message_passing_per_sync_mode() {
     for mode in ["fence", "pscw", "lock", "lock_all"] {
         ok(2, &["litmus", mode]);
     }
+    ok(3, &["litmus", "third_party"]);
 }
 
 #[test]
@@ -817,6 +818,12 @@ mod ofi {
         for mode in ["fence", "pscw", "lock", "lock_all"] {
             ok_on(p, 2, &["litmus", mode], &lib);
         }
+        // A flushed put seen by a third process (zero-copy puts, flushed by a read).
+        let third = [
+            ("LD_LIBRARY_PATH", dir.as_str()),
+            ("RMA_ASYNC_PROGRESS", "0"),
+        ];
+        ok_on(p, 3, &["litmus", "third_party"], &third);
         ok_on(p, 2, &["passive_target"], &lib);
         // Puts from the caller's buffer (past 128 KiB), flushed by a read behind them.
         let large = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_LARGE_MIB", "4")];
@@ -869,6 +876,15 @@ mod ofi {
         for mode in ["fence", "pscw", "lock", "lock_all"] {
             ok_on(p, 2, &["litmus", mode], &[]);
         }
+        // A flushed put seen by a third process, the target polling only now and then.
+        let third = [("RMA_ASYNC_PROGRESS", "0")];
+        ok_on(p, 3, &["litmus", "third_party"], &third);
+        ok_on(
+            p,
+            3,
+            &["litmus", "third_party"],
+            &[("RMA_ASYNC_PROGRESS", "0"), ("RMA_OFI_ORDERED", "0")],
+        );
         // Passive target over active messages needs the target's progress: the
         // progress agent (on by default here) answers for the computing target.
         ok_on(p, 2, &["passive_target"], &[]);
