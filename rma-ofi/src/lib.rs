@@ -701,14 +701,15 @@ impl OfiTransport {
         };
         let to = |peer| m.at(peer, offset);
         let post = |ep: &mut Endpoint, peer, ctx| {
-            // SAFETY: the provider only reads `data` (a write's source) until the op's
-            // completion, which `in_call` waits for; no descriptor is needed (the caller
-            // checked that the provider does not ask for FI_MR_LOCAL); the target range
-            // was checked against the window's registered length.
+            // SAFETY: the provider only reads `data` (a write's source), borrowed for this
+            // whole call, and `in_call` returns only after the op's completion (or aborts
+            // the process); the context is the slot's, alive until then; no descriptor
+            // is needed (the caller checked that the provider does not ask for
+            // FI_MR_LOCAL); the target range was checked against the window's
+            // registered length.
             unsafe { ep.write(src, to(peer), false, false, ctx) }
         };
-        // SAFETY: `post` hands the provider `data` only, borrowed for this whole call.
-        unsafe { self.in_call(target, "put", "fi_writemsg", data.len(), post)? };
+        self.in_call(target, data.len(), post)?;
         if delivered {
             let mut inner = self.lock();
             let peer = inner.addrs[target as usize];
@@ -717,21 +718,17 @@ impl OfiTransport {
         Ok(Issued::Complete(None))
     }
 
-    /// Posts one op with `post(endpoint, peer address, context)` on a slot of its own
-    /// and returns only once its completion is read: for ops on the caller's buffers,
-    /// which the provider may touch until then. Returning before the post took is safe
-    /// (the provider never saw the buffer); once it took, the wait ends with the op's
-    /// completion (success or error), or the process aborts at the library's deadline
-    /// (`in_call_deadline`): a posted op cannot be taken back, and returning would let
-    /// the provider touch memory the caller may free.
-    ///
-    /// # Safety
-    /// `post` hands the provider only buffers that outlive this call.
-    unsafe fn in_call(
+    /// Posts one op of `len` bytes with `post(endpoint, peer address, context)` on a slot
+    /// of its own and returns only once its completion is read: for ops on the caller's
+    /// buffers, which the provider may touch until then (the guarantee `post`'s unsafe
+    /// call leans on). Returning before the post took is safe (the provider never saw
+    /// the buffer); once it took, the wait ends with the op's completion (success or
+    /// error), or the process aborts at the library's deadline (`in_call_deadline`): a
+    /// posted op cannot be taken back, and returning would let the provider touch
+    /// memory the caller may free.
+    fn in_call(
         &self,
         target: Rank,
-        what: &str,
-        call: &'static str,
         len: usize,
         mut post: impl FnMut(&mut Endpoint, sys::fi_addr_t, *mut OpContext) -> isize,
     ) -> Result<(), TransportError> {
@@ -759,8 +756,8 @@ impl OfiTransport {
             }
             if !is_again(rc) {
                 let e = fi_error(
-                    format!("posting a native {what} to rank {target}"),
-                    call,
+                    format!("posting a native put to rank {target}"),
+                    "fi_writemsg",
                     rc as i64,
                 );
                 return not_posted(&mut inner, e);
@@ -783,7 +780,7 @@ impl OfiTransport {
                 inner.ops[idx].in_call = false;
                 inner.op_free.push(idx);
                 if result.is_err() {
-                    inner.peer_failed(target, &format!("a {what} on the caller's buffer failed"));
+                    inner.peer_failed(target, "a put from the caller's buffer failed");
                 }
                 return result;
             }
@@ -791,7 +788,7 @@ impl OfiTransport {
             let _ = inner.drive();
             if past() {
                 eprintln!(
-                    "rma-ofi: a {what} of {len} bytes with rank {target} still holds the \
+                    "rma-ofi: a put of {len} bytes to rank {target} still holds the \
                      caller's buffer after the library's deadline (RMA_TIMEOUT_MS): the \
                      peer no longer answers; aborting rather than returning while \
                      libfabric may use that buffer"

@@ -359,6 +359,31 @@ impl HybridTransport {
     }
 }
 
+impl HybridTransport {
+    /// A put toward `target` through the backend that reaches it: `put`, or (not
+    /// `acknowledged`) `put_unacknowledged`.
+    fn routed_put(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        token: u64,
+        acknowledged: bool,
+    ) -> Result<Issued, TransportError> {
+        let issued = match (self.on_node(target), acknowledged) {
+            (Some(i), true) => self.node.put(win, i, offset, data, token)?,
+            (Some(i), false) => self.node.put_unacknowledged(win, i, offset, data, token)?,
+            (None, true) => self.net.put(win, target, offset, data, token)?,
+            (None, false) => self
+                .net
+                .put_unacknowledged(win, target, offset, data, token)?,
+        };
+        self.count_op(target);
+        Ok(issued)
+    }
+}
+
 impl Transport for HybridTransport {
     fn rank(&self) -> Rank {
         self.rank
@@ -506,12 +531,7 @@ impl Transport for HybridTransport {
         data: &[u8],
         token: u64,
     ) -> Result<Issued, TransportError> {
-        let issued = match self.on_node(target) {
-            Some(i) => self.node.put(win, i, offset, data, token)?,
-            None => self.net.put(win, target, offset, data, token)?,
-        };
-        self.count_op(target);
-        Ok(issued)
+        self.routed_put(win, target, offset, data, token, true)
     }
     fn put_unacknowledged(
         &self,
@@ -521,12 +541,7 @@ impl Transport for HybridTransport {
         data: &[u8],
         token: u64,
     ) -> Result<Issued, TransportError> {
-        let issued = match self.on_node(target) {
-            Some(i) => self.node.put_unacknowledged(win, i, offset, data, token)?,
-            None => (self.net).put_unacknowledged(win, target, offset, data, token)?,
-        };
-        self.count_op(target);
-        Ok(issued)
+        self.routed_put(win, target, offset, data, token, false)
     }
     fn ordered_puts_delivered(&self, target: Rank) -> bool {
         match self.on_node(target) {
