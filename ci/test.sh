@@ -40,6 +40,10 @@ for cc in mpicc.mpich mpicc.openmpi; do
     --test conformance -- mpi_and_rma_in_one_process
   MPICC=$cc CARGO_TARGET_DIR=target/$cc cargo test -p rma-mpi
 done
+# librma-mpi for the MPI-5 standard ABI: built with MPICH 5.0.2's mpicc_abi (the wheel's
+# venv above), its C tests built the same way and run on libmpi_abi.
+mpich5=$(cd "$RMA_TEST_LIBFABRIC2/../.." && pwd)
+MPICC=$mpich5/bin/mpicc_abi CARGO_TARGET_DIR=target/mpicc_abi cargo test -p rma-mpi
 # The verbs backend: the host kernel has no RDMA, so its tests run inside a qemu VM with
 # soft-RoCE (rdma_rxe): conformance on 2-4 ranks, a killed peer, latency beside perftest.
 bash ci/verbs.sh

@@ -10,13 +10,14 @@
 /* ---- rma-mpi's own handles ------------------------------------------------------ */
 /* They must never equal a handle of the MPI library, and must be recognised as ours in
  * calls that take both (MPI_Wait on a request). MPICH's handles carry their kind in bits
- * 31..30 (never 00 for a valid object): ours have them 00. Open MPI's handles are
- * pointers to its objects: ours point into a reserved array of ours (never touched, so
- * it costs address space only). */
+ * 31..30 (never 00 for a valid object): ours have them 00. Open MPI's handles, and the
+ * MPI-5 standard ABI's (mpi_abi.h, MPI_ABI_VERSION: predefined ones small integers below
+ * 0x1000, others the implementation's pointers), are pointers: ours point into a
+ * reserved array of ours (never touched, so it costs address space only). */
 #define RMAMPI_WINDOWS (1 << 16)
 #define RMAMPI_REQUESTS (1 << 22)
 
-#ifdef OPEN_MPI
+#if defined(OPEN_MPI) || defined(MPI_ABI_VERSION)
 static char window_space[RMAMPI_WINDOWS];
 static char request_space[RMAMPI_REQUESTS];
 
@@ -91,7 +92,12 @@ int rmampi_predefined_code(MPI_Datatype t) {
     if (t == MPI_WCHAR) return code_of_int(sizeof(wchar_t), (wchar_t)-1 < 1);
     if (t == MPI_FLOAT) return 9;
     if (t == MPI_DOUBLE) return 10;
-    if (t == MPI_INTEGER) return code_of_int(sizeof(MPI_Fint), 1);
+    if (t == MPI_INTEGER) {
+        /* Fortran's INTEGER as the library was built (the standard ABI has no MPI_Fint). */
+        int size = 0;
+        PMPI_Type_size(MPI_INTEGER, &size);
+        return code_of_int((size_t)size, 1);
+    }
     if (t == MPI_REAL) return 9;
     if (t == MPI_DOUBLE_PRECISION) return 10;
     if (t == MPI_LONG_DOUBLE || t == MPI_C_FLOAT_COMPLEX || t == MPI_C_DOUBLE_COMPLEX ||
@@ -287,3 +293,14 @@ const struct rmampi_constants rmampi_constants = {
     MPI_WIN_SIZE,
     MPI_WIN_UNIFIED,
 };
+
+/* ---- for rma's bootstrap over MPI (bootstrap.rs) ----------------------------- */
+MPI_Datatype rmampi_byte(void) { return MPI_BYTE; }
+MPI_Datatype rmampi_int(void) { return MPI_INT; }
+/* Whether MPI runs at MPI_THREAD_SERIALIZED or more (calls from any thread, one at a
+ * time). */
+int rmampi_thread_level_serialized(void) {
+    int level = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&level);
+    return level == MPI_THREAD_SERIALIZED || level == MPI_THREAD_MULTIPLE;
+}

@@ -128,11 +128,14 @@ fn target(rank: c_int, disp: MPI_Aint, n: i64, dt: MPI_Datatype) -> MpiResult<Ta
 // ---- start and stop ----------------------------------------------------------------
 
 fn start_rma() {
-    let world = mpi::topology::SimpleCommunicator::world();
     // The configuration from the environment: the progress agent runs where peers need
     // it from the start (networks) and is started by the first window of active
     // messages on shared memory (`window::create`), unless RMA_ASYNC_PROGRESS=0.
-    match rma::Config::from_env().and_then(|c| rma::World::from_mpi_with(&world, c)) {
+    let world = rma::Config::from_env().and_then(|config| {
+        let bootstrap = crate::bootstrap::over_comm_world()?;
+        rma::World::from_bootstrap(std::sync::Arc::new(bootstrap), config)
+    });
+    match world {
         Ok(w) => *window::world().lock().unwrap_or_else(|e| e.into_inner()) = Some(w),
         Err(e) => eprintln!(
             "librma-mpi: rma did not start: {e}; one-sided calls will fail with MPI_ERR_OTHER"

@@ -12,9 +12,9 @@
 //! MPI's, reached through the profiling interface (PMPI_*), as Casper does.
 //!
 //! How the parts meet:
-//! - At MPI_Init (intercepted) rma's World starts over MPI_COMM_WORLD through rma's MPI
-//!   bootstrap (MPI's own collectives on a duplicate communicator); MPI_Finalize stops
-//!   it first. MPI programs wait in MPI's own calls, where rma cannot serve its peers:
+//! - At MPI_Init (intercepted) rma's World starts over MPI_COMM_WORLD through a
+//!   bootstrap over MPI's own collectives on a duplicate communicator, called through
+//!   PMPI (`bootstrap`); MPI_Finalize stops it first. MPI programs wait in MPI's own calls, where rma cannot serve its peers:
 //!   the progress agent runs wherever peers need it (networks; on shared memory from
 //!   the first window over the application's memory or dynamic window, whose
 //!   operations are active messages), unless `RMA_ASYNC_PROGRESS=0`.
@@ -29,14 +29,17 @@
 //!   MPI_Wait of the request.
 //! - Errors are MPI error classes, through the window's error handler (`error`).
 //!
-//! The ABI (MPICH's int handles or Open MPI's pointers) is fixed at build time by the
-//! MPI compiler wrapper `MPICC` names; `csrc/abi.c` holds what differs.
+//! The ABI (MPICH's int handles, Open MPI's pointers, or the MPI-5 standard ABI of
+//! `mpi_abi.h` with MPICH 5's `mpicc_abi`) is fixed at build time by the MPI compiler
+//! wrapper `MPICC` names: build.rs binds its `mpi.h` with its flags, and `csrc/abi.c`,
+//! compiled by it, holds what differs in C.
 
 // MPI_Aint is `long` in MPICH's header and `ptrdiff_t` in Open MPI's (i64 or isize here),
 // MPI_Count `long` or `long long`: a cast is a no-op for one ABI and not the other.
 #![allow(clippy::unnecessary_cast)]
 
 mod api;
+mod bootstrap;
 mod datatype;
 mod error;
 mod handle_table;

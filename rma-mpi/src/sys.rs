@@ -1,10 +1,24 @@
-//! The MPI library underneath: its types and PMPI calls (from the `mpi` crate's
-//! bindings of the `mpi.h` that `MPICC` names), and the ABI layer of `csrc/abi.c`
-//! (handles and predefined objects, which differ between MPICH and Open MPI).
+//! The MPI library underneath: its types and PMPI calls (bindings of the `mpi.h` that
+//! `MPICC` names, made by build.rs), and the ABI layer of `csrc/abi.c` (handles and
+//! predefined objects, which differ between MPICH's ABI, Open MPI's and the MPI-5
+//! standard ABI).
 
 use std::os::raw::c_int;
 
-pub use mpi::ffi::*;
+#[allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    unsafe_op_in_unsafe_fn
+)]
+mod bindings {
+    include!(concat!(env!("OUT_DIR"), "/mpi_bindings.rs"));
+}
+pub use bindings::*;
 
 extern "C" {
     pub fn rmampi_win_handle(index: c_int) -> MPI_Win;
@@ -29,6 +43,9 @@ extern "C" {
     pub fn rmampi_status_ignore() -> *mut MPI_Status;
     pub fn rmampi_empty_status(status: *mut MPI_Status);
     pub fn rmampi_status_at(array: *mut MPI_Status, i: c_int) -> *mut MPI_Status;
+    pub fn rmampi_byte() -> MPI_Datatype;
+    pub fn rmampi_int() -> MPI_Datatype;
+    pub fn rmampi_thread_level_serialized() -> c_int;
 }
 
 /// The bits of a handle, whatever the ABI makes it (an `int` in MPICH, a pointer in

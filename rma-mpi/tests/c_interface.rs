@@ -1,6 +1,7 @@
 //! librma-mpi from C: the C tests of `tests/c` compiled with the MPI compiler wrapper
-//! `MPICC` names (the MPI this build of librma-mpi is for), run on 2 and 4 ranks under
-//! that MPI's launcher, with librma-mpi preloaded (`LD_PRELOAD`) and linked before libmpi
+//! `MPICC` names (the MPI this build of librma-mpi is for: MPICH's ABI, Open MPI's, or
+//! the MPI-5 standard ABI with MPICH 5's `mpicc_abi`), run on 2 and 4 ranks under that
+//! MPI's launcher, with librma-mpi preloaded (`LD_PRELOAD`) and linked before libmpi
 //! (`-lrma_mpi`). Each program checks that MPI_Put is librma-mpi's, checks every result
 //! exactly and prints " No Errors"; each run has a deadline.
 
@@ -16,6 +17,38 @@ fn mpicc() -> String {
 fn open_mpi() -> bool {
     let out = Command::new(mpicc()).arg("-showme:version").output();
     out.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
+}
+
+/// Whether `MPICC` builds for the MPI-5 standard ABI (`mpicc_abi`: `-DMPI_ABI`, which
+/// makes MPICH's mpi.h the standard mpi_abi.h, and libmpi_abi).
+fn standard_abi() -> bool {
+    let out = Command::new(mpicc()).arg("-show").output();
+    out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("-DMPI_ABI"))
+}
+
+/// The MPI `MPICC` builds for, for messages.
+fn which_mpi() -> &'static str {
+    if open_mpi() {
+        "Open MPI"
+    } else if standard_abi() {
+        "the MPI-5 ABI (MPICH)"
+    } else {
+        "MPICH"
+    }
+}
+
+/// MPICH's launcher: the `mpiexec` beside a wrapper named by its path (a venv's MPICH),
+/// else Debian's `mpiexec.mpich`.
+fn mpich_launcher() -> PathBuf {
+    let cc = mpicc();
+    if cc.contains('/') {
+        if let Some(beside) = Path::new(&cc).parent().map(|d| d.join("mpiexec")) {
+            if beside.exists() {
+                return beside;
+            }
+        }
+    }
+    PathBuf::from("mpiexec.mpich")
 }
 
 /// The directory of librma_mpi.so: this test's own (target/<profile>/deps), where cargo
@@ -42,7 +75,13 @@ fn compile_with(source: &str, linked: bool, flags: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(source);
-    let tag = if open_mpi() { "ompi" } else { "mpich" };
+    let tag = if open_mpi() {
+        "ompi"
+    } else if standard_abi() {
+        "abi"
+    } else {
+        "mpich"
+    };
     let mode = if linked { "linked" } else { "plain" };
     let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "{}-{tag}-{mode}{}",
@@ -116,7 +155,7 @@ fn launch(exe: &Path, ranks: usize, preload: bool) -> Output {
             cmd.arg("-x").arg(format!("LD_PRELOAD={}", lib.display()));
         }
     } else {
-        cmd = Command::new("mpiexec.mpich");
+        cmd = Command::new(mpich_launcher());
         if preload {
             cmd.env("LD_PRELOAD", &lib);
         }
@@ -142,7 +181,7 @@ fn launch(exe: &Path, ranks: usize, preload: bool) -> Output {
 }
 
 fn passes(source: &str) {
-    let which = if open_mpi() { "Open MPI" } else { "MPICH" };
+    let which = which_mpi();
     for linked in [false, true] {
         let exe = compile(source, linked);
         for ranks in [2, 4] {
@@ -154,6 +193,13 @@ fn passes(source: &str) {
                 "{source} under {which} on {ranks} ranks with {how}: {stdout}\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
+            // onesided.c says which standard ABI it ran on, when built for one.
+            if standard_abi() && source == "onesided.c" {
+                assert!(
+                    stdout.contains("MPI ABI 1."),
+                    "{source}: no ABI version: {stdout}"
+                );
+            }
         }
     }
 }
@@ -173,7 +219,7 @@ fn bad_input_returns_the_error_class_mpi_prescribes() {
 /// programs link librma-mpi (-lrma_mpi) and include its rma_mpi_notify.h.
 #[test]
 fn notified_access_under_both_spellings() {
-    let which = if open_mpi() { "Open MPI" } else { "MPICH" };
+    let which = which_mpi();
     for flags in [&[][..], &["-DINTEL_NAMES"][..]] {
         let exe = compile_with("notify.c", true, flags);
         for ranks in [2, 4] {

@@ -45,15 +45,16 @@ pub use spawn::InterComm;
 
 use std::sync::Arc;
 
-use rma_core::{Bootstrap, Transport};
+use rma_core::Transport;
 
 // What a program calls: windows and their operations, communicators and collectives,
 // configuration, errors, counters.
 pub use rma_core::wire::Kind as MessageKind;
 pub use rma_core::{
-    AccOp, Assert, AsyncProgress, BackendError, Comm, Config, DataType, Element, Elements, Engine,
-    Error, ErrorKind, FreeError, GetInto, Group, Layout, LocOp, LockType, PeerError, Rank, Request,
-    Result, Stats, TransportError, UsageError, UserMemory, Window, WindowKind,
+    AccOp, Assert, AsyncProgress, BackendError, Bootstrap, Comm, Config, DataType, Element,
+    Elements, Engine, Error, ErrorKind, FreeError, GetInto, Group, Layout, LocOp, LockType,
+    PeerError, Rank, Request, Result, Stats, TransportError, UsageError, UserMemory, Window,
+    WindowKind,
 };
 
 /// The engine underneath, whole: the `Transport` contract and its
@@ -167,8 +168,21 @@ impl World {
         comm: &C,
         config: Config,
     ) -> Result<World> {
-        rma_core::config::check_env_numbers(rma_shm::ENV_NUMBERS)?;
         let bootstrap: Arc<dyn Bootstrap> = Arc::new(bootstrap::MpiBootstrap::new(comm)?);
+        Self::from_bootstrap(bootstrap, config)
+    }
+
+    /// A World over a bootstrap of the caller's own: rank, size, node identity and every
+    /// exchange go through it (collective over its ranks, like every bootstrap). For a
+    /// runtime rma has no bootstrap for, or reaches another way: librma-mpi builds its
+    /// World over the MPI library it interposes on, through that library's PMPI calls,
+    /// without the `mpi` crate (whose bindings need an ABI the crate knows).
+    pub fn from_bootstrap(bootstrap: Arc<dyn Bootstrap>, config: Config) -> Result<World> {
+        rma_core::config::check_env_numbers(rma_shm::ENV_NUMBERS)?;
+        #[cfg(feature = "ofi")]
+        rma_core::config::check_env_numbers(rma_ofi::ENV_NUMBERS)?;
+        #[cfg(feature = "verbs")]
+        rma_core::config::check_env_numbers(rma_verbs::ENV_NUMBERS)?;
         Self::init_over(bootstrap, config)
     }
 

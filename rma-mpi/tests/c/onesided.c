@@ -535,6 +535,18 @@ int main(int argc, char **argv) {
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+#ifdef MPI_ABI_VERSION
+    /* Built with mpicc_abi: the MPI-5 standard ABI underneath (libmpi_abi), and
+     * librma-mpi built for it. */
+    {
+        int major = -1, minor = -1;
+        if (MPI_Abi_get_version(&major, &minor) != MPI_SUCCESS || major < 1) {
+            fprintf(stderr, "[%d] MPI_Abi_get_version: %d.%d\n", world_rank, major, minor);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        if (world_rank == 0) printf("MPI ABI %d.%d\n", major, minor);
+    }
+#endif
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     /* The World, then halves (or, on 2 ranks, the whole) in reversed order. */

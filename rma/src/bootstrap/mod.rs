@@ -5,6 +5,7 @@
 //! before all of them (its MPI_COMM_WORLD: rma never competes with MPI for the launcher).
 //! `RMA_BOOTSTRAP=pmix|pmi2|pmi1|run|single` forces one.
 
+pub mod collective;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod pmi1;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use rma_core::{BackendError, Bootstrap, Error, Rank, TransportError};
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::MpiBootstrap;
+pub use self::mpi::{Duplicate, MpiBootstrap};
 pub use pmi1::Pmi1;
 pub use pmi2::Pmi2;
 #[cfg(feature = "pmix")]
