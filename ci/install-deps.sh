@@ -19,6 +19,8 @@ mpirun --version 2>/dev/null | grep -q "Open MPI" || need+=(openmpi-bin)
 # whichever MPICC names) is built and tested against MPICH and Open MPI.
 command -v mpicc.mpich >/dev/null && [ -d /usr/include/x86_64-linux-gnu/mpich ] || need+=(libmpich-dev)
 command -v mpicc.openmpi >/dev/null && [ -d /usr/lib/x86_64-linux-gnu/openmpi/include ] || need+=(libopenmpi-dev)
+# gfortran: librma-mpi's Fortran tests (mpif.h, use mpi, use mpi_f08) under both MPIs.
+command -v gfortran >/dev/null || need+=(gfortran)
 [ -f /usr/include/rdma/fabric.h ] || need+=(libfabric-dev)
 # rma-verbs (feature verbs; rdma-sys binds rdma-core's headers and links libibverbs and
 # librdmacm). ci/verbs.sh installs what its VM needs itself.

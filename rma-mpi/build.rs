@@ -3,7 +3,9 @@
 //! its `mpi.h` (bindgen, with the wrapper's own `-I` and `-D` flags: `mpicc_abi` says
 //! `-DMPI_ABI`, which turns MPICH's `mpi.h` into the standard `mpi_abi.h`), its
 //! libraries and run paths, and the ABI layer (csrc/abi.c) compiled by the wrapper
-//! itself. Says whether the header has MPI-4's large-count calls (`large_count`).
+//! itself. Says whether the header has MPI-4's large-count calls (`large_count`), and
+//! which ABI it is: Open MPI's (`open_mpi`), MPICH's own (`mpich_abi`), or neither (the
+//! standard ABI).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,6 +27,8 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/abi.c");
     println!("cargo:rerun-if-env-changed=MPICC");
     println!("cargo::rustc-check-cfg=cfg(large_count)");
+    println!("cargo::rustc-check-cfg=cfg(open_mpi)");
+    println!("cargo::rustc-check-cfg=cfg(mpich_abi)");
     let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".into());
     let line = show(&mpicc);
 
@@ -88,5 +92,17 @@ fn main() {
         .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("int MPI_Put_c(")));
     if has_large_count {
         println!("cargo:rustc-cfg=large_count");
+    }
+    let header_says = |what: &str| {
+        include_dirs
+            .iter()
+            .any(|dir| std::fs::read_to_string(dir.join("mpi.h")).is_ok_and(|t| t.contains(what)))
+    };
+    if line.iter().any(|a| a == "-DMPI_ABI") {
+        // The standard ABI: neither MPI's own.
+    } else if header_says("#define OPEN_MPI 1") {
+        println!("cargo:rustc-cfg=open_mpi");
+    } else if header_says("MPICH_VERSION") {
+        println!("cargo:rustc-cfg=mpich_abi");
     }
 }

@@ -23,6 +23,31 @@ use crate::sys::{self, int, *};
 use crate::window::{self, Flavor, Win};
 
 const SUCCESS: c_int = 0;
+/// Defines an MPI call under its MPI_ name and its profiling (PMPI_) name. The MPIs'
+/// own Fortran layers call the PMPI_ names (Open MPI's `mpif.h`, `use mpi` and
+/// `use mpi_f08` routines all do, after `PMPI_Win_f2c`; MPICH's `use mpi_f08` does for
+/// the calls without a buffer), so a Fortran program reaches librma-mpi's windows only
+/// through them. Given only to calls librma-mpi serves whole, which it never makes to
+/// the MPI underneath itself (no PMPI_ call of its own lands back here). A profiling
+/// tool layered on PMPI sees librma-mpi's calls as the MPI's.
+macro_rules! mpi_and_pmpi {
+    ($(#[$attr:meta])* pub unsafe extern "C" fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret $body
+
+        $(#[$attr])*
+        const _: () = {
+            #[export_name = concat!("P", stringify!($name))]
+            unsafe extern "C" fn profiling_name($($arg: $ty),*) -> $ret {
+                // SAFETY: the same call under its other name, with the caller's
+                // arguments and contract.
+                unsafe { $name($($arg),*) }
+            }
+        };
+    };
+}
+
 /// MPI_NO_OP's code (see `rmampi_op_code`).
 const NO_OP: c_int = 12;
 
@@ -143,42 +168,60 @@ fn start_rma() {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    // SAFETY: the application's arguments, passed on.
-    let rc = unsafe { sys::PMPI_Init(argc, argv) };
-    if rc == SUCCESS {
-        start_rma();
+// Start and stop under both names: MPICH's `use mpi_f08` calls PMPI_Init and
+// PMPI_Finalize. The MPI's own are found past librma-mpi's (`sys::mpi_own`).
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+        let init = sys::mpi_own!(
+            c"PMPI_Init" as unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char) -> c_int
+        );
+        // SAFETY: the application's arguments, passed on.
+        let rc = unsafe { init(argc, argv) };
+        if rc == SUCCESS {
+            start_rma();
+        }
+        rc
     }
-    rc
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Init_thread(
-    argc: *mut c_int,
-    argv: *mut *mut *mut c_char,
-    required: c_int,
-    provided: *mut c_int,
-) -> c_int {
-    // SAFETY: the application's arguments, passed on.
-    let rc = unsafe { sys::PMPI_Init_thread(argc, argv, required, provided) };
-    if rc == SUCCESS {
-        start_rma();
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Init_thread(
+        argc: *mut c_int,
+        argv: *mut *mut *mut c_char,
+        required: c_int,
+        provided: *mut c_int,
+    ) -> c_int {
+        let init = sys::mpi_own!(
+            c"PMPI_Init_thread"
+                as unsafe extern "C" fn(
+                    *mut c_int,
+                    *mut *mut *mut c_char,
+                    c_int,
+                    *mut c_int,
+                ) -> c_int
+        );
+        // SAFETY: the application's arguments, passed on.
+        let rc = unsafe { init(argc, argv, required, provided) };
+        if rc == SUCCESS {
+            start_rma();
+        }
+        rc
     }
-    rc
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Finalize() -> c_int {
-    window::drop_all();
-    drop(
-        window::world()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take(),
-    );
-    // SAFETY: MPI's own finalize, after rma let go of its communicator.
-    unsafe { sys::PMPI_Finalize() }
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+        window::drop_all();
+        drop(
+            window::world()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        let finalize = sys::mpi_own!(c"PMPI_Finalize" as unsafe extern "C" fn() -> c_int);
+        // SAFETY: MPI's own finalize, after rma let go of its communicator.
+        unsafe { finalize() }
+    }
 }
 
 // ---- windows -------------------------------------------------------------------------
@@ -210,147 +253,154 @@ fn size_of_window(size: i64) -> MpiResult<usize> {
     usize::try_from(size).map_err(|_| MpiError::new(int!(MPI_ERR_SIZE), "negative window size"))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_allocate(
-    size: MPI_Aint,
-    disp_unit: c_int,
-    info: MPI_Info,
-    comm: MPI_Comm,
-    baseptr: *mut c_void,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Allocate(size as i64);
-    new_window(
-        "MPI_Win_allocate",
-        comm,
-        flavor,
-        disp_unit.into(),
-        info,
-        baseptr,
-        win,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_allocate_shared(
-    size: MPI_Aint,
-    disp_unit: c_int,
-    info: MPI_Info,
-    comm: MPI_Comm,
-    baseptr: *mut c_void,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Shared(size as i64);
-    new_window(
-        "MPI_Win_allocate_shared",
-        comm,
-        flavor,
-        disp_unit.into(),
-        info,
-        baseptr,
-        win,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_create(
-    base: *mut c_void,
-    size: MPI_Aint,
-    disp_unit: c_int,
-    info: MPI_Info,
-    comm: MPI_Comm,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Create(base as usize, size as i64);
-    new_window(
-        "MPI_Win_create",
-        comm,
-        flavor,
-        disp_unit.into(),
-        info,
-        std::ptr::null_mut(),
-        win,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_create_dynamic(
-    info: MPI_Info,
-    comm: MPI_Comm,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Dynamic;
-    new_window(
-        "MPI_Win_create_dynamic",
-        comm,
-        flavor,
-        1,
-        info,
-        std::ptr::null_mut(),
-        win,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
-    if win.is_null() {
-        let e = MpiError::new(int!(MPI_ERR_ARG), "the window argument is NULL");
-        // SAFETY: a constant of the ABI layer.
-        return error::raise_on_comm("MPI_Win_free", unsafe { sys::rmampi_comm_self() }, &e);
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_allocate(
+        size: MPI_Aint,
+        disp_unit: c_int,
+        info: MPI_Info,
+        comm: MPI_Comm,
+        baseptr: *mut c_void,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Allocate(size as i64);
+        new_window(
+            "MPI_Win_allocate",
+            comm,
+            flavor,
+            disp_unit.into(),
+            info,
+            baseptr,
+            win,
+        )
     }
-    // SAFETY: checked non-null above: the application's handle.
-    let handle = unsafe { *win };
-    let handler = window::errhandler_of(handle);
-    match guarded("MPI_Win_free", || window::free(handle)) {
-        Ok(()) => {
-            // SAFETY: as above; a constant of the ABI layer.
-            unsafe { *win = sys::rmampi_win_null() };
-            SUCCESS
-        }
-        Err(e) => match handler {
-            Some(h) => error::raise_on_window("MPI_Win_free", handle, h, &e),
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_allocate_shared(
+        size: MPI_Aint,
+        disp_unit: c_int,
+        info: MPI_Info,
+        comm: MPI_Comm,
+        baseptr: *mut c_void,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Shared(size as i64);
+        new_window(
+            "MPI_Win_allocate_shared",
+            comm,
+            flavor,
+            disp_unit.into(),
+            info,
+            baseptr,
+            win,
+        )
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_create(
+        base: *mut c_void,
+        size: MPI_Aint,
+        disp_unit: c_int,
+        info: MPI_Info,
+        comm: MPI_Comm,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Create(base as usize, size as i64);
+        new_window(
+            "MPI_Win_create",
+            comm,
+            flavor,
+            disp_unit.into(),
+            info,
+            std::ptr::null_mut(),
+            win,
+        )
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_create_dynamic(
+        info: MPI_Info,
+        comm: MPI_Comm,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Dynamic;
+        new_window(
+            "MPI_Win_create_dynamic",
+            comm,
+            flavor,
+            1,
+            info,
+            std::ptr::null_mut(),
+            win,
+        )
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
+        if win.is_null() {
+            let e = MpiError::new(int!(MPI_ERR_ARG), "the window argument is NULL");
             // SAFETY: a constant of the ABI layer.
-            None => error::raise_on_comm("MPI_Win_free", unsafe { sys::rmampi_comm_self() }, &e),
-        },
+            return error::raise_on_comm("MPI_Win_free", unsafe { sys::rmampi_comm_self() }, &e);
+        }
+        // SAFETY: checked non-null above: the application's handle.
+        let handle = unsafe { *win };
+        let handler = window::errhandler_of(handle);
+        match guarded("MPI_Win_free", || window::free(handle)) {
+            Ok(()) => {
+                // SAFETY: as above; a constant of the ABI layer.
+                unsafe { *win = sys::rmampi_win_null() };
+                SUCCESS
+            }
+            Err(e) => match handler {
+                Some(h) => error::raise_on_window("MPI_Win_free", handle, h, &e),
+                // SAFETY: a constant of the ABI layer.
+                None => error::raise_on_comm("MPI_Win_free", unsafe { sys::rmampi_comm_self() }, &e),
+            },
+        }
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    on_window("MPI_Win_attach", win, |w| {
-        let n = size_of_window(size as i64)?;
-        if !w.is_dynamic() {
-            return Err(MpiError::new(
-                int!(MPI_ERR_RMA_FLAVOR),
-                "MPI_Win_attach on a window not from MPI_Win_create_dynamic",
-            ));
-        }
-        w.rma
-            .attach_memory(Box::new(window::AppMemory::new(base, n)))
-            .map_err(|e| {
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
+        on_window("MPI_Win_attach", win, |w| {
+            let n = size_of_window(size as i64)?;
+            if !w.is_dynamic() {
+                return Err(MpiError::new(
+                    int!(MPI_ERR_RMA_FLAVOR),
+                    "MPI_Win_attach on a window not from MPI_Win_create_dynamic",
+                ));
+            }
+            w.rma
+                .attach_memory(Box::new(window::AppMemory::new(base, n)))
+                .map_err(|e| {
+                    let mut e = MpiError::from(e);
+                    e.class = int!(MPI_ERR_RMA_ATTACH);
+                    e
+                })?;
+            Ok(())
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
+        on_window("MPI_Win_detach", win, |w| {
+            if !w.is_dynamic() {
+                return Err(MpiError::new(
+                    int!(MPI_ERR_RMA_FLAVOR),
+                    "MPI_Win_detach on a window not from MPI_Win_create_dynamic",
+                ));
+            }
+            w.rma.detach_memory(base as u64).map(drop).map_err(|e| {
                 let mut e = MpiError::from(e);
                 e.class = int!(MPI_ERR_RMA_ATTACH);
                 e
-            })?;
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    on_window("MPI_Win_detach", win, |w| {
-        if !w.is_dynamic() {
-            return Err(MpiError::new(
-                int!(MPI_ERR_RMA_FLAVOR),
-                "MPI_Win_detach on a window not from MPI_Win_create_dynamic",
-            ));
-        }
-        w.rma.detach_memory(base as u64).map(drop).map_err(|e| {
-            let mut e = MpiError::from(e);
-            e.class = int!(MPI_ERR_RMA_ATTACH);
-            e
+            })
         })
-    })
+    }
 }
 
 fn shared_query(w: &Win, rank: c_int) -> MpiResult<(MPI_Aint, i64, *mut c_void)> {
@@ -402,380 +452,410 @@ fn shared_query(w: &Win, rank: c_int) -> MpiResult<(MPI_Aint, i64, *mut c_void)>
     Ok((0, unit, std::ptr::null_mut()))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_shared_query(
-    win: MPI_Win,
-    rank: c_int,
-    size: *mut MPI_Aint,
-    disp_unit: *mut c_int,
-    baseptr: *mut c_void,
-) -> c_int {
-    on_window("MPI_Win_shared_query", win, |w| {
-        let (s, u, b) = shared_query(w, rank)?;
-        // SAFETY: the application's out pointers (`baseptr` is a `void **`).
-        unsafe {
-            *out_ptr(size, "size")? = s;
-            *out_ptr(disp_unit, "disp_unit")? = u as c_int;
-            *out_ptr(baseptr.cast::<*mut c_void>(), "baseptr")? = b;
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    on_window("MPI_Win_get_group", win, |w| {
-        let out = out_ptr(group, "group")?;
-        let ranks: Vec<c_int> = (0..w.size as c_int).collect();
-        // SAFETY: the window's group; `out` checked non-null.
-        unsafe { sys::PMPI_Group_incl(w.group.0, ranks.len() as c_int, ranks.as_ptr(), out) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_get_attr(
-    win: MPI_Win,
-    keyval: c_int,
-    value: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    on_window("MPI_Win_get_attr", win, |w| {
-        let value = out_ptr(value.cast::<*mut c_void>(), "attribute_val")?;
-        let flag = out_ptr(flag, "flag")?;
-        let found: Option<*mut c_void> = if keyval == int!(MPI_WIN_BASE) {
-            Some(w.attr_base as *mut c_void)
-        } else if keyval == int!(MPI_WIN_SIZE) {
-            Some(&*w.attr_size as *const MPI_Aint as *mut c_void)
-        } else if keyval == int!(MPI_WIN_DISP_UNIT) {
-            Some(&*w.attr_disp_unit as *const c_int as *mut c_void)
-        } else if keyval == int!(MPI_WIN_CREATE_FLAVOR) {
-            Some(&*w.attr_flavor as *const c_int as *mut c_void)
-        } else if keyval == int!(MPI_WIN_MODEL) {
-            Some(&*w.attr_model as *const c_int as *mut c_void)
-        } else {
-            window::check_keyval(keyval)?;
-            w.attrs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&keyval)
-                .map(|&v| v as *mut c_void)
-        };
-        // SAFETY: checked non-null out pointers of the application.
-        unsafe {
-            *flag = c_int::from(found.is_some());
-            if let Some(v) = found {
-                *value = v;
-            }
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_set_attr(
-    win: MPI_Win,
-    keyval: c_int,
-    value: *mut c_void,
-) -> c_int {
-    on_window("MPI_Win_set_attr", win, |w| {
-        window::set_attr(w, keyval, value as usize)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_delete_attr(win: MPI_Win, keyval: c_int) -> c_int {
-    on_window("MPI_Win_delete_attr", win, |w| {
-        window::delete_attr(w, keyval)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_create_keyval(
-    _copy: MPI_Win_copy_attr_function,
-    delete: MPI_Win_delete_attr_function,
-    keyval: *mut c_int,
-    extra_state: *mut c_void,
-) -> c_int {
-    // SAFETY: a constant of the ABI layer.
-    on_comm(
-        "MPI_Win_create_keyval",
-        unsafe { sys::rmampi_comm_self() },
-        || {
-            let k = window::create_keyval(delete, extra_state as usize);
-            // SAFETY: the application's out pointer, checked.
-            unsafe { *out_ptr(keyval, "keyval")? = k };
-            Ok(())
-        },
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_free_keyval(keyval: *mut c_int) -> c_int {
-    // SAFETY: a constant of the ABI layer.
-    on_comm(
-        "MPI_Win_free_keyval",
-        unsafe { sys::rmampi_comm_self() },
-        || {
-            let k = out_ptr(keyval, "keyval")?;
-            // SAFETY: checked non-null.
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_shared_query(
+        win: MPI_Win,
+        rank: c_int,
+        size: *mut MPI_Aint,
+        disp_unit: *mut c_int,
+        baseptr: *mut c_void,
+    ) -> c_int {
+        on_window("MPI_Win_shared_query", win, |w| {
+            let (s, u, b) = shared_query(w, rank)?;
+            // SAFETY: the application's out pointers (`baseptr` is a `void **`).
             unsafe {
-                window::free_keyval(*k)?;
-                *k = int!(MPI_KEYVAL_INVALID);
+                *out_ptr(size, "size")? = s;
+                *out_ptr(disp_unit, "disp_unit")? = u as c_int;
+                *out_ptr(baseptr.cast::<*mut c_void>(), "baseptr")? = b;
             }
             Ok(())
-        },
-    )
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_set_name(win: MPI_Win, name: *const c_char) -> c_int {
-    on_window("MPI_Win_set_name", win, |w| {
-        let name = out_ptr(name as *mut c_char, "name")?;
-        // SAFETY: a NUL-terminated string of the application.
-        let s = unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned();
-        *w.name.lock().unwrap_or_else(|e| e.into_inner()) = s;
-        Ok(())
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
+        on_window("MPI_Win_get_group", win, |w| {
+            let out = out_ptr(group, "group")?;
+            let ranks: Vec<c_int> = (0..w.size as c_int).collect();
+            // SAFETY: the window's group; `out` checked non-null.
+            unsafe { sys::PMPI_Group_incl(w.group.0, ranks.len() as c_int, ranks.as_ptr(), out) };
+            Ok(())
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_get_name(
-    win: MPI_Win,
-    name: *mut c_char,
-    len: *mut c_int,
-) -> c_int {
-    on_window("MPI_Win_get_name", win, |w| {
-        let name = out_ptr(name, "name")?;
-        let len = out_ptr(len, "resultlen")?;
-        let s = w.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let max = int!(MPI_MAX_OBJECT_NAME) as usize - 1;
-        let bytes = &s.as_bytes()[..s.len().min(max)];
-        // SAFETY: MPI's contract: `name` has MPI_MAX_OBJECT_NAME bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), bytes.len());
-            *name.add(bytes.len()) = 0;
-            *len = bytes.len() as c_int;
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    // Info keys are hints: MPI's are kept (MPI_Win_get_info says them back), none
-    // changes what rma does; others are ignored (MPI-4.1 12.2.7).
-    on_window("MPI_Win_set_info", win, |w| {
-        w.apply_info(info);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info: *mut MPI_Info) -> c_int {
-    on_window("MPI_Win_get_info", win, |w| {
-        let info = out_ptr(info, "info_used")?;
-        let keys = w.hints.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        // SAFETY: `info` checked non-null; NUL-terminated keys and values.
-        unsafe {
-            sys::PMPI_Info_create(info);
-            for (k, v) in keys {
-                let k = std::ffi::CString::new(k).unwrap_or_default();
-                let v = std::ffi::CString::new(v).unwrap_or_default();
-                sys::PMPI_Info_set(*info, k.as_ptr(), v.as_ptr());
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_get_attr(
+        win: MPI_Win,
+        keyval: c_int,
+        value: *mut c_void,
+        flag: *mut c_int,
+    ) -> c_int {
+        on_window("MPI_Win_get_attr", win, |w| {
+            let value = out_ptr(value.cast::<*mut c_void>(), "attribute_val")?;
+            let flag = out_ptr(flag, "flag")?;
+            let found: Option<*mut c_void> = if keyval == int!(MPI_WIN_BASE) {
+                Some(w.attr_base as *mut c_void)
+            } else if keyval == int!(MPI_WIN_SIZE) {
+                Some(&*w.attr_size as *const MPI_Aint as *mut c_void)
+            } else if keyval == int!(MPI_WIN_DISP_UNIT) {
+                Some(&*w.attr_disp_unit as *const c_int as *mut c_void)
+            } else if keyval == int!(MPI_WIN_CREATE_FLAVOR) {
+                Some(&*w.attr_flavor as *const c_int as *mut c_void)
+            } else if keyval == int!(MPI_WIN_MODEL) {
+                Some(&*w.attr_model as *const c_int as *mut c_void)
+            } else {
+                window::check_keyval(keyval)?;
+                w.attrs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&keyval)
+                    .map(|&v| v as *mut c_void)
+            };
+            // SAFETY: checked non-null out pointers of the application.
+            unsafe {
+                *flag = c_int::from(found.is_some());
+                if let Some(v) = found {
+                    *value = v;
+                }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_set_attr(
+        win: MPI_Win,
+        keyval: c_int,
+        value: *mut c_void,
+    ) -> c_int {
+        on_window("MPI_Win_set_attr", win, |w| {
+            window::set_attr(w, keyval, value as usize)
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_delete_attr(win: MPI_Win, keyval: c_int) -> c_int {
+        on_window("MPI_Win_delete_attr", win, |w| {
+            window::delete_attr(w, keyval)
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_create_keyval(
+        _copy: MPI_Win_copy_attr_function,
+        delete: MPI_Win_delete_attr_function,
+        keyval: *mut c_int,
+        extra_state: *mut c_void,
+    ) -> c_int {
+        // SAFETY: a constant of the ABI layer.
+        on_comm(
+            "MPI_Win_create_keyval",
+            unsafe { sys::rmampi_comm_self() },
+            || {
+                let k = window::create_keyval(delete, extra_state as usize);
+                // SAFETY: the application's out pointer, checked.
+                unsafe { *out_ptr(keyval, "keyval")? = k };
+                Ok(())
+            },
+        )
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_free_keyval(keyval: *mut c_int) -> c_int {
+        // SAFETY: a constant of the ABI layer.
+        on_comm(
+            "MPI_Win_free_keyval",
+            unsafe { sys::rmampi_comm_self() },
+            || {
+                let k = out_ptr(keyval, "keyval")?;
+                // SAFETY: checked non-null.
+                unsafe {
+                    window::free_keyval(*k)?;
+                    *k = int!(MPI_KEYVAL_INVALID);
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_set_name(win: MPI_Win, name: *const c_char) -> c_int {
+        on_window("MPI_Win_set_name", win, |w| {
+            let name = out_ptr(name as *mut c_char, "name")?;
+            // SAFETY: a NUL-terminated string of the application.
+            let s = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+            *w.name.lock().unwrap_or_else(|e| e.into_inner()) = s;
+            Ok(())
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_get_name(
+        win: MPI_Win,
+        name: *mut c_char,
+        len: *mut c_int,
+    ) -> c_int {
+        on_window("MPI_Win_get_name", win, |w| {
+            let name = out_ptr(name, "name")?;
+            let len = out_ptr(len, "resultlen")?;
+            let s = w.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let max = int!(MPI_MAX_OBJECT_NAME) as usize - 1;
+            let bytes = &s.as_bytes()[..s.len().min(max)];
+            // SAFETY: MPI's contract: `name` has MPI_MAX_OBJECT_NAME bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), bytes.len());
+                *name.add(bytes.len()) = 0;
+                *len = bytes.len() as c_int;
+            }
+            Ok(())
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
+        // Info keys are hints: MPI's are kept (MPI_Win_get_info says them back), none
+        // changes what rma does; others are ignored (MPI-4.1 12.2.7).
+        on_window("MPI_Win_set_info", win, |w| {
+            w.apply_info(info);
+            Ok(())
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info: *mut MPI_Info) -> c_int {
+        on_window("MPI_Win_get_info", win, |w| {
+            let info = out_ptr(info, "info_used")?;
+            let keys = w.hints.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            // SAFETY: `info` checked non-null; NUL-terminated keys and values.
+            unsafe {
+                sys::PMPI_Info_create(info);
+                for (k, v) in keys {
+                    let k = std::ffi::CString::new(k).unwrap_or_default();
+                    let v = std::ffi::CString::new(v).unwrap_or_default();
+                    sys::PMPI_Info_set(*info, k.as_ptr(), v.as_ptr());
+                }
+            }
+            Ok(())
+        })
+    }
 }
 
 // ---- error handlers -----------------------------------------------------------------
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_create_errhandler(
-    function: MPI_Win_errhandler_function,
-    handler: *mut MPI_Errhandler,
-) -> c_int {
-    // SAFETY: a constant of the ABI layer.
-    on_comm(
-        "MPI_Win_create_errhandler",
-        unsafe { sys::rmampi_comm_self() },
-        || {
-            let out = out_ptr(handler, "errhandler")?;
-            let f = function.ok_or_else(|| MpiError::new(int!(MPI_ERR_ARG), "NULL function"))?;
-            // SAFETY: MPI makes a handle for the function; it never calls it, since no
-            // window of MPI's exists (librma-mpi calls it, as a window handler). Both are C
-            // function pointers of one shape but for the handle's type.
-            let as_comm: MPI_Comm_errhandler_function = unsafe { std::mem::transmute(function) };
-            // SAFETY: `out` checked non-null.
-            if unsafe { sys::PMPI_Comm_create_errhandler(as_comm, out) } != 0 {
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_create_errhandler(
+        function: MPI_Win_errhandler_function,
+        handler: *mut MPI_Errhandler,
+    ) -> c_int {
+        // SAFETY: a constant of the ABI layer.
+        on_comm(
+            "MPI_Win_create_errhandler",
+            unsafe { sys::rmampi_comm_self() },
+            || {
+                let out = out_ptr(handler, "errhandler")?;
+                let f = function.ok_or_else(|| MpiError::new(int!(MPI_ERR_ARG), "NULL function"))?;
+                // SAFETY: MPI makes a handle for the function; it never calls it, since no
+                // window of MPI's exists (librma-mpi calls it, as a window handler). Both are C
+                // function pointers of one shape but for the handle's type.
+                let as_comm: MPI_Comm_errhandler_function = unsafe { std::mem::transmute(function) };
+                // SAFETY: `out` checked non-null.
+                if unsafe { sys::PMPI_Comm_create_errhandler(as_comm, out) } != 0 {
+                    return Err(MpiError::new(
+                        int!(MPI_ERR_OTHER),
+                        "MPI could not make the handler",
+                    ));
+                }
+                // SAFETY: as above.
+                error::register_handler(unsafe { *out }, f);
+                Ok(())
+            },
+        )
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_set_errhandler(win: MPI_Win, handler: MPI_Errhandler) -> c_int {
+        on_window("MPI_Win_set_errhandler", win, |w| {
+            if !error::is_window_handler(handler) {
                 return Err(MpiError::new(
-                    int!(MPI_ERR_OTHER),
-                    "MPI could not make the handler",
+                    int!(MPI_ERR_ARG),
+                    "not an error handler for windows",
                 ));
             }
-            // SAFETY: as above.
-            error::register_handler(unsafe { *out }, f);
+            w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0 = handler;
             Ok(())
-        },
-    )
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_set_errhandler(win: MPI_Win, handler: MPI_Errhandler) -> c_int {
-    on_window("MPI_Win_set_errhandler", win, |w| {
-        if !error::is_window_handler(handler) {
-            return Err(MpiError::new(
-                int!(MPI_ERR_ARG),
-                "not an error handler for windows",
-            ));
-        }
-        w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0 = handler;
-        Ok(())
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_get_errhandler(
+        win: MPI_Win,
+        handler: *mut MPI_Errhandler,
+    ) -> c_int {
+        on_window("MPI_Win_get_errhandler", win, |w| {
+            let out = out_ptr(handler, "errhandler")?;
+            // SAFETY: checked non-null.
+            unsafe { *out = w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0 };
+            Ok(())
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_get_errhandler(
-    win: MPI_Win,
-    handler: *mut MPI_Errhandler,
-) -> c_int {
-    on_window("MPI_Win_get_errhandler", win, |w| {
-        let out = out_ptr(handler, "errhandler")?;
-        // SAFETY: checked non-null.
-        unsafe { *out = w.errhandler.lock().unwrap_or_else(|e| e.into_inner()).0 };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, code: c_int) -> c_int {
-    match window::errhandler_of(win) {
-        Some(h) => {
-            let e = MpiError::new(code, "MPI_Win_call_errhandler");
-            error::raise_on_window("MPI_Win_call_errhandler", win, h, &e);
-            SUCCESS
-        }
-        None => {
-            let e = MpiError::new(int!(MPI_ERR_WIN), "invalid window handle");
-            // SAFETY: a constant of the ABI layer.
-            error::raise_on_comm(
-                "MPI_Win_call_errhandler",
-                unsafe { sys::rmampi_comm_self() },
-                &e,
-            )
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, code: c_int) -> c_int {
+        match window::errhandler_of(win) {
+            Some(h) => {
+                let e = MpiError::new(code, "MPI_Win_call_errhandler");
+                error::raise_on_window("MPI_Win_call_errhandler", win, h, &e);
+                SUCCESS
+            }
+            None => {
+                let e = MpiError::new(int!(MPI_ERR_WIN), "invalid window handle");
+                // SAFETY: a constant of the ABI layer.
+                error::raise_on_comm(
+                    "MPI_Win_call_errhandler",
+                    unsafe { sys::rmampi_comm_self() },
+                    &e,
+                )
+            }
         }
     }
 }
 
 // ---- synchronization ------------------------------------------------------------------
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_fence", win, |w| w.fence(assert))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_fence", win, |w| w.fence(assert))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_start", win, |w| w.start(group, assert))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_start", win, |w| w.start(group, assert))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
-    on_window("MPI_Win_complete", win, Win::complete)
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
+        on_window("MPI_Win_complete", win, Win::complete)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_post", win, |w| w.post(group, assert))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_post", win, |w| w.post(group, assert))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {
-    on_window("MPI_Win_wait", win, Win::wait)
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {
+        on_window("MPI_Win_wait", win, Win::wait)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    on_window("MPI_Win_test", win, |w| {
-        let flag = out_ptr(flag, "flag")?;
-        let done = w.test()?;
-        // SAFETY: checked non-null.
-        unsafe { *flag = c_int::from(done) };
-        Ok(())
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
+        on_window("MPI_Win_test", win, |w| {
+            let flag = out_ptr(flag, "flag")?;
+            let done = w.test()?;
+            // SAFETY: checked non-null.
+            unsafe { *flag = c_int::from(done) };
+            Ok(())
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_lock(
-    lock_type: c_int,
-    rank: c_int,
-    assert: c_int,
-    win: MPI_Win,
-) -> c_int {
-    on_window("MPI_Win_lock", win, |w| {
-        if rank == proc_null() {
-            return Ok(());
-        }
-        w.lock(lock_type, rank_of(rank)?, assert)
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_lock(
+        lock_type: c_int,
+        rank: c_int,
+        assert: c_int,
+        win: MPI_Win,
+    ) -> c_int {
+        on_window("MPI_Win_lock", win, |w| {
+            if rank == proc_null() {
+                return Ok(());
+            }
+            w.lock(lock_type, rank_of(rank)?, assert)
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_unlock", win, |w| {
-        if rank == proc_null() {
-            return Ok(());
-        }
-        w.unlock(rank_of(rank)?)
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_unlock", win, |w| {
+            if rank == proc_null() {
+                return Ok(());
+            }
+            w.unlock(rank_of(rank)?)
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_lock_all", win, |w| w.lock_all(assert))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_lock_all", win, |w| w.lock_all(assert))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    on_window("MPI_Win_unlock_all", win, Win::unlock_all)
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
+        on_window("MPI_Win_unlock_all", win, Win::unlock_all)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_flush", win, |w| {
-        if rank == proc_null() {
-            return Ok(());
-        }
-        w.flush(rank_of(rank)?, false)
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_flush", win, |w| {
+            if rank == proc_null() {
+                return Ok(());
+            }
+            w.flush(rank_of(rank)?, false)
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
-    on_window("MPI_Win_flush_local", win, |w| {
-        if rank == proc_null() {
-            return Ok(());
-        }
-        w.flush(rank_of(rank)?, true)
-    })
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
+        on_window("MPI_Win_flush_local", win, |w| {
+            if rank == proc_null() {
+                return Ok(());
+            }
+            w.flush(rank_of(rank)?, true)
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
-    on_window("MPI_Win_flush_all", win, |w| w.flush_all(false))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
+        on_window("MPI_Win_flush_all", win, |w| w.flush_all(false))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
-    on_window("MPI_Win_flush_local_all", win, |w| w.flush_all(true))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
+        on_window("MPI_Win_flush_local_all", win, |w| w.flush_all(true))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
-    on_window("MPI_Win_sync", win, |w| w.rma.sync().map_err(Into::into))
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
+        on_window("MPI_Win_sync", win, |w| w.rma.sync().map_err(Into::into))
+    }
 }
 
 // ---- communication ----------------------------------------------------------------------
@@ -950,204 +1030,212 @@ fn call_with_request(
 macro_rules! communication_calls {
     ($count:ty, $put:ident, $get:ident, $acc:ident, $getacc:ident, $rput:ident, $rget:ident,
      $racc:ident, $rgetacc:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $put(
-            origin_addr: *const c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            win: MPI_Win,
-        ) -> c_int {
-            call(
-                stringify!($put),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::Put,
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $put(
+                origin_addr: *const c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                win: MPI_Win,
+            ) -> c_int {
+                call(
+                    stringify!($put),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::Put,
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $get(
-            origin_addr: *mut c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            win: MPI_Win,
-        ) -> c_int {
-            call(
-                stringify!($get),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::Get,
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $get(
+                origin_addr: *mut c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                win: MPI_Win,
+            ) -> c_int {
+                call(
+                    stringify!($get),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::Get,
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $acc(
-            origin_addr: *const c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            op: MPI_Op,
-            win: MPI_Win,
-        ) -> c_int {
-            call(
-                stringify!($acc),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::Accumulate(op_code(op)),
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $acc(
+                origin_addr: *const c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                op: MPI_Op,
+                win: MPI_Win,
+            ) -> c_int {
+                call(
+                    stringify!($acc),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::Accumulate(op_code(op)),
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $getacc(
-            origin_addr: *const c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            result_addr: *mut c_void,
-            result_count: $count,
-            result_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            op: MPI_Op,
-            win: MPI_Win,
-        ) -> c_int {
-            call(
-                stringify!($getacc),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::GetAccumulate(
-                    op_code(op),
-                    (result_addr, result_count as i64, result_datatype),
-                ),
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $getacc(
+                origin_addr: *const c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                result_addr: *mut c_void,
+                result_count: $count,
+                result_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                op: MPI_Op,
+                win: MPI_Win,
+            ) -> c_int {
+                call(
+                    stringify!($getacc),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::GetAccumulate(
+                        op_code(op),
+                        (result_addr, result_count as i64, result_datatype),
+                    ),
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $rput(
-            origin_addr: *const c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            win: MPI_Win,
-            request: *mut MPI_Request,
-        ) -> c_int {
-            call_with_request(
-                stringify!($rput),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::Put,
-                request,
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $rput(
+                origin_addr: *const c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                win: MPI_Win,
+                request: *mut MPI_Request,
+            ) -> c_int {
+                call_with_request(
+                    stringify!($rput),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::Put,
+                    request,
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $rget(
-            origin_addr: *mut c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            win: MPI_Win,
-            request: *mut MPI_Request,
-        ) -> c_int {
-            call_with_request(
-                stringify!($rget),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::Get,
-                request,
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $rget(
+                origin_addr: *mut c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                win: MPI_Win,
+                request: *mut MPI_Request,
+            ) -> c_int {
+                call_with_request(
+                    stringify!($rget),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::Get,
+                    request,
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $racc(
-            origin_addr: *const c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            op: MPI_Op,
-            win: MPI_Win,
-            request: *mut MPI_Request,
-        ) -> c_int {
-            call_with_request(
-                stringify!($racc),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::Accumulate(op_code(op)),
-                request,
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $racc(
+                origin_addr: *const c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                op: MPI_Op,
+                win: MPI_Win,
+                request: *mut MPI_Request,
+            ) -> c_int {
+                call_with_request(
+                    stringify!($racc),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::Accumulate(op_code(op)),
+                    request,
+                )
+            }
         }
 
-        #[no_mangle]
-        pub unsafe extern "C" fn $rgetacc(
-            origin_addr: *const c_void,
-            origin_count: $count,
-            origin_datatype: MPI_Datatype,
-            result_addr: *mut c_void,
-            result_count: $count,
-            result_datatype: MPI_Datatype,
-            target_rank: c_int,
-            target_disp: MPI_Aint,
-            target_count: $count,
-            target_datatype: MPI_Datatype,
-            op: MPI_Op,
-            win: MPI_Win,
-            request: *mut MPI_Request,
-        ) -> c_int {
-            call_with_request(
-                stringify!($rgetacc),
-                win,
-                (origin_addr, origin_count as i64, origin_datatype),
-                target_rank,
-                target_disp,
-                (target_count as i64, target_datatype),
-                Comm::GetAccumulate(
-                    op_code(op),
-                    (result_addr, result_count as i64, result_datatype),
-                ),
-                request,
-            )
+        mpi_and_pmpi! {
+            pub unsafe extern "C" fn $rgetacc(
+                origin_addr: *const c_void,
+                origin_count: $count,
+                origin_datatype: MPI_Datatype,
+                result_addr: *mut c_void,
+                result_count: $count,
+                result_datatype: MPI_Datatype,
+                target_rank: c_int,
+                target_disp: MPI_Aint,
+                target_count: $count,
+                target_datatype: MPI_Datatype,
+                op: MPI_Op,
+                win: MPI_Win,
+                request: *mut MPI_Request,
+            ) -> c_int {
+                call_with_request(
+                    stringify!($rgetacc),
+                    win,
+                    (origin_addr, origin_count as i64, origin_datatype),
+                    target_rank,
+                    target_disp,
+                    (target_count as i64, target_datatype),
+                    Comm::GetAccumulate(
+                        op_code(op),
+                        (result_addr, result_count as i64, result_datatype),
+                    ),
+                    request,
+                )
+            }
         }
     };
 }
@@ -1178,147 +1266,153 @@ communication_calls!(
 );
 
 #[cfg(large_count)]
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_allocate_c(
-    size: MPI_Aint,
-    disp_unit: MPI_Aint,
-    info: MPI_Info,
-    comm: MPI_Comm,
-    baseptr: *mut c_void,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Allocate(size as i64);
-    new_window(
-        "MPI_Win_allocate_c",
-        comm,
-        flavor,
-        disp_unit as i64,
-        info,
-        baseptr,
-        win,
-    )
-}
-
-#[cfg(large_count)]
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
-    size: MPI_Aint,
-    disp_unit: MPI_Aint,
-    info: MPI_Info,
-    comm: MPI_Comm,
-    baseptr: *mut c_void,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Shared(size as i64);
-    new_window(
-        "MPI_Win_allocate_shared_c",
-        comm,
-        flavor,
-        disp_unit as i64,
-        info,
-        baseptr,
-        win,
-    )
-}
-
-#[cfg(large_count)]
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_create_c(
-    base: *mut c_void,
-    size: MPI_Aint,
-    disp_unit: MPI_Aint,
-    info: MPI_Info,
-    comm: MPI_Comm,
-    win: *mut MPI_Win,
-) -> c_int {
-    let flavor = Flavor::Create(base as usize, size as i64);
-    new_window(
-        "MPI_Win_create_c",
-        comm,
-        flavor,
-        disp_unit as i64,
-        info,
-        std::ptr::null_mut(),
-        win,
-    )
-}
-
-#[cfg(large_count)]
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Win_shared_query_c(
-    win: MPI_Win,
-    rank: c_int,
-    size: *mut MPI_Aint,
-    disp_unit: *mut MPI_Aint,
-    baseptr: *mut c_void,
-) -> c_int {
-    on_window("MPI_Win_shared_query_c", win, |w| {
-        let (s, u, b) = shared_query(w, rank)?;
-        // SAFETY: the application's out pointers (`baseptr` is a `void **`).
-        unsafe {
-            *out_ptr(size, "size")? = s;
-            *out_ptr(disp_unit, "disp_unit")? = u as MPI_Aint;
-            *out_ptr(baseptr.cast::<*mut c_void>(), "baseptr")? = b;
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Fetch_and_op(
-    origin_addr: *const c_void,
-    result_addr: *mut c_void,
-    datatype: MPI_Datatype,
-    target_rank: c_int,
-    target_disp: MPI_Aint,
-    op: MPI_Op,
-    win: MPI_Win,
-) -> c_int {
-    on_window("MPI_Fetch_and_op", win, |w| {
-        let flat = datatype::flat(datatype)?;
-        let op = acc_op(op_code(op))?;
-        if target_rank == proc_null() {
-            return Ok(());
-        }
-        let result = out_ptr(result_addr, "result_addr")?;
-        w.fetch_and_op(
-            origin_addr.cast(),
-            result.cast(),
-            &flat,
-            op,
-            rank_of(target_rank)?,
-            target_disp as i64,
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_allocate_c(
+        size: MPI_Aint,
+        disp_unit: MPI_Aint,
+        info: MPI_Info,
+        comm: MPI_Comm,
+        baseptr: *mut c_void,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Allocate(size as i64);
+        new_window(
+            "MPI_Win_allocate_c",
+            comm,
+            flavor,
+            disp_unit as i64,
+            info,
+            baseptr,
+            win,
         )
-    })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Compare_and_swap(
-    origin_addr: *const c_void,
-    compare_addr: *const c_void,
-    result_addr: *mut c_void,
-    datatype: MPI_Datatype,
-    target_rank: c_int,
-    target_disp: MPI_Aint,
-    win: MPI_Win,
-) -> c_int {
-    on_window("MPI_Compare_and_swap", win, |w| {
-        let flat = datatype::flat(datatype)?;
-        if target_rank == proc_null() {
-            return Ok(());
-        }
-        let origin = out_ptr(origin_addr as *mut c_void, "origin_addr")?;
-        let compare = out_ptr(compare_addr as *mut c_void, "compare_addr")?;
-        let result = out_ptr(result_addr, "result_addr")?;
-        w.compare_and_swap(
-            origin.cast(),
-            compare.cast(),
-            result.cast(),
-            &flat,
-            rank_of(target_rank)?,
-            target_disp as i64,
+#[cfg(large_count)]
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_allocate_shared_c(
+        size: MPI_Aint,
+        disp_unit: MPI_Aint,
+        info: MPI_Info,
+        comm: MPI_Comm,
+        baseptr: *mut c_void,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Shared(size as i64);
+        new_window(
+            "MPI_Win_allocate_shared_c",
+            comm,
+            flavor,
+            disp_unit as i64,
+            info,
+            baseptr,
+            win,
         )
-    })
+    }
+}
+
+#[cfg(large_count)]
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_create_c(
+        base: *mut c_void,
+        size: MPI_Aint,
+        disp_unit: MPI_Aint,
+        info: MPI_Info,
+        comm: MPI_Comm,
+        win: *mut MPI_Win,
+    ) -> c_int {
+        let flavor = Flavor::Create(base as usize, size as i64);
+        new_window(
+            "MPI_Win_create_c",
+            comm,
+            flavor,
+            disp_unit as i64,
+            info,
+            std::ptr::null_mut(),
+            win,
+        )
+    }
+}
+
+#[cfg(large_count)]
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Win_shared_query_c(
+        win: MPI_Win,
+        rank: c_int,
+        size: *mut MPI_Aint,
+        disp_unit: *mut MPI_Aint,
+        baseptr: *mut c_void,
+    ) -> c_int {
+        on_window("MPI_Win_shared_query_c", win, |w| {
+            let (s, u, b) = shared_query(w, rank)?;
+            // SAFETY: the application's out pointers (`baseptr` is a `void **`).
+            unsafe {
+                *out_ptr(size, "size")? = s;
+                *out_ptr(disp_unit, "disp_unit")? = u as MPI_Aint;
+                *out_ptr(baseptr.cast::<*mut c_void>(), "baseptr")? = b;
+            }
+            Ok(())
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Fetch_and_op(
+        origin_addr: *const c_void,
+        result_addr: *mut c_void,
+        datatype: MPI_Datatype,
+        target_rank: c_int,
+        target_disp: MPI_Aint,
+        op: MPI_Op,
+        win: MPI_Win,
+    ) -> c_int {
+        on_window("MPI_Fetch_and_op", win, |w| {
+            let flat = datatype::flat(datatype)?;
+            let op = acc_op(op_code(op))?;
+            if target_rank == proc_null() {
+                return Ok(());
+            }
+            let result = out_ptr(result_addr, "result_addr")?;
+            w.fetch_and_op(
+                origin_addr.cast(),
+                result.cast(),
+                &flat,
+                op,
+                rank_of(target_rank)?,
+                target_disp as i64,
+            )
+        })
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Compare_and_swap(
+        origin_addr: *const c_void,
+        compare_addr: *const c_void,
+        result_addr: *mut c_void,
+        datatype: MPI_Datatype,
+        target_rank: c_int,
+        target_disp: MPI_Aint,
+        win: MPI_Win,
+    ) -> c_int {
+        on_window("MPI_Compare_and_swap", win, |w| {
+            let flat = datatype::flat(datatype)?;
+            if target_rank == proc_null() {
+                return Ok(());
+            }
+            let origin = out_ptr(origin_addr as *mut c_void, "origin_addr")?;
+            let compare = out_ptr(compare_addr as *mut c_void, "compare_addr")?;
+            let result = out_ptr(result_addr, "result_addr")?;
+            w.compare_and_swap(
+                origin.cast(),
+                compare.cast(),
+                result.cast(),
+                &flat,
+                rank_of(target_rank)?,
+                target_disp as i64,
+            )
+        })
+    }
 }
 
 // ---- requests ------------------------------------------------------------------------------

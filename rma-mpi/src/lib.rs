@@ -1,5 +1,5 @@
 //! librma-mpi: MPI's one-sided interface as a C library over rma, for unmodified MPI
-//! programs in C, C++ and Fortran-through-C.
+//! programs in C, C++ and Fortran (`mpif.h`, `use mpi`, `use mpi_f08`: `fortran`).
 //!
 //! The library exports MPI-4.1's window calls (creation of every flavor, attach and
 //! detach, shared_query, free), the communication calls (MPI_Put, MPI_Get,
@@ -42,6 +42,10 @@ mod api;
 mod bootstrap;
 mod datatype;
 mod error;
+// The standard ABI has no Fortran layer of the MPI's to meet (MPI-5 leaves Fortran to
+// libraries over the C ABI, which reach librma-mpi through the C names).
+#[cfg(any(open_mpi, mpich_abi))]
+mod fortran;
 mod handle_table;
 mod ops;
 mod request;

@@ -150,3 +150,33 @@ macro_rules! int {
     };
 }
 pub(crate) use int;
+
+/// The MPI's own definition of `name`: the next one after librma-mpi's (preloaded or
+/// linked before libmpi), for the names librma-mpi defines too (PMPI_Init, which MPIs'
+/// Fortran layers call; the handle conversions of Open MPI's; MPICH's attribute
+/// internals). Aborts with a message if the MPI has none.
+pub fn next_definition(name: &'static std::ffi::CStr, cache: &std::sync::OnceLock<usize>) -> usize {
+    *cache.get_or_init(|| {
+        // SAFETY: a lookup of a NUL-terminated name; RTLD_NEXT searches the objects
+        // loaded after this one.
+        let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        if f.is_null() {
+            eprintln!("librma-mpi: the MPI library has no {name:?}; aborting");
+            std::process::abort();
+        }
+        f as usize
+    })
+}
+
+/// The MPI's own definition of a name librma-mpi defines too, as a function pointer of
+/// the given type: `mpi_own!(c"PMPI_Init" as unsafe extern "C" fn(...) -> c_int)`.
+macro_rules! mpi_own {
+    ($name:literal as $ty:ty) => {{
+        static NEXT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let f = $crate::sys::next_definition($name, &NEXT);
+        // SAFETY: `f` is the MPI library's definition of `$name`, a function of C type
+        // `$ty` (its mpi.h, or its Fortran layer's convention).
+        unsafe { std::mem::transmute::<usize, $ty>(f) }
+    }};
+}
+pub(crate) use mpi_own;

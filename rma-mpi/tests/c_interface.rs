@@ -3,7 +3,9 @@
 //! the MPI-5 standard ABI with MPICH 5's `mpicc_abi`), run on 2 and 4 ranks under that
 //! MPI's launcher, with librma-mpi preloaded (`LD_PRELOAD`) and linked before libmpi
 //! (`-lrma_mpi`). Each program checks that MPI_Put is librma-mpi's, checks every result
-//! exactly and prints " No Errors"; each run has a deadline.
+//! exactly and prints " No Errors"; each run has a deadline. The Fortran program of
+//! `tests/fortran` the same way, compiled three times (`mpif.h`, `use mpi`,
+//! `use mpi_f08`) with the MPI's Fortran wrapper.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -63,6 +65,22 @@ fn lib_dir() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// The MPI's Fortran wrapper beside `MPICC` (`mpicc.mpich` gives `mpif90.mpich`), if
+/// there is one.
+fn mpif90() -> Option<String> {
+    let cc = mpicc();
+    let (dir, name) = match cc.rsplit_once('/') {
+        Some((dir, name)) => (format!("{dir}/"), name.to_string()),
+        None => (String::new(), cc.clone()),
+    };
+    let fc = format!("{dir}{}", name.replacen("mpicc", "mpif90", 1));
+    Command::new(&fc)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        .then_some(fc)
 }
 
 fn compile(source: &str, linked: bool) -> PathBuf {
@@ -212,6 +230,64 @@ fn every_call_flavor_and_sync_mode_gives_exact_results() {
 #[test]
 fn bad_input_returns_the_error_class_mpi_prescribes() {
     passes("errors.c");
+}
+
+/// Fortran programs through each of the MPI's three Fortran interfaces reach
+/// librma-mpi's windows (their handles are librma-mpi's: the program checks) and get
+/// exact results, preloaded and linked. The MPIs' Fortran layers call C at different
+/// depths (see `src/fortran.rs`). MPICH 5's wheel, the one standard-ABI MPI here, has
+/// no Fortran at all; every other MPI must have its wrapper.
+#[test]
+fn fortran_programs_through_mpif_h_use_mpi_and_use_mpi_f08() {
+    let Some(fc) = mpif90() else {
+        assert!(
+            standard_abi(),
+            "no Fortran wrapper beside {} (gfortran and the MPI's Fortran libraries)",
+            mpicc()
+        );
+        eprintln!("{}: no Fortran in this MPI; nothing to test", which_mpi());
+        return;
+    };
+    let which = which_mpi();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fortran/onesided.F90");
+    let tag = if open_mpi() { "ompi" } else { "mpich" };
+    for interface in ["MPIF_H", "USE_MPI", "F08"] {
+        for linked in [false, true] {
+            let exe = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("fortran-{tag}-{interface}-{linked}"));
+            let mut cmd = Command::new(&fc);
+            cmd.args(["-cpp", "-O1", "-Wall"])
+                .arg(format!("-D{interface}"))
+                .arg("-o")
+                .arg(&exe)
+                .arg(&src)
+                .current_dir(env!("CARGO_TARGET_TMPDIR"));
+            if linked {
+                // A Fortran program calls the MPI's Fortran library, never librma-mpi
+                // directly: with the toolchain's --as-needed the link would drop it.
+                let dir = lib_dir();
+                cmd.arg(format!("-L{}", dir.display()))
+                    .args(["-Wl,--no-as-needed", "-lrma_mpi", "-Wl,--as-needed"])
+                    .arg(format!("-Wl,-rpath,{}", dir.display()));
+            }
+            let out = cmd.output().expect("run the Fortran wrapper");
+            assert!(
+                out.status.success(),
+                "{fc} -D{interface}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for ranks in [2, 4] {
+                let out = launch(&exe, ranks, !linked);
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let how = if linked { "-lrma_mpi" } else { "LD_PRELOAD" };
+                assert!(
+                    out.status.success() && stdout.contains(" No Errors"),
+                    "Fortran {interface} under {which} on {ranks} ranks with {how}: {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
 }
 
 /// Notified access (issue #28), from a program written against the MPI Forum draft's

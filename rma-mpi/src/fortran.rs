@@ -1,0 +1,305 @@
+//! Fortran programs (`mpif.h`, `use mpi`, `use mpi_f08`) on librma-mpi's windows. The
+//! MPIs' Fortran layers are thin wrappers over C, reached at different depths:
+//!
+//! - MPICH: `mpif.h` and `use mpi` call the C `MPI_` names (librma-mpi's); `use mpi_f08`
+//!   calls `MPI_` for the calls with a buffer and the `PMPI_` names for the others
+//!   (librma-mpi exports both, `api::mpi_and_pmpi`). Handles are the C ints. Window
+//!   attributes go through MPICH's internal `MPII_Win_get_attr` / `MPII_Win_set_attr`
+//!   with the Fortran keyvals (the C ones plus one) and the value itself, not a pointer
+//!   to it: defined here for librma-mpi's windows.
+//! - Open MPI: every Fortran routine converts its INTEGER handle with `PMPI_Win_f2c`,
+//!   then calls a `PMPI_` name. librma-mpi's windows are pointers into a reserved range
+//!   (csrc/abi.c); their Fortran handles, here, are [`FORTRAN_WINDOWS`] plus the index,
+//!   far past the indexes of Open MPI's own table. Attributes go through Open MPI's
+//!   internals from the Fortran symbols `mpi_win_get_attr_` (and the `pmpi_` one
+//!   mpi_f08 calls), defined here for librma-mpi's windows.
+//!
+//! Everything else a definition here is not for goes on to the MPI's own, found with
+//! `dlsym(RTLD_NEXT)` (the next definition after librma-mpi's, preloaded or linked
+//! first). Not reached from Fortran: MPI_WIN_CREATE_KEYVAL's keyvals under Open MPI
+//! (its Fortran layer makes them internally), and RMA requests (MPI_Rput and the
+//! others) waited for from Fortran, whose waits go to the MPI's own `PMPI_Wait`.
+
+use std::os::raw::{c_int, c_void};
+
+use crate::api::MPI_Win_get_attr;
+#[cfg(mpich_abi)]
+use crate::api::MPI_Win_set_attr;
+use crate::sys::{self, int, mpi_own, MPI_Aint, MPI_Win};
+
+/// Whether `win` is one of librma-mpi's windows.
+fn ours(win: MPI_Win) -> bool {
+    // SAFETY: a plain function of a handle value.
+    unsafe { sys::rmampi_win_index(win) >= 0 }
+}
+
+/// The value a Fortran program reads for a window attribute whose C value (a pointer
+/// to the value for the predefined keyvals, the stored pointer for others) is `p`.
+fn fortran_value(c_keyval: c_int, p: *mut c_void) -> MPI_Aint {
+    if c_keyval == int!(MPI_WIN_SIZE) {
+        // SAFETY: the C value of MPI_WIN_SIZE points at the window's MPI_Aint field
+        // (api's MPI_Win_get_attr), alive with the window.
+        unsafe { *p.cast::<MPI_Aint>() }
+    } else if c_keyval == int!(MPI_WIN_DISP_UNIT)
+        || c_keyval == int!(MPI_WIN_CREATE_FLAVOR)
+        || c_keyval == int!(MPI_WIN_MODEL)
+    {
+        // SAFETY: these C values point at the window's int fields, alive with it.
+        unsafe { *p.cast::<c_int>() as MPI_Aint }
+    } else {
+        // MPI_WIN_BASE (the address itself) and attributes the program set.
+        p as MPI_Aint
+    }
+}
+
+/// A window attribute of one of librma-mpi's windows, as Fortran reads it: (flag,
+/// value, error code).
+fn get_attr_for_fortran(win: MPI_Win, c_keyval: c_int) -> (c_int, MPI_Aint, c_int) {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: our own call, with out pointers to locals.
+    let rc = unsafe {
+        MPI_Win_get_attr(
+            win,
+            c_keyval,
+            (&mut p as *mut *mut c_void).cast(),
+            &mut flag,
+        )
+    };
+    let value = if rc == 0 && flag != 0 {
+        fortran_value(c_keyval, p)
+    } else {
+        0
+    };
+    (flag, value, rc)
+}
+
+// ---- MPICH ---------------------------------------------------------------------------
+
+/// MPICH's `MPIR_Attr_type`: how the Fortran layer passes an attribute value (any
+/// other: `MPIR_ATTR_AINT`, an `MPI_Aint`, INTEGER(KIND=MPI_ADDRESS_KIND)).
+#[cfg(mpich_abi)]
+mod attr_type {
+    use std::os::raw::c_int;
+    /// A pointer (C's convention).
+    pub const POINTER: c_int = 0;
+    /// An `int` value (MPI-1's INTEGER attributes).
+    pub const INT: c_int = 3;
+}
+
+/// MPICH's Fortran keyvals of the predefined window attributes are the C ones plus one.
+#[cfg(mpich_abi)]
+fn c_keyval_of(keyval: c_int) -> c_int {
+    let predefined = [
+        int!(MPI_WIN_BASE),
+        int!(MPI_WIN_SIZE),
+        int!(MPI_WIN_DISP_UNIT),
+        int!(MPI_WIN_CREATE_FLAVOR),
+        int!(MPI_WIN_MODEL),
+    ];
+    if predefined.iter().any(|&k| k + 1 == keyval) {
+        keyval - 1
+    } else {
+        keyval
+    }
+}
+
+/// MPICH's Fortran MPI_WIN_GET_ATTR (all three interfaces) lands here.
+///
+/// # Safety
+/// MPICH's internal contract: `value` points at a value of the kind `kind` says,
+/// `flag` at an int.
+#[cfg(mpich_abi)]
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Win_get_attr(
+    win: MPI_Win,
+    keyval: c_int,
+    value: *mut c_void,
+    flag: *mut c_int,
+    kind: c_int,
+) -> c_int {
+    if !ours(win) {
+        let next = mpi_own!(
+            c"MPII_Win_get_attr"
+                as unsafe extern "C" fn(MPI_Win, c_int, *mut c_void, *mut c_int, c_int) -> c_int
+        );
+        // SAFETY: MPICH's definition of this very function, with the caller's arguments.
+        return unsafe { next(win, keyval, value, flag, kind) };
+    }
+    if kind == attr_type::POINTER {
+        // SAFETY: C's convention, the caller's pointers.
+        return unsafe { MPI_Win_get_attr(win, c_keyval_of(keyval), value, flag) };
+    }
+    let (found, v, rc) = get_attr_for_fortran(win, c_keyval_of(keyval));
+    // SAFETY: the caller's out pointers, of the types `kind` names.
+    unsafe {
+        if !flag.is_null() {
+            *flag = found;
+        }
+        if rc == 0 && found != 0 && !value.is_null() {
+            if kind == attr_type::INT {
+                *value.cast::<c_int>() = v as c_int;
+            } else {
+                *value.cast::<MPI_Aint>() = v;
+            }
+        }
+    }
+    rc
+}
+
+/// MPICH's Fortran MPI_WIN_SET_ATTR lands here (the value itself, as a pointer).
+///
+/// # Safety
+/// MPICH's internal contract.
+#[cfg(mpich_abi)]
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Win_set_attr(
+    win: MPI_Win,
+    keyval: c_int,
+    value: *mut c_void,
+    kind: c_int,
+) -> c_int {
+    if !ours(win) {
+        let next = mpi_own!(
+            c"MPII_Win_set_attr"
+                as unsafe extern "C" fn(MPI_Win, c_int, *mut c_void, c_int) -> c_int
+        );
+        // SAFETY: MPICH's definition of this very function, with the caller's arguments.
+        return unsafe { next(win, keyval, value, kind) };
+    }
+    // SAFETY: our own call; the value is stored, not read.
+    unsafe { MPI_Win_set_attr(win, keyval, value) }
+}
+
+// ---- Open MPI ------------------------------------------------------------------------
+
+/// Fortran handles of librma-mpi's windows under Open MPI: this plus the window's
+/// index (Open MPI's own are indexes of a dense table from 0).
+#[cfg(open_mpi)]
+pub const FORTRAN_WINDOWS: c_int = 0x1300_0000;
+
+#[cfg(open_mpi)]
+const FORTRAN_WINDOW_COUNT: c_int = 1 << 16;
+
+/// A window's Fortran handle.
+#[cfg(open_mpi)]
+fn win_c2f(win: MPI_Win) -> c_int {
+    // SAFETY: a plain function of a handle value.
+    let index = unsafe { sys::rmampi_win_index(win) };
+    if index >= 0 {
+        return FORTRAN_WINDOWS + index;
+    }
+    let next = mpi_own!(c"PMPI_Win_c2f" as unsafe extern "C" fn(MPI_Win) -> c_int);
+    // SAFETY: Open MPI's definition of this very function.
+    unsafe { next(win) }
+}
+
+/// The window of a Fortran handle.
+#[cfg(open_mpi)]
+fn win_f2c(handle: c_int) -> MPI_Win {
+    if (FORTRAN_WINDOWS..FORTRAN_WINDOWS + FORTRAN_WINDOW_COUNT).contains(&handle) {
+        // SAFETY: a plain function of an index in the reserved range.
+        return unsafe { sys::rmampi_win_handle(handle - FORTRAN_WINDOWS) };
+    }
+    let next = mpi_own!(c"PMPI_Win_f2c" as unsafe extern "C" fn(c_int) -> MPI_Win);
+    // SAFETY: Open MPI's definition of this very function.
+    unsafe { next(handle) }
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn MPI_Win_c2f(win: MPI_Win) -> c_int {
+    win_c2f(win)
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn PMPI_Win_c2f(win: MPI_Win) -> c_int {
+    win_c2f(win)
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn MPI_Win_f2c(handle: c_int) -> MPI_Win {
+    win_f2c(handle)
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn PMPI_Win_f2c(handle: c_int) -> MPI_Win {
+    win_f2c(handle)
+}
+
+/// Open MPI's Fortran MPI_WIN_GET_ATTR (gfortran's convention: every argument by
+/// reference).
+#[cfg(open_mpi)]
+type FortranGetAttr =
+    unsafe extern "C" fn(*const c_int, *const c_int, *mut MPI_Aint, *mut c_int, *mut c_int);
+
+/// Open MPI's Fortran MPI_WIN_GET_ATTR, for librma-mpi's windows; others go on to
+/// Open MPI's (`next`).
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+unsafe fn fortran_get_attr(
+    next: FortranGetAttr,
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *mut MPI_Aint,
+    flag: *mut c_int,
+    ierr: *mut c_int,
+) {
+    // SAFETY: the caller's arguments, by reference as Fortran passes them.
+    unsafe {
+        let c_win = win_f2c(*win);
+        if !ours(c_win) {
+            next(win, keyval, value, flag, ierr);
+            return;
+        }
+        let (found, v, rc) = get_attr_for_fortran(c_win, *keyval);
+        *flag = found;
+        if rc == 0 && found != 0 {
+            *value = v;
+        }
+        if !ierr.is_null() {
+            *ierr = rc;
+        }
+    }
+}
+
+/// `MPI_WIN_GET_ATTR` of `mpif.h` and `use mpi` under Open MPI.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn mpi_win_get_attr_(
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *mut MPI_Aint,
+    flag: *mut c_int,
+    ierr: *mut c_int,
+) {
+    let next = mpi_own!(c"mpi_win_get_attr_" as FortranGetAttr);
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_get_attr(next, win, keyval, value, flag, ierr) }
+}
+
+/// The same under its profiling name, which `use mpi_f08`'s MPI_Win_get_attr calls.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn pmpi_win_get_attr_(
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *mut MPI_Aint,
+    flag: *mut c_int,
+    ierr: *mut c_int,
+) {
+    let next = mpi_own!(c"pmpi_win_get_attr_" as FortranGetAttr);
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_get_attr(next, win, keyval, value, flag, ierr) }
+}

@@ -1,0 +1,168 @@
+! librma-mpi from Fortran: one program, compiled three ways (-DMPIF_H: include 'mpif.h';
+! default: use mpi; -DF08: use mpi_f08). Windows of MPI_WIN_ALLOCATE and MPI_WIN_CREATE,
+! their attributes, puts and sum accumulates in a fence epoch, gets under a shared lock,
+! fetch_and_op under lock_all, an exclusive lock over the application's memory; every
+! result checked exactly. With the argument "rma", every window must be librma-mpi's:
+! its Fortran handle in librma-mpi's range (0x13000000 + index, under MPICH and Open MPI
+! alike). Prints " No Errors" on rank 0 when all hold. Runs on 2 or 4 ranks.
+#ifdef F08
+#define WIN_T type(MPI_Win)
+#define HANDLE(w) w%MPI_VAL
+#else
+#define WIN_T integer
+#define HANDLE(w) w
+#endif
+program onesided
+  use, intrinsic :: iso_c_binding
+#ifdef F08
+  use mpi_f08
+#elif !defined(MPIF_H)
+  use mpi
+#endif
+  implicit none
+#ifdef MPIF_H
+  include 'mpif.h'
+#endif
+  integer :: ierr, rank, nprocs, left, right, errors, total, val, got, one, old, r
+  WIN_T :: win, win2
+  integer(kind=MPI_ADDRESS_KIND) :: wsize, tdisp, attr
+  logical :: flag, check_rma
+  character(len=16) :: arg
+  integer, pointer :: buf(:)
+  integer, target :: local(4)
+#ifdef F08
+  type(c_ptr) :: base
+#else
+  integer(kind=MPI_ADDRESS_KIND) :: base
+#endif
+
+  call MPI_Init(ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call MPI_Comm_size(MPI_COMM_WORLD, nprocs, ierr)
+  check_rma = .false.
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, arg)
+    check_rma = trim(arg) == 'rma'
+  end if
+  errors = 0
+  left = mod(rank - 1 + nprocs, nprocs)
+  right = mod(rank + 1, nprocs)
+
+  ! ---- MPI_WIN_ALLOCATE: 4 integers ----
+  wsize = 16
+  call MPI_Win_allocate(wsize, 4, MPI_INFO_NULL, MPI_COMM_WORLD, base, win, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_allocate ierr')
+#ifdef F08
+  call c_f_pointer(base, buf, [4])
+#else
+  call c_f_pointer(transfer(base, c_null_ptr), buf, [4])
+#endif
+  call ours(HANDLE(win), 'win_allocate')
+  buf = 0
+  call MPI_Win_get_attr(win, MPI_WIN_SIZE, attr, flag, ierr)
+  call expect_true(flag, 'MPI_WIN_SIZE flag')
+  call expect(int(attr), 16, 'MPI_WIN_SIZE')
+  call MPI_Win_get_attr(win, MPI_WIN_DISP_UNIT, attr, flag, ierr)
+  call expect(int(attr), 4, 'MPI_WIN_DISP_UNIT')
+  call MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, attr, flag, ierr)
+  call expect(int(attr), MPI_WIN_FLAVOR_ALLOCATE, 'MPI_WIN_CREATE_FLAVOR')
+
+  ! Fence: a put to the right, a sum into everyone's second integer.
+  call MPI_Win_fence(0, win, ierr)
+  val = 100 + rank
+  tdisp = 0
+  call MPI_Put(val, 1, MPI_INTEGER, right, tdisp, 1, MPI_INTEGER, win, ierr)
+  call expect(ierr, MPI_SUCCESS, 'put ierr')
+  one = rank + 1
+  tdisp = 1
+  do r = 0, nprocs - 1
+    call MPI_Accumulate(one, 1, MPI_INTEGER, r, tdisp, 1, MPI_INTEGER, MPI_SUM, win, ierr)
+  end do
+  call MPI_Win_fence(0, win, ierr)
+  call expect(buf(1), 100 + left, 'put by the left neighbour')
+  call expect(buf(2), nprocs * (nprocs + 1) / 2, 'sum of every rank')
+
+  ! A shared lock: read back what we put on the right.
+  tdisp = 0
+  got = -1
+  call MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win, ierr)
+  call MPI_Get(got, 1, MPI_INTEGER, right, tdisp, 1, MPI_INTEGER, win, ierr)
+  call MPI_Win_unlock(right, win, ierr)
+  call expect(got, 100 + rank, 'get from the right neighbour')
+
+  ! lock_all: every rank adds 1 at rank 0 and fetches what was there.
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  tdisp = 3
+  one = 1
+  call MPI_Win_lock_all(0, win, ierr)
+  call MPI_Fetch_and_op(one, old, MPI_INTEGER, 0, tdisp, MPI_SUM, win, ierr)
+  call MPI_Win_flush(0, win, ierr)
+  call MPI_Win_unlock_all(win, ierr)
+  if (old < 0 .or. old >= nprocs) call fail('fetch_and_op fetched a value out of range')
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  if (rank == 0) then
+    call MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win, ierr)
+    call expect(buf(4), nprocs, 'fetch_and_op count at rank 0')
+    call MPI_Win_unlock(0, win, ierr)
+  end if
+  call MPI_Win_free(win, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_free ierr')
+
+  ! ---- MPI_WIN_CREATE over the program's own array ----
+  local = -1
+  wsize = 16
+  call MPI_Win_create(local, wsize, 4, MPI_INFO_NULL, MPI_COMM_WORLD, win2, ierr)
+  call ours(HANDLE(win2), 'win_create')
+  call MPI_Win_fence(0, win2, ierr)
+  call MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win2, ierr)
+  val = 200 + rank
+  tdisp = 2
+  call MPI_Put(val, 1, MPI_INTEGER, right, tdisp, 1, MPI_INTEGER, win2, ierr)
+  call MPI_Win_unlock(right, win2, ierr)
+  call MPI_Win_fence(0, win2, ierr)
+  call expect(local(3), 200 + left, 'put into the application''s memory')
+  call MPI_Win_free(win2, ierr)
+
+  call MPI_Reduce(errors, total, 1, MPI_INTEGER, MPI_SUM, 0, MPI_COMM_WORLD, ierr)
+  if (rank == 0) then
+    if (total == 0) then
+      print '(a)', ' No Errors'
+    else
+      print '(a,i0,a)', ' Found ', total, ' errors'
+    end if
+  end if
+  call MPI_Finalize(ierr)
+
+contains
+
+  subroutine fail(what)
+    character(len=*), intent(in) :: what
+    errors = errors + 1
+    write (0, '(a,i0,a,a)') '[', rank, '] ', what
+  end subroutine
+
+  subroutine expect(got_value, want, what)
+    integer, intent(in) :: got_value, want
+    character(len=*), intent(in) :: what
+    if (got_value /= want) then
+      errors = errors + 1
+      write (0, '(a,i0,a,a,a,i0,a,i0)') '[', rank, '] ', what, ': ', got_value, ' not ', want
+    end if
+  end subroutine
+
+  subroutine expect_true(value, what)
+    logical, intent(in) :: value
+    character(len=*), intent(in) :: what
+    if (.not. value) call fail(what)
+  end subroutine
+
+  ! The window is librma-mpi's: its Fortran handle in librma-mpi's range.
+  subroutine ours(h, what)
+    integer, intent(in) :: h
+    character(len=*), intent(in) :: what
+    if (check_rma .and. (h < 318767104 .or. h >= 318767104 + 65536)) then
+      write (0, '(a,i0,a,a,a,i0)') '[', rank, '] ', what, ' made a window not librma-mpi''s: ', h
+      call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
+    end if
+  end subroutine
+end program
