@@ -74,6 +74,8 @@ cmds+=("$(run 4 stress_fetch_and_op)" "$(run 4 stress_overlap)")
 cmds+=("RMA_CONFORMANCE_DIVISOR=10 $(run 4 stress_lock_counter)")
 # Notified access (issue #28): each notified op one message the target counts.
 cmds+=("RMA_CONFORMANCE_DIVISOR=100 $(run 2 notify)" "RMA_CONFORMANCE_DIVISOR=100 $(run 4 notify)")
+# MINLOC/MAXLOC pairs as active messages (no verbs atomic takes a pair).
+cmds+=("RMA_CONFORMANCE_DIVISOR=100 $(run 4 locs)")
 for mode in fence pscw lock_all; do
   cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(run 2 litmus $mode)")
 done
@@ -142,7 +144,7 @@ for kind in allocate create dynamic; do cmds+=("$(hybrid 4 ops $kind)"); done
 cmds+=("$(hybrid 4 passive_target)" "$(hybrid 4 stress_overlap)")
 cmds+=("RMA_CONFORMANCE_DIVISOR=10 $(hybrid 4 stress_lock_counter)")
 cmds+=("RMA_CONFORMANCE_DIVISOR=20 $(hybrid 4 litmus lock)")
-cmds+=("RMA_CONFORMANCE_DIVISOR=100 $(hybrid 4 notify)")
+cmds+=("RMA_CONFORMANCE_DIVISOR=100 $(hybrid 4 notify)" "RMA_CONFORMANCE_DIVISOR=100 $(hybrid 4 locs)")
 # Rank 1 dies on host h1: rank 0 sees its pid go, rank 2 on h2 its connection fail.
 cmds+=("s=\$(date +%s); out=\$($(hybrid 3 dead_peer) 2>&1); rc=\$?; t=\$((\$(date +%s) - s)); echo \"\$out\"; echo \"hybrid dead_peer: rc \$rc after \$t s\"; [ \$rc = 3 ] && [ \$t -le 12 ] && [ \$(echo \"\$out\" | grep -o 'is dead, as expected' | wc -l) = 2 ]")
 # The benchmark: ours against raw verbs in the same invocation (--reference: the same

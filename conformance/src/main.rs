@@ -19,6 +19,7 @@ macro_rules! say {
 
 mod comm;
 mod failure;
+mod locs;
 mod notify;
 mod progress;
 
@@ -70,6 +71,7 @@ fn main() {
         "stress_overlap" => stress_overlap(&world),
         "litmus" => litmus(&world, kind),
         "notify" => notify::notify(&world),
+        "locs" => locs::locs(&world),
         "bad_input" => bad_input(&world),
         "dead_peer" => dead_peer(&world),
         "passive_target" => passive_target(&world),

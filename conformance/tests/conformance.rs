@@ -63,6 +63,19 @@ fn notified_access_natively_and_by_message() {
     }
 }
 
+/// MINLOC and MAXLOC on (value, location) pairs of 16 and 8 bytes (issue #29), whole
+/// under contention: natively under the target window's accumulate lock and as active
+/// messages applied by the target under the same lock (`RMA_NATIVE=0`).
+#[test]
+fn minloc_maxloc_pairs_whole_natively_and_by_message() {
+    for ranks in [2, 4] {
+        ok(ranks, &["locs"]);
+        let out = run_env(ranks, &["locs"], &[("RMA_NATIVE", "0")]);
+        assert!(out.success(), "locs by message on {ranks} ranks: {out:?}");
+        assert_no_segments(&out.job);
+    }
+}
+
 #[test]
 fn every_op_every_sync_mode_every_window_kind() {
     for kind in ["allocate", "create", "dynamic", "shared"] {
@@ -736,6 +749,8 @@ mod ofi {
             .collect();
         ok_on(provider, 2, &["notify"], &fewer);
         ok_on(provider, 4, &["notify"], &fewer);
+        // MINLOC/MAXLOC pairs as active messages (no libfabric atomic takes a pair).
+        ok_on(provider, 4, &["locs"], &fewer);
     }
 
     #[test]
@@ -1108,6 +1123,8 @@ mod hybrid {
             // Notified access across the hosts: natively inside a host where its ops
             // complete in the call, by message between them (fewer litmus rounds).
             (4, &["notify"]),
+            // Pairs natively inside a host, by message across, under one lock.
+            (4, &["locs"]),
             // Communicators across the hosts: halves and nodes (shared windows per
             // host), collectives, subsets, overlapping windows.
             (4, &["comm_ops", "allocate"]),

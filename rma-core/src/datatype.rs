@@ -18,6 +18,17 @@ pub enum DataType {
     I64,
     F32,
     F64,
+    /// A value and its location, as MINLOC and MAXLOC reduce them: [`LocF32`] (MPI's
+    /// MPI_FLOAT_INT).
+    LocF32,
+    /// [`LocF64`] (MPI_DOUBLE_INT).
+    LocF64,
+    /// [`LocI64`] (MPI_LONG_INT).
+    LocI64,
+    /// [`LocI32`] (MPI_2INT).
+    LocI32,
+    /// [`LocI16`] (MPI_SHORT_INT).
+    LocI16,
 }
 
 impl DataType {
@@ -28,12 +39,27 @@ impl DataType {
             DataType::U16 | DataType::I16 => 2,
             DataType::U32 | DataType::I32 | DataType::F32 => 4,
             DataType::U64 | DataType::I64 | DataType::F64 => 8,
+            DataType::LocF32 | DataType::LocI32 | DataType::LocI16 => 8,
+            DataType::LocF64 | DataType::LocI64 => 16,
         }
     }
 
     /// Whether bitwise and logical operations are defined (integers only).
     pub const fn is_integer(self) -> bool {
-        !matches!(self, DataType::F32 | DataType::F64)
+        !matches!(self, DataType::F32 | DataType::F64) && !self.is_loc()
+    }
+
+    /// Whether the type is a (value, location) pair of MINLOC and MAXLOC: an element
+    /// of two fields, updated whole.
+    pub const fn is_loc(self) -> bool {
+        matches!(
+            self,
+            DataType::LocF32
+                | DataType::LocF64
+                | DataType::LocI64
+                | DataType::LocI32
+                | DataType::LocI16
+        )
     }
 
     /// Decodes the wire code; `None` for an unknown code.
@@ -50,13 +76,19 @@ impl DataType {
             8 => I64,
             9 => F32,
             10 => F64,
+            11 => LocF32,
+            12 => LocF64,
+            13 => LocI64,
+            14 => LocI32,
+            15 => LocI16,
             _ => return None,
         })
     }
 }
 
 /// A type that can live in a window: a plain primitive number (`u8` to `u64`, `i8` to
-/// `i64`, `f32`, `f64`).
+/// `i64`, `f32`, `f64`), or a value with its location for MINLOC and MAXLOC
+/// ([`LocF64`] and its siblings).
 ///
 /// Sealed: accumulates apply the arithmetic of [`DataType`] at the target, in every
 /// backend's native atomics and on the wire, so an element is one of the types that
@@ -82,7 +114,60 @@ macro_rules! element {
     )*};
 }
 element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
-    i64 => I64, f32 => F32, f64 => F64);
+    i64 => I64, f32 => F32, f64 => F64, LocF32 => LocF32, LocF64 => LocF64, LocI64 => LocI64,
+    LocI32 => LocI32, LocI16 => LocI16);
+
+macro_rules! loc_type {
+    ($(#[$doc:meta])* $name:ident, $value:ty, { $($pad:ident: $pad_ty:ty),* }, [$($pad_before:ident: $pb_ty:ty),*]) => {
+        $(#[$doc])*
+        ///
+        /// Accumulated with [`AccOp::MinLoc`], [`AccOp::MaxLoc`], [`AccOp::Replace`] and
+        /// [`AccOp::NoOp`], atomically as a pair (MPI's atomicity per element).
+        // Pod (through the derive, which checks it): `repr(C)` of plain numbers with the C
+        // layout's padding spelled out as fields, so every byte is initialized.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct $name {
+            /// The value compared.
+            pub value: $value,
+            $($pad_before: $pb_ty,)*
+            /// Its location (MPI: an index, the rank that holds the value).
+            pub index: i32,
+            $($pad: $pad_ty,)*
+        }
+
+        impl $name {
+            /// A value at a location.
+            pub const fn new(value: $value, index: i32) -> Self {
+                $name { value, $($pad_before: 0,)* index, $($pad: 0,)* }
+            }
+        }
+    };
+}
+
+loc_type!(
+    /// An `f32` and its location: C's `struct { float value; int index; }`, MPI_FLOAT_INT.
+    LocF32, f32, {}, []
+);
+loc_type!(
+    /// An `f64` and its location: C's `struct { double value; int index; }` (16 bytes,
+    /// 4 of them padding), MPI_DOUBLE_INT.
+    LocF64, f64, { padding: u32 }, []
+);
+loc_type!(
+    /// An `i64` and its location: C's `struct { long value; int index; }` (16 bytes),
+    /// MPI_LONG_INT.
+    LocI64, i64, { padding: u32 }, []
+);
+loc_type!(
+    /// An `i32` and its location: C's `struct { int value; int index; }`, MPI_2INT.
+    LocI32, i32, {}, []
+);
+loc_type!(
+    /// An `i16` and its location: C's `struct { short value; int index; }` (8 bytes, 2
+    /// of them padding after the value), MPI_SHORT_INT.
+    LocI16, i16, {}, [padding: u16]
+);
 
 /// Accumulate operations (MPI's predefined reduction operations for RMA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,15 +197,51 @@ pub enum AccOp {
     Replace,
     /// Leave the target unchanged (MPI_NO_OP, for atomic reads by get_accumulate).
     NoOp,
+    /// The smaller value with its location (MPI_MINLOC; of equal values, the smaller
+    /// location). For the [`is_loc`](DataType::is_loc) types only: every rank offers a
+    /// value at its own location, the window keeps the smallest and where it was.
+    ///
+    /// ```
+    /// use rma_core::{sim, AccOp, Assert, LocF64};
+    /// sim::run(4, sim::Profile::SharedMemory, 3, |engine| {
+    ///     let me = engine.rank();
+    ///     let win = engine.allocate::<LocF64>(1)?;
+    ///     win.write_local(0, &[LocF64::new(f64::INFINITY, -1)])?;
+    ///     engine.barrier()?;
+    ///     win.fence(Assert::NONE)?;
+    ///     let value = [9.5, 2.5, 7.0, 2.5][me as usize];
+    ///     win.accumulate(&[LocF64::new(value, me as i32)], AccOp::MinLoc, 0, 0)?;
+    ///     win.fence(Assert::NONE)?;
+    ///     if me == 0 {
+    ///         // 2.5 at ranks 1 and 3: the smaller location.
+    ///         assert_eq!(win.local_to_vec(), vec![LocF64::new(2.5, 1)]);
+    ///     }
+    ///     win.free()?;
+    ///     Ok(())
+    /// }).unwrap();
+    /// ```
+    MinLoc,
+    /// The larger value with its location (MPI_MAXLOC; of equal values, the smaller
+    /// location).
+    MaxLoc,
 }
 
 impl AccOp {
-    /// Whether the operation is defined for the element type.
+    /// Whether the operation is defined for the element type: MINLOC and MAXLOC for the
+    /// (value, location) pairs and only them, which otherwise take replace and no-op
+    /// only; bitwise and logical operations for integers.
     pub const fn valid_for(self, datatype: DataType) -> bool {
+        if datatype.is_loc() {
+            return matches!(
+                self,
+                AccOp::MinLoc | AccOp::MaxLoc | AccOp::Replace | AccOp::NoOp
+            );
+        }
         match self {
             AccOp::Band | AccOp::Bor | AccOp::Bxor | AccOp::Land | AccOp::Lor | AccOp::Lxor => {
                 datatype.is_integer()
             }
+            AccOp::MinLoc | AccOp::MaxLoc => false,
             _ => true,
         }
     }
@@ -141,6 +262,8 @@ impl AccOp {
             10 => Lxor,
             11 => Replace,
             12 => NoOp,
+            13 => MinLoc,
+            14 => MaxLoc,
             _ => return None,
         })
     }
@@ -161,7 +284,8 @@ macro_rules! int_apply {
             AccOp::Lor => ((a != 0) || (b != 0)) as $t,
             AccOp::Lxor => ((a != 0) != (b != 0)) as $t,
             AccOp::Replace => b,
-            AccOp::NoOp => a,
+            // MINLOC and MAXLOC are refused for plain numbers (`valid_for`).
+            AccOp::NoOp | AccOp::MinLoc | AccOp::MaxLoc => a,
         }
     }};
 }
@@ -194,6 +318,12 @@ macro_rules! each_element {
             DataType::I64 => each_element!(@run i64, $target, $origin, $t, $a, $b, $int),
             DataType::F32 => each_element!(@run f32, $target, $origin, $t, $a, $b, $float),
             DataType::F64 => each_element!(@run f64, $target, $origin, $t, $a, $b, $float),
+            // Pairs take MINLOC and MAXLOC (`accumulate`), replace and no-op only.
+            DataType::LocF32
+            | DataType::LocF64
+            | DataType::LocI64
+            | DataType::LocI32
+            | DataType::LocI16 => {}
         }
     }};
     (@run $ty:ty, $target:expr, $origin:expr, $t:ident, $a:ident, $b:ident, $body:expr) => {{
@@ -221,6 +351,15 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
             let n = target.len().min(origin.len());
             target[..n].copy_from_slice(&origin[..n]);
         }
+        AccOp::MinLoc | AccOp::MaxLoc => match datatype {
+            DataType::LocF32 => locs::<LocF32, _>(op, target, origin, |l| l.value, |l| l.index),
+            DataType::LocF64 => locs::<LocF64, _>(op, target, origin, |l| l.value, |l| l.index),
+            DataType::LocI64 => locs::<LocI64, _>(op, target, origin, |l| l.value, |l| l.index),
+            DataType::LocI32 => locs::<LocI32, _>(op, target, origin, |l| l.value, |l| l.index),
+            DataType::LocI16 => locs::<LocI16, _>(op, target, origin, |l| l.value, |l| l.index),
+            // Refused for plain numbers (`valid_for`).
+            _ => {}
+        },
         _ => each_element!(
             datatype,
             target,
@@ -228,6 +367,33 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
             |T, a, b| int_apply!(T, op, a, b),
             float_apply!(T, op, a, b)
         ),
+    }
+}
+
+/// MINLOC or MAXLOC of (value, location) pairs of type `L`, pair by pair: the smaller
+/// (larger) value with its location; of equal values, the smaller location (MPI-4.1
+/// 6.9.4). A pair taken from the origin is written whole, its padding too.
+fn locs<L: bytemuck::Pod, V: PartialOrd>(
+    op: AccOp,
+    target: &mut [u8],
+    origin: &[u8],
+    value: impl Fn(&L) -> V,
+    index: impl Fn(&L) -> i32,
+) {
+    let n = std::mem::size_of::<L>();
+    for (tc, oc) in target.chunks_exact_mut(n).zip(origin.chunks_exact(n)) {
+        let (t, o): (L, L) = (
+            bytemuck::pod_read_unaligned(tc),
+            bytemuck::pod_read_unaligned(oc),
+        );
+        let (tv, ov) = (value(&t), value(&o));
+        let origin_wins = match op {
+            AccOp::MinLoc => ov < tv,
+            _ => ov > tv,
+        };
+        if origin_wins || (tv == ov && index(&o) < index(&t)) {
+            tc.copy_from_slice(oc);
+        }
     }
 }
 
@@ -273,6 +439,75 @@ mod tests {
         assert_eq!(acc(AccOp::Max, -1.5f32, 2.0), 2.0);
         assert!(!AccOp::Band.valid_for(DataType::F64));
         assert!(AccOp::Band.valid_for(DataType::I8));
+    }
+
+    // MINLOC/MAXLOC (MPI-4.1 6.9.4): the smaller (larger) value with its location; of
+    // equal values the smaller location; the whole pair, padding too, from the winner.
+    #[test]
+    fn minloc_and_maxloc_take_the_value_with_its_location() {
+        let run = |op, t: LocF64, o: LocF64| acc(op, t, o);
+        let at = |v: f64, i: i32| LocF64::new(v, i);
+        assert_eq!(run(AccOp::MinLoc, at(3.0, 7), at(2.0, 9)), at(2.0, 9));
+        assert_eq!(run(AccOp::MinLoc, at(1.0, 7), at(2.0, 9)), at(1.0, 7));
+        assert_eq!(run(AccOp::MinLoc, at(2.0, 7), at(2.0, 3)), at(2.0, 3));
+        assert_eq!(run(AccOp::MinLoc, at(2.0, 3), at(2.0, 7)), at(2.0, 3));
+        assert_eq!(run(AccOp::MaxLoc, at(3.0, 7), at(2.0, 9)), at(3.0, 7));
+        assert_eq!(run(AccOp::MaxLoc, at(3.0, 7), at(3.0, 1)), at(3.0, 1));
+        assert_eq!(
+            acc(AccOp::MaxLoc, LocI16::new(-4, 2), LocI16::new(5, 8)),
+            LocI16::new(5, 8)
+        );
+        assert_eq!(
+            acc(AccOp::MinLoc, LocI64::new(-4, 2), LocI64::new(5, 8)),
+            LocI64::new(-4, 2)
+        );
+        assert_eq!(
+            acc(AccOp::MinLoc, LocI32::new(6, 2), LocI32::new(6, 1)),
+            LocI32::new(6, 1)
+        );
+        assert_eq!(
+            acc(AccOp::MaxLoc, LocF32::new(0.5, 2), LocF32::new(1.5, 4)),
+            LocF32::new(1.5, 4)
+        );
+        assert_eq!(acc(AccOp::Replace, at(1.0, 1), at(9.0, 9)), at(9.0, 9));
+        assert_eq!(acc(AccOp::NoOp, at(1.0, 1), at(9.0, 9)), at(1.0, 1));
+        // Several pairs at once, each by itself.
+        let mut t = bytemuck::cast_slice(&[LocI32::new(1, 0), LocI32::new(9, 0)]).to_vec();
+        let o = [LocI32::new(5, 1), LocI32::new(5, 1)];
+        accumulate(
+            AccOp::MinLoc,
+            DataType::LocI32,
+            &mut t,
+            bytemuck::cast_slice(&o),
+        );
+        assert_eq!(
+            bytemuck::cast_slice::<u8, LocI32>(&t),
+            &[LocI32::new(1, 0), LocI32::new(5, 1)]
+        );
+    }
+
+    // The pair types have C's layout (MPI's pair types), and take MINLOC, MAXLOC,
+    // replace and no-op only; plain numbers never take MINLOC or MAXLOC.
+    #[test]
+    fn pairs_have_c_layout_and_their_own_ops() {
+        assert_eq!(std::mem::size_of::<LocF32>(), DataType::LocF32.size());
+        assert_eq!(std::mem::size_of::<LocF64>(), 16);
+        assert_eq!(std::mem::size_of::<LocI64>(), 16);
+        assert_eq!(std::mem::size_of::<LocI32>(), 8);
+        assert_eq!(std::mem::size_of::<LocI16>(), 8);
+        assert_eq!(std::mem::offset_of!(LocF64, index), 8);
+        assert_eq!(std::mem::offset_of!(LocI16, index), 4);
+        assert_eq!(std::mem::align_of::<LocI32>(), 4);
+        for op in (1..=14).filter_map(AccOp::from_code) {
+            let loc_op = matches!(op, AccOp::MinLoc | AccOp::MaxLoc);
+            let pair_op = loc_op || matches!(op, AccOp::Replace | AccOp::NoOp);
+            assert_eq!(op.valid_for(DataType::LocF64), pair_op, "{op:?}");
+            assert_eq!(op.valid_for(DataType::LocI16), pair_op, "{op:?}");
+            if loc_op {
+                assert!(!op.valid_for(DataType::I32) && !op.valid_for(DataType::F64));
+            }
+        }
+        assert!(!DataType::LocI32.is_integer());
     }
 
     #[test]

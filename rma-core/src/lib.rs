@@ -99,7 +99,10 @@ pub mod sim;
 pub use bootstrap::{exchange_hellos, Bootstrap, Hello};
 pub use comm::{Comm, LocOp};
 pub use config::{AsyncProgress, Config};
-pub use datatype::{accumulate as apply_accumulate, AccOp, DataType, Element};
+pub use datatype::{
+    accumulate as apply_accumulate, AccOp, DataType, Element, LocF32, LocF64, LocI16, LocI32,
+    LocI64,
+};
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};
 pub use error::{

@@ -279,9 +279,13 @@ impl TargetSide {
                     for e in (0..len).step_by(size) {
                         let n = size.min(len - e);
                         let operand = chunk.get(e..e + n).unwrap_or(&[]);
-                        seg.update(base + off as usize + e, n, &mut |t| {
-                            datatype::accumulate(*op, *datatype, t, operand)
-                        });
+                        let apply =
+                            &mut |t: &mut [u8]| datatype::accumulate(*op, *datatype, t, operand);
+                        if datatype.is_loc() {
+                            seg.update_loc(base + off as usize + e, n, apply);
+                        } else {
+                            seg.update(base + off as usize + e, n, apply);
+                        }
                     }
                 }
                 None
@@ -306,12 +310,17 @@ impl TargetSide {
                         let operand = data.get(i * block + e..i * block + e + n).unwrap_or(&[]);
                         // The update may run more than once (a compare-exchange loop):
                         // the fetched value is the one of the run that took effect.
-                        seg.update(base + off as usize + e, n, &mut |t| {
+                        let apply = &mut |t: &mut [u8]| {
                             chunk[e..e + n].copy_from_slice(t);
                             if *op != AccOp::NoOp {
                                 datatype::accumulate(*op, *datatype, t, operand);
                             }
-                        });
+                        };
+                        if datatype.is_loc() {
+                            seg.update_loc(base + off as usize + e, n, apply);
+                        } else {
+                            seg.update(base + off as usize + e, n, apply);
+                        }
                     }
                 }
                 Some((*token, true, out))

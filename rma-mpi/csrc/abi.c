@@ -51,8 +51,10 @@ int rmampi_max_requests(void) { return RMAMPI_REQUESTS; }
 
 /* ---- predefined objects ----------------------------------------------------------- */
 /* Element codes of rma (rma_core::DataType): 1 u8, 2 u16, 3 u32, 4 u64, 5 i8, 6 i16,
- * 7 i32, 8 i64, 9 f32, 10 f64; 0: no rma element (bytes only: put and get work, an
- * accumulate other than REPLACE/NO_OP is unsupported); -1: not a predefined type. */
+ * 7 i32, 8 i64, 9 f32, 10 f64, and the (value, int) pairs of MINLOC/MAXLOC: 11 float,
+ * 12 double, 13 64-bit integer, 14 int, 15 short; 0: no rma element (bytes only: put
+ * and get work, an accumulate other than REPLACE/NO_OP is unsupported); -1: not a
+ * predefined type. */
 static int code_of_int(size_t size, int is_signed) {
     switch (size) {
     case 1: return is_signed ? 5 : 1;
@@ -104,10 +106,13 @@ int rmampi_predefined_code(MPI_Datatype t) {
         t == MPI_C_LONG_DOUBLE_COMPLEX || t == MPI_CHARACTER || t == MPI_LOGICAL ||
         t == MPI_COMPLEX || t == MPI_DOUBLE_COMPLEX)
         return 0;
-    /* The pair types of MINLOC and MAXLOC. */
-    if (t == MPI_FLOAT_INT || t == MPI_DOUBLE_INT || t == MPI_LONG_INT || t == MPI_2INT ||
-        t == MPI_SHORT_INT || t == MPI_LONG_DOUBLE_INT)
-        return 0;
+    /* The pair types of MINLOC and MAXLOC: rma's pair elements (C's struct layout). */
+    if (t == MPI_FLOAT_INT) return 11;
+    if (t == MPI_DOUBLE_INT) return 12;
+    if (t == MPI_LONG_INT) return sizeof(long) == 8 ? 13 : 14;
+    if (t == MPI_2INT) return 14;
+    if (t == MPI_SHORT_INT) return 15;
+    if (t == MPI_LONG_DOUBLE_INT) return 0;
     return -1;
 }
 
@@ -120,8 +125,8 @@ int rmampi_is_pair(MPI_Datatype t) {
 }
 
 /* Reduction operations as rma's AccOp codes: 1 sum, 2 prod, 3 min, 4 max, 5 band, 6 bor,
- * 7 bxor, 8 land, 9 lor, 10 lxor, 11 replace, 12 no_op; 0: not one rma applies
- * (MINLOC, MAXLOC, user-defined). */
+ * 7 bxor, 8 land, 9 lor, 10 lxor, 11 replace, 12 no_op, 13 minloc, 14 maxloc; 0: not one
+ * rma applies (user-defined). */
 int rmampi_op_code(MPI_Op op) {
     if (op == MPI_SUM) return 1;
     if (op == MPI_PROD) return 2;
@@ -135,6 +140,8 @@ int rmampi_op_code(MPI_Op op) {
     if (op == MPI_LXOR) return 10;
     if (op == MPI_REPLACE) return 11;
     if (op == MPI_NO_OP) return 12;
+    if (op == MPI_MINLOC) return 13;
+    if (op == MPI_MAXLOC) return 14;
     return 0;
 }
 

@@ -393,11 +393,14 @@ fn typemap(
         // SAFETY: the ABI layer compares the handle with predefined ones.
         if unsafe { sys::rmampi_is_pair(datatype) } != 0 {
             // A pair of MINLOC/MAXLOC moves whole, its padding too (MPI_SHORT_INT has a
-            // hole): one run of its extent, so that MPI_REPLACE and MPI_NO_OP on pairs
-            // of up to 8 bytes are one atomic word.
+            // hole): one run of its extent, an rma pair element (rma::LocF64 and its
+            // siblings, updated whole); MPI_LONG_DOUBLE_INT has none and is refused
+            // where a torn update could be seen.
             let (_, extent) = extent_of(datatype)?;
-            codes.insert(0);
-            if extent > 8 {
+            if code > 0 {
+                codes.insert(code as u8);
+            } else {
+                codes.insert(0);
                 codes.insert(WIDE_BITS);
             }
             push_run(out, base, extent.max(0) as usize);

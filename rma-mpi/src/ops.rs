@@ -163,10 +163,12 @@ pub fn acc_op(code: i32) -> MpiResult<AccOp> {
         10 => AccOp::Lxor,
         11 => AccOp::Replace,
         12 => AccOp::NoOp,
+        13 => AccOp::MinLoc,
+        14 => AccOp::MaxLoc,
         _ => {
             return Err(MpiError::new(
                 int!(MPI_ERR_OP),
-                "an operation rma does not apply in accumulates (MINLOC, MAXLOC, user-defined)",
+                "an operation rma does not apply in accumulates (user-defined)",
             ))
         }
     })
@@ -227,10 +229,35 @@ macro_rules! by_element {
                 let $v = &$w.views.f64;
                 $body
             }
+            11 => {
+                type $t = rma::LocF32;
+                let $v = &$w.views.loc_f32;
+                $body
+            }
+            12 => {
+                type $t = rma::LocF64;
+                let $v = &$w.views.loc_f64;
+                $body
+            }
+            13 => {
+                type $t = rma::LocI64;
+                let $v = &$w.views.loc_i64;
+                $body
+            }
+            14 => {
+                type $t = rma::LocI32;
+                let $v = &$w.views.loc_i32;
+                $body
+            }
+            15 => {
+                type $t = rma::LocI16;
+                let $v = &$w.views.loc_i16;
+                $body
+            }
             _ => Err(MpiError::new(
                 int!(MPI_ERR_TYPE),
                 "accumulate on a datatype whose elements rma has no type for (long double, \
-                 complex, pair types) or of mixed types",
+                 complex, MPI_LONG_DOUBLE_INT) or of mixed types",
             )),
         }
     };

@@ -31,6 +31,13 @@ pub struct Views {
     pub i64: Elements<i64>,
     pub f32: Elements<f32>,
     pub f64: Elements<f64>,
+    /// The pair types of MINLOC and MAXLOC (MPI_FLOAT_INT, MPI_DOUBLE_INT, MPI_LONG_INT,
+    /// MPI_2INT, MPI_SHORT_INT).
+    pub loc_f32: Elements<rma::LocF32>,
+    pub loc_f64: Elements<rma::LocF64>,
+    pub loc_i64: Elements<rma::LocI64>,
+    pub loc_i32: Elements<rma::LocI32>,
+    pub loc_i16: Elements<rma::LocI16>,
 }
 
 impl Views {
@@ -46,6 +53,11 @@ impl Views {
             i64: w.elements(),
             f32: w.elements(),
             f64: w.elements(),
+            loc_f32: w.elements(),
+            loc_f64: w.elements(),
+            loc_i64: w.elements(),
+            loc_i32: w.elements(),
+            loc_i16: w.elements(),
         }
     }
 }

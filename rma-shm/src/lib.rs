@@ -23,6 +23,11 @@
 //!   cross-memory write, an op racing the owner's detach of its region is the
 //!   program's error, as MPI says; a mapped region outlives its detach in the peers
 //!   that mapped it.)
+//! - **MINLOC and MAXLOC** (and replace and no-op) on (value, location) pairs are a
+//!   read-modify-write of the whole pair under the target window's accumulate lock, a
+//!   word beside its lock word (one pair may be 16 bytes or sit 4-aligned, where no
+//!   CPU atomic reaches): origins take it for their native updates, the owner for the
+//!   active messages it applies, so every pair update of the window is whole.
 //! - **Passive-target locks** are words in shared memory taken with atomics: lock, put
 //!   and unlock complete while the target computes, with no action by the target. Each
 //!   live window (allocated, shared or over user memory) takes one of a process's 1023
@@ -109,6 +114,10 @@ struct LocalSegment {
     /// A dynamic window's part (no bytes of its own: a lock slot, whose directory lists
     /// the regions this rank attaches).
     dynamic: bool,
+    /// The words of this window's lock slot in this rank's inbox (lock word, accumulate
+    /// lock), for shared-memory segments: the active messages of pair updates this
+    /// rank applies take the accumulate lock, as peers' native ones do.
+    lock_words: Option<Region>,
 }
 
 impl Drop for LocalSegment {
@@ -139,6 +148,15 @@ impl Segment for LocalSegment {
         // User memory (reached by peers through active messages only, serialized by the
         // engine's window lock) or a misaligned element: through a copy.
         self.region.update_through_copy(offset, len, f);
+    }
+    fn update_loc(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        match &self.lock_words {
+            Some(words) => {
+                with_accumulate_lock(words, || self.region.update_through_copy(offset, len, f))
+            }
+            // No peer updates this memory natively: the engine's serialization suffices.
+            None => self.region.update_through_copy(offset, len, f),
+        }
     }
     fn descriptor(&self) -> Vec<u8> {
         let mut d = Vec::new();
@@ -456,6 +474,16 @@ impl WindowOps for ShmWindow {
         atomic: NativeAtomic<'_>,
     ) -> Result<Issued, TransportError> {
         let old = match atomic {
+            NativeAtomic::Accumulate {
+                datatype,
+                operand,
+                fetch,
+                ..
+            } if datatype.is_loc() => {
+                let mut old = Fetched::zeroed(operand.len());
+                self.atomic_into(target, offset, atomic, old.as_mut_slice())?;
+                fetch.then_some(old)
+            }
             NativeAtomic::Accumulate { operand, fetch, .. }
                 if !fetch && operand.len() <= SCRATCH =>
             {
@@ -503,6 +531,23 @@ impl WindowOps for ShmWindow {
     ) -> Result<bool, TransportError> {
         let misaligned = || TransportError::Unsupported("misaligned atomic");
         match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                ..
+            } if datatype.is_loc() => {
+                let words = self.lock_word(target)?;
+                self.with_mapped(target, offset, operand.len(), |region, off| {
+                    with_accumulate_lock(words, || {
+                        region.read(off, &mut old[..operand.len()]);
+                        region.update_through_copy(off, operand.len(), &mut |t| {
+                            rma_core::apply_accumulate(op, datatype, t, operand)
+                        });
+                    });
+                    Ok(())
+                })?
+            }
             NativeAtomic::Accumulate {
                 op,
                 datatype,
@@ -938,14 +983,12 @@ impl ShmTransport {
             ))
         })?;
         t.used[i] = true;
-        // A fresh lock word (nobody holds it) and barrier count. The barrier generation is
-        // never reset: a rank still leaving the previous window's last barrier compares
-        // against it.
+        // A fresh lock word and accumulate lock (nobody holds them) and barrier count.
+        // The barrier generation is never reset: a rank still leaving the previous
+        // window's last barrier compares against it.
         let inbox = Self::region_of(&self.inboxes[self.rank as usize]);
-        for word in 0..2 {
-            inbox
-                .atomic_u64(i * 64 + word * 8)
-                .store(0, Ordering::SeqCst);
+        for word in [0, 8, ACCUMULATE_LOCK] {
+            inbox.atomic_u64(i * 64 + word).store(0, Ordering::SeqCst);
         }
         // No notice left from the slot's previous window (peers learn the slot of a new
         // window only from its creation, after this).
@@ -1046,6 +1089,7 @@ fn full_capabilities() -> Capabilities {
         shared_memory: true,
         native_locks: true,
         get_in_call: true,
+        loc_atomics: true,
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
     }
@@ -1071,9 +1115,12 @@ impl Transport for ShmTransport {
         let native_locks = peer.lock.is_some();
         match peer.memory {
             PeerMemory::Mapped(_) => full_capabilities(),
-            // Atomics where the region is mapped (WindowOps::reaches says which).
+            // Atomics where the region is mapped (WindowOps::reaches says which); pair
+            // updates as messages (the owner's segments of attached regions keep no
+            // accumulate lock).
             PeerMemory::Dynamic { .. } => Capabilities {
                 native_locks,
+                loc_atomics: false,
                 ..full_capabilities()
             },
             PeerMemory::CrossMemory { .. } => Capabilities {
@@ -1182,6 +1229,10 @@ impl Transport for ShmTransport {
             lock_slot,
             slots: self.slots.clone(),
             dynamic: false,
+            lock_words: Some(lock_word_at(
+                &self.inboxes[self.rank as usize],
+                lock_slot as usize,
+            )),
         }))
     }
 
@@ -1209,6 +1260,7 @@ impl Transport for ShmTransport {
             lock_slot,
             slots: self.slots.clone(),
             dynamic: false,
+            lock_words: None,
         }))
     }
 
@@ -1227,6 +1279,7 @@ impl Transport for ShmTransport {
             lock_slot,
             slots: self.slots.clone(),
             dynamic: true,
+            lock_words: None,
         })))
     }
 
@@ -1714,11 +1767,41 @@ fn allow_cross_memory_attach_once() {
 }
 
 /// The lock word of `slot` in an inbox mapping.
+/// Offset of a window's accumulate lock in its slot of the lock table: after the lock
+/// word (0) and the barrier words (8..24).
+const ACCUMULATE_LOCK: usize = 24;
+
+/// A window's words in a rank's lock table, one cache line per slot: its lock word
+/// (offset 0) up to its accumulate lock ([`ACCUMULATE_LOCK`]).
 fn lock_word_at(inbox: &Arc<Mapping>, slot: usize) -> Region {
-    assert!(slot < LOCK_SLOTS);
-    // SAFETY: slot < LOCK_SLOTS keeps the word inside the inbox's lock table; inbox
-    // mappings live as long as the transport, which outlives its windows.
-    unsafe { Region::new(inbox.ptr().add(slot * 64), 8) }
+    assert!(slot < DEPARTURE_SLOT);
+    // SAFETY: slot < LOCK_SLOTS keeps the slot's first 32 bytes inside the inbox's lock
+    // table; inbox mappings live as long as the transport, which outlives its windows.
+    unsafe { Region::new(inbox.ptr().add(slot * 64), ACCUMULATE_LOCK + 8) }
+}
+
+/// Runs `f` holding the accumulate lock of a window's lock words (pair updates, whole).
+/// The lock is held for a copy of a few pairs; a holder that is descheduled (more ranks
+/// than cores) is waited for by yielding.
+fn with_accumulate_lock<R>(words: &Region, f: impl FnOnce() -> R) -> R {
+    let lock = words.atomic_u64(ACCUMULATE_LOCK);
+    let mut spins = 0u32;
+    // Acquire: the previous holder's update happens before ours.
+    while lock
+        .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let out = f();
+    // Release: our update happens before the next holder's.
+    lock.store(0, Ordering::Release);
+    out
 }
 
 #[cfg(test)]

@@ -102,25 +102,43 @@ int main(int argc, char **argv) {
     MPI_Type_free(&uncommitted);
     EXPECT(MPI_Put(&value, 1, MPI_INT, right, 0, 2, MPI_INT, win), MPI_ERR_TYPE);
     EXPECT(MPI_Put(&value, -1, MPI_INT, right, 0, 1, MPI_INT, win), MPI_ERR_COUNT);
-    /* Operations rma does not apply: MAXLOC, a user op, a bitwise op on floats. */
+    /* Operations rma does not apply: MAXLOC on a type that is no pair, a bitwise op on
+     * floats. */
     EXPECT(MPI_Accumulate(&value, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_MAXLOC, win), MPI_ERR_OP);
     float f = 1.0f;
     EXPECT(MPI_Accumulate(&f, 1, MPI_FLOAT, right, 0, 1, MPI_FLOAT, MPI_BAND, win), MPI_ERR_OP);
     /* Compare-and-swap on floats is not MPI's (integer, logical and byte types). */
     float g = 0;
     EXPECT(MPI_Compare_and_swap(&f, &f, &g, MPI_FLOAT, right, 0, win), MPI_ERR_UNSUPPORTED_OPERATION);
-    /* Pairs and long doubles wider than a word under MPI_REPLACE and MPI_NO_OP would be
-     * torn by a concurrent writer (two words, each atomic alone): refused until they are
-     * updated atomically. A pair of 8 bytes is one word and goes (below). */
-    struct { long v; int i; } li = {5, 1}, li_out, lis[2] = {{1, 1}, {2, 2}};
-    struct { double v; int i; } di = {1.5, 2}, di_out;
+    /* Pairs are rma elements, updated whole: MPI_REPLACE and MPI_NO_OP on 16-byte pairs
+     * go, and read back what was written. MPI_LONG_DOUBLE_INT and long double have no rma
+     * element: a concurrent writer could tear them (several words, each atomic alone), so
+     * they are refused. */
+    struct { long v; int i; } li = {5 + rank, 1}, li_out = {0, 0}, lis[2] = {{1, 1}, {2, 2}};
+    struct { double v; int i; } di = {1.5, 2}, di_out = {0, 0};
+    struct { long double v; int i; } ldi = {1.0L, 1};
     long double ld = 1.0L;
     EXPECT(MPI_Accumulate(&li, 1, MPI_LONG_INT, right, 0, 1, MPI_LONG_INT, MPI_REPLACE, win),
-           MPI_ERR_TYPE);
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
     EXPECT(MPI_Get_accumulate(&li, 1, MPI_LONG_INT, &li_out, 1, MPI_LONG_INT, right, 0, 1,
                               MPI_LONG_INT, MPI_NO_OP, win),
-           MPI_ERR_TYPE);
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (li_out.v != 5 + rank || li_out.i != 1) {
+        fprintf(stderr, "[%d] MPI_LONG_INT by MPI_REPLACE read back %ld %d\n", rank, li_out.v,
+                li_out.i);
+        errors++;
+    }
     EXPECT(MPI_Fetch_and_op(&di, &di_out, MPI_DOUBLE_INT, right, 0, MPI_REPLACE, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (di_out.i != 1) { /* the MPI_LONG_INT's int, read as a pair of the same place */
+        fprintf(stderr, "[%d] MPI_DOUBLE_INT swap fetched index %d\n", rank, di_out.i);
+        errors++;
+    }
+    EXPECT(MPI_Accumulate(&ldi, 1, MPI_LONG_DOUBLE_INT, right, 0, 1, MPI_LONG_DOUBLE_INT,
+                          MPI_REPLACE, win),
            MPI_ERR_TYPE);
     EXPECT(MPI_Accumulate(&ld, 1, MPI_LONG_DOUBLE, right, 0, 1, MPI_LONG_DOUBLE, MPI_REPLACE,
                           win),
@@ -128,7 +146,20 @@ int main(int argc, char **argv) {
     MPI_Datatype pairs;
     MPI_Type_contiguous(2, MPI_LONG_INT, &pairs);
     MPI_Type_commit(&pairs);
-    EXPECT(MPI_Accumulate(lis, 1, pairs, right, 0, 1, pairs, MPI_REPLACE, win), MPI_ERR_TYPE);
+    EXPECT(MPI_Accumulate(lis, 1, pairs, right, 0, 1, pairs, MPI_REPLACE, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    /* MINLOC over them, pair by pair. */
+    struct { long v; int i; } lmin[2] = {{0, 7}, {2, 1}}, lgot[2];
+    EXPECT(MPI_Accumulate(lmin, 1, pairs, right, 0, 1, pairs, MPI_MINLOC, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Get(lgot, 1, pairs, right, 0, 1, pairs, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    /* (1,1) vs (0,7): 0 is smaller; (2,2) vs (2,1): equal values, the smaller index. */
+    if (lgot[0].v != 0 || lgot[0].i != 7 || lgot[1].v != 2 || lgot[1].i != 1) {
+        fprintf(stderr, "[%d] MINLOC of MPI_LONG_INT pairs gave (%ld,%d) (%ld,%d)\n", rank,
+                lgot[0].v, lgot[0].i, lgot[1].v, lgot[1].i);
+        errors++;
+    }
     MPI_Type_free(&pairs);
     int two_ints[2] = {40 + rank, 41}, got_ints[2] = {0, 0};
     EXPECT(MPI_Accumulate(two_ints, 1, MPI_2INT, right, 8, 1, MPI_2INT, MPI_REPLACE, win),
@@ -139,6 +170,16 @@ int main(int argc, char **argv) {
     if (got_ints[0] != 40 + rank || got_ints[1] != 41) {
         fprintf(stderr, "[%d] MPI_2INT by MPI_REPLACE read back %d %d\n", rank, got_ints[0],
                 got_ints[1]);
+        errors++;
+    }
+    /* MAXLOC of MPI_2INT by fetch_and_op: the larger value with its index. */
+    int bigger[2] = {50, 3}, old_ints[2] = {0, 0};
+    EXPECT(MPI_Fetch_and_op(bigger, old_ints, MPI_2INT, right, 8, MPI_MAXLOC, win), MPI_SUCCESS);
+    EXPECT(MPI_Fetch_and_op(NULL, got_ints, MPI_2INT, right, 8, MPI_NO_OP, win), MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (old_ints[0] != 40 + rank || got_ints[0] != 50 || got_ints[1] != 3) {
+        fprintf(stderr, "[%d] MAXLOC of MPI_2INT: old %d, now %d %d\n", rank, old_ints[0],
+                got_ints[0], got_ints[1]);
         errors++;
     }
     /* A second lock_all while one is open. */

@@ -265,6 +265,14 @@ fn datatype(dt: DataType) -> ffi::fi_datatype {
         DataType::I64 => ffi::fi_datatype_FI_INT64,
         DataType::F32 => ffi::fi_datatype_FI_FLOAT,
         DataType::F64 => ffi::fi_datatype_FI_DOUBLE,
+        // libfabric has no (value, location) pairs: the end of its enumeration, which
+        // every atomic call and validity query refuses (the engine never posts one:
+        // `Capabilities::loc_atomics` is false here).
+        DataType::LocF32
+        | DataType::LocF64
+        | DataType::LocI64
+        | DataType::LocI32
+        | DataType::LocI16 => ffi::fi_datatype_FI_DATATYPE_LAST,
     }
 }
 
@@ -282,6 +290,8 @@ fn op(op: AccOp) -> ffi::fi_op {
         AccOp::Lxor => ffi::fi_op_FI_LXOR,
         AccOp::Replace => ffi::fi_op_FI_ATOMIC_WRITE,
         AccOp::NoOp => ffi::fi_op_FI_ATOMIC_READ,
+        // No MINLOC or MAXLOC in libfabric: refused as `datatype`'s pairs are.
+        AccOp::MinLoc | AccOp::MaxLoc => ffi::fi_op_FI_ATOMIC_OP_LAST,
     }
 }
 

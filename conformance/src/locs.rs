@@ -1,0 +1,157 @@
+//! MINLOC and MAXLOC (issue #29): (value, location) pairs of 8 and 16 bytes updated
+//! whole. Every rank reduces its values into rank 0's pairs at once (passive and fence
+//! epochs), the result is the exact MINLOC/MAXLOC of every value sent (ties to the
+//! smaller location); meanwhile every rank swaps its pairs into one more (fetch_and_op
+//! with replace) and reads it (get_accumulate with no-op): a pair read must always be
+//! one some rank wrote (its value the one its location names), never half of two, and
+//! every pair swapped in must come out exactly once (fetched by a swap, or left last):
+//! a swap that is not whole loses or doubles one.
+
+use rma::{AccOp, Assert, Element, LocF64, LocI32, Rank, Result, Window, World};
+
+use crate::{check, reps};
+
+/// The value rank `r` sends in round `k`: few distinct values, so that ties (broken by
+/// the smaller location) happen all the time.
+fn value_of(r: u64, k: u64) -> i32 {
+    ((r * 31 + k * 17) % 101) as i32 - 50
+}
+
+/// The location of rank `r`'s round `k` among `rounds` per rank.
+fn location(r: u64, k: u64, rounds: u64) -> i32 {
+    (r * rounds + k) as i32
+}
+
+/// The value a location names (inverse of [`location`]).
+fn value_at(loc: i32, rounds: u64) -> i32 {
+    let loc = loc as u64;
+    value_of(loc / rounds, loc % rounds)
+}
+
+/// A pair type of the case, built from and read as (value, location).
+trait Pair: Element + Copy {
+    fn pair(value: i32, location: i32) -> Self;
+    fn parts(&self) -> (i32, i32);
+}
+
+impl Pair for LocF64 {
+    fn pair(value: i32, location: i32) -> Self {
+        LocF64::new(f64::from(value), location)
+    }
+    fn parts(&self) -> (i32, i32) {
+        (self.value as i32, self.index)
+    }
+}
+
+impl Pair for LocI32 {
+    fn pair(value: i32, location: i32) -> Self {
+        LocI32::new(value, location)
+    }
+    fn parts(&self) -> (i32, i32) {
+        (self.value, self.index)
+    }
+}
+
+/// MINLOC and MAXLOC of every (value, location) the ranks send.
+fn expected(ranks: u64, rounds: u64) -> ((i32, i32), (i32, i32)) {
+    let all =
+        (0..ranks).flat_map(|r| (0..rounds).map(move |k| (value_of(r, k), location(r, k, rounds))));
+    let min = all.clone().min_by_key(|&(v, l)| (v, l)).expect("values");
+    let max = all.min_by_key(|&(v, l)| (-v, l)).expect("values");
+    (min, max)
+}
+
+/// Slots of rank 0's window: 0 MINLOC, 1 MAXLOC, 2 the pair replaced and read.
+fn run<P: Pair>(world: &World, fence: bool) -> Result<()> {
+    let rounds = reps(2_000);
+    let (me, n) = (world.rank() as u64, world.size() as u64);
+    let win: Window<P> = world.allocate::<P>(3)?;
+    // Start values every update beats: MINLOC from the top, MAXLOC from the bottom.
+    win.write_local(
+        0,
+        &[
+            P::pair(i32::MAX, i32::MAX),
+            P::pair(i32::MIN, i32::MAX),
+            P::pair(value_at(0, rounds), 0),
+        ],
+    )?;
+    world.barrier()?;
+    let target: Rank = 0;
+    if fence {
+        win.fence(Assert::NONE)?;
+    } else {
+        win.lock_all(Assert::NONE)?;
+    }
+    let mut torn = 0u64;
+    // Sum of (location + 1) of the pairs this rank's swaps took out.
+    let mut swapped_out = 0u64;
+    for k in 0..rounds {
+        let (v, l) = (value_of(me, k), location(me, k, rounds));
+        win.accumulate(&[P::pair(v, l)], AccOp::MinLoc, target, 0)?;
+        win.accumulate(&[P::pair(v, l)], AccOp::MaxLoc, target, 1)?;
+        if !fence {
+            let old = win
+                .fetch_and_op(P::pair(v, l), AccOp::Replace, target, 2)?
+                .wait()?;
+            let seen = win
+                .get_accumulate(&[P::pair(0, 0)], AccOp::NoOp, target, 2)?
+                .wait()?;
+            swapped_out += old.parts().1 as u64 + 1;
+            for p in [old, seen[0]] {
+                let (pv, pl) = p.parts();
+                if pv != value_at(pl, rounds) {
+                    torn += 1;
+                }
+            }
+        }
+    }
+    if fence {
+        win.fence(Assert::NONE)?;
+    } else {
+        win.flush_all()?;
+        win.unlock_all()?;
+    }
+    check(torn == 0, "every pair read is one a rank wrote whole")?;
+    // Every rank's ops are done everywhere (the engine's barrier makes progress: with
+    // active messages rank 0 still serves the others' swaps) before the sums meet.
+    world.barrier()?;
+    let out = world.comm().allreduce(&[swapped_out], AccOp::Sum)?[0];
+    if me == 0 {
+        let got = win.local_to_vec();
+        let (min, max) = expected(n, rounds);
+        check(
+            got[0].parts() == min,
+            "MINLOC of every value, ties to the smaller location",
+        )?;
+        check(
+            got[1].parts() == max,
+            "MAXLOC of every value, ties to the smaller location",
+        )?;
+        if !fence {
+            let (pv, pl) = got[2].parts();
+            check(
+                pv == value_at(pl, rounds),
+                "the last pair swapped in is whole",
+            )?;
+            // In: the first pair (location 0) and every rank's; out: every swap's and the
+            // last one left.
+            let swapped_in: u64 = 1 + (0..n * rounds).map(|l| l + 1).sum::<u64>();
+            check(
+                out + pl as u64 + 1 == swapped_in,
+                "every pair swapped in came out exactly once",
+            )?;
+        }
+    }
+    win.free()?;
+    Ok(())
+}
+
+/// The case: 16-byte pairs (LocF64, MPI_DOUBLE_INT) and 8-byte 4-aligned ones (LocI32,
+/// MPI_2INT), passive and fence epochs.
+pub fn locs(world: &World) -> Result<()> {
+    for fence in [false, true] {
+        run::<LocF64>(world, fence)?;
+        run::<LocI32>(world, fence)?;
+    }
+    Ok(())
+}
