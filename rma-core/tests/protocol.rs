@@ -7,7 +7,8 @@ use std::time::Duration;
 use rma_core::sim::{self, Profile};
 use rma_core::wire::Kind;
 use rma_core::{
-    AccOp, Assert, Config, Engine, Error, ErrorKind, LockType, PeerError, Result, UsageError,
+    AccOp, Assert, Config, Engine, Error, ErrorKind, LocF64, LocI32, LockType, PeerError, Result,
+    UsageError,
 };
 
 fn config() -> Config {
@@ -1189,5 +1190,92 @@ fn notified_puts(e: Engine) -> Result<()> {
     win.unlock_all()?;
     e.barrier()?;
     win.free()?;
+    Ok(())
+}
+
+/// MINLOC/MAXLOC on pairs: one Accumulate message each where nothing is native (no put,
+/// get or lock for them), none at all where the backend updates
+/// pairs natively (`loc_atomics`: the simulated shared memory), and never natively where
+/// the backend has only plain atomics (`Profile::Rdma`). The target's pairs end exact.
+#[test]
+fn a_pair_update_is_one_message_or_none_and_lands_whole() {
+    for (profile, updates) in [
+        (
+            Profile::ActiveMessages,
+            pair_updates_by_message as fn(Engine) -> Result<()>,
+        ),
+        (Profile::Rdma, pair_updates_by_message),
+        (Profile::SharedMemory, pair_updates_native),
+    ] {
+        for seed in 0..3 {
+            run(2, profile, seed, config(), updates);
+        }
+    }
+}
+
+fn pair_updates_by_message(e: Engine) -> Result<()> {
+    pair_updates(e, false)
+}
+
+fn pair_updates_native(e: Engine) -> Result<()> {
+    pair_updates(e, true)
+}
+
+fn pair_updates(e: Engine, native: bool) -> Result<()> {
+    const N: u64 = 12;
+    let wide = e.allocate::<LocF64>(2)?;
+    let narrow = e.allocate::<LocI32>(1)?;
+    wide.write_local(0, &[LocF64::new(f64::MAX, -1), LocF64::new(f64::MIN, -1)])?;
+    narrow.write_local(0, &[LocI32::new(0, 0)])?;
+    e.barrier()?;
+    wide.lock_all(Assert::NONE)?;
+    narrow.lock_all(Assert::NONE)?;
+    if e.rank() == 0 {
+        // The epochs' locks of rank 1 first (a message epoch asks for them).
+        wide.get(1, 0, 1)?.wait()?;
+        narrow.get(1, 0, 1)?.wait()?;
+        let (before_wide, before_narrow) = (wide.stats(), narrow.stats());
+        for i in 0..N {
+            let v = (i % 5) as f64;
+            wide.accumulate(&[LocF64::new(v, i as i32)], AccOp::MinLoc, 1, 0)?;
+            wide.accumulate(&[LocF64::new(v, i as i32)], AccOp::MaxLoc, 1, 1)?;
+        }
+        let old = narrow.fetch_and_op(LocI32::new(7, 70), AccOp::MaxLoc, 1, 0)?;
+        assert_eq!(old.wait()?, LocI32::new(0, 0));
+        // Counted once all are out (more than the op elements a target takes at once
+        // wait their turn).
+        wide.flush(1)?;
+        let (w, n) = (
+            wide.stats().since(&before_wide),
+            narrow.stats().since(&before_narrow),
+        );
+        let messages = w.total_messages() + n.total_messages();
+        if native {
+            assert_eq!(messages, 0, "pairs native: {w:?} {n:?}");
+        } else {
+            assert_eq!(
+                w.messages(Kind::Accumulate),
+                2 * N,
+                "one message per pair update: {w:?}"
+            );
+            assert_eq!(n.messages(Kind::GetAccumulate), 1, "{n:?}");
+            for k in [Kind::Lock, Kind::Put, Kind::Get] {
+                assert_eq!(w.messages(k) + n.messages(k), 0, "nothing else: {k:?}");
+            }
+        }
+    }
+    wide.unlock_all()?;
+    narrow.unlock_all()?;
+    e.barrier()?;
+    if e.rank() == 1 {
+        // Values 0..4 repeat: the first 0 (location 0) and the first 4 (location 4).
+        assert_eq!(
+            wide.local_to_vec(),
+            vec![LocF64::new(0.0, 0), LocF64::new(4.0, 4)]
+        );
+        assert_eq!(narrow.local_to_vec(), vec![LocI32::new(7, 70)]);
+    }
+    wide.free()?;
+    narrow.free()?;
     Ok(())
 }
