@@ -843,7 +843,7 @@ fn same_lengths(all: &[Vec<u8>]) -> Result<()> {
 }
 
 fn check_reduction<T: Element>(op: AccOp) -> Result<()> {
-    if op.valid_for(T::DATATYPE) && !matches!(op, AccOp::Replace | AccOp::NoOp) {
+    if crate::datatype::computable(op, T::DATATYPE) && !matches!(op, AccOp::Replace | AccOp::NoOp) {
         Ok(())
     } else {
         Err(UsageError::BadReduction {

@@ -29,6 +29,9 @@ pub enum DataType {
     LocI32,
     /// [`LocI16`] (MPI_SHORT_INT).
     LocI16,
+    /// x86-64's `long double` ([`LongDouble`]: 80-bit extended precision in 16 bytes),
+    /// whose arithmetic the process provides ([`set_long_double_arithmetic`]).
+    LongDouble,
 }
 
 impl DataType {
@@ -40,13 +43,20 @@ impl DataType {
             DataType::U32 | DataType::I32 | DataType::F32 => 4,
             DataType::U64 | DataType::I64 | DataType::F64 => 8,
             DataType::LocF32 | DataType::LocI32 | DataType::LocI16 => 8,
-            DataType::LocF64 | DataType::LocI64 => 16,
+            DataType::LocF64 | DataType::LocI64 | DataType::LongDouble => 16,
         }
     }
 
     /// Whether bitwise and logical operations are defined (integers only).
     pub const fn is_integer(self) -> bool {
-        !matches!(self, DataType::F32 | DataType::F64) && !self.is_loc()
+        !matches!(self, DataType::F32 | DataType::F64 | DataType::LongDouble) && !self.is_loc()
+    }
+
+    /// Whether no CPU or network atomic takes the element (a MINLOC/MAXLOC pair, a long
+    /// double): it is updated whole under a lock
+    /// ([`Capabilities::locked_atomics`](crate::Capabilities::locked_atomics)).
+    pub const fn updated_whole(self) -> bool {
+        self.is_loc() || matches!(self, DataType::LongDouble)
     }
 
     /// Whether the type is a (value, location) pair of MINLOC and MAXLOC: an element
@@ -81,6 +91,7 @@ impl DataType {
             13 => LocI64,
             14 => LocI32,
             15 => LocI16,
+            16 => LongDouble,
             _ => return None,
         })
     }
@@ -115,7 +126,43 @@ macro_rules! element {
 }
 element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
     i64 => I64, f32 => F32, f64 => F64, LocF32 => LocF32, LocF64 => LocF64, LocI64 => LocI64,
-    LocI32 => LocI32, LocI16 => LocI16);
+    LocI32 => LocI32, LocI16 => LocI16, LongDouble => LongDouble);
+
+/// x86-64's `long double` (C's, MPI_LONG_DOUBLE): 80-bit extended precision, stored in
+/// 16 bytes (the top 6 padding). Rust has no such type: the bytes are carried as they
+/// are, and accumulates compute with the arithmetic the process set
+/// ([`set_long_double_arithmetic`]; librma-mpi sets C's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LongDouble(pub [u8; 16]);
+
+/// `target = op(target, origin)` on long doubles (Sum, Prod, Min, Max), as C computes.
+pub type LongDoubleArithmetic = fn(AccOp, &mut [u8; 16], &[u8; 16]);
+
+static LONG_DOUBLE_ARITHMETIC: std::sync::OnceLock<LongDoubleArithmetic> =
+    std::sync::OnceLock::new();
+
+/// Sets this process's long double arithmetic, once (later calls keep the first). Every
+/// process of a job that accumulates long doubles sets the same, before its first
+/// window: an origin refuses a long double sum without it, and a target refuses one
+/// that arrives without it.
+pub fn set_long_double_arithmetic(f: LongDoubleArithmetic) {
+    let _ = LONG_DOUBLE_ARITHMETIC.set(f);
+}
+
+/// The long double arithmetic, if this process has one.
+pub fn long_double_arithmetic() -> Option<LongDoubleArithmetic> {
+    LONG_DOUBLE_ARITHMETIC.get().copied()
+}
+
+/// Whether `op` on `datatype` can be computed in this process: everything valid, but
+/// long double arithmetic only where it was set.
+pub fn computable(op: AccOp, datatype: DataType) -> bool {
+    op.valid_for(datatype)
+        && (datatype != DataType::LongDouble
+            || matches!(op, AccOp::Replace | AccOp::NoOp)
+            || long_double_arithmetic().is_some())
+}
 
 macro_rules! loc_type {
     ($(#[$doc:meta])* $name:ident, $value:ty, { $($pad:ident: $pad_ty:ty),* }, [$($pad_before:ident: $pb_ty:ty),*]) => {
@@ -237,6 +284,12 @@ impl AccOp {
                 AccOp::MinLoc | AccOp::MaxLoc | AccOp::Replace | AccOp::NoOp
             );
         }
+        if matches!(datatype, DataType::LongDouble) {
+            return matches!(
+                self,
+                AccOp::Sum | AccOp::Prod | AccOp::Min | AccOp::Max | AccOp::Replace | AccOp::NoOp
+            );
+        }
         match self {
             AccOp::Band | AccOp::Bor | AccOp::Bxor | AccOp::Land | AccOp::Lor | AccOp::Lxor => {
                 datatype.is_integer()
@@ -323,7 +376,8 @@ macro_rules! each_element {
             | DataType::LocF64
             | DataType::LocI64
             | DataType::LocI32
-            | DataType::LocI16 => {}
+            | DataType::LocI16
+            | DataType::LongDouble => {}
         }
     }};
     (@run $ty:ty, $target:expr, $origin:expr, $t:ident, $a:ident, $b:ident, $body:expr) => {{
@@ -360,6 +414,18 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
             // Refused for plain numbers (`valid_for`).
             _ => {}
         },
+        _ if datatype == DataType::LongDouble => {
+            // Checked before (`computable`); without arithmetic nothing can be done.
+            if let Some(f) = long_double_arithmetic() {
+                for (tc, oc) in target.chunks_exact_mut(16).zip(origin.chunks_exact(16)) {
+                    let (t, o): (&mut [u8; 16], &[u8; 16]) = (
+                        tc.try_into().expect("16 bytes"),
+                        oc.try_into().expect("16 bytes"),
+                    );
+                    f(op, t, o);
+                }
+            }
+        }
         _ => each_element!(
             datatype,
             target,
@@ -508,6 +574,32 @@ mod tests {
             }
         }
         assert!(!DataType::LocI32.is_integer());
+    }
+
+    // Long double: carried as bytes, replace and no-op always, arithmetic exactly where
+    // the process set one (here a stand-in that adds the first bytes), then through it.
+    #[test]
+    fn long_double_arithmetic_is_the_process_s_own() {
+        assert!(computable(AccOp::Replace, DataType::LongDouble));
+        assert!(!computable(AccOp::Band, DataType::LongDouble));
+        assert!(!computable(AccOp::MinLoc, DataType::LongDouble));
+        assert_eq!(
+            computable(AccOp::Sum, DataType::LongDouble),
+            long_double_arithmetic().is_some()
+        );
+        set_long_double_arithmetic(|op, t, o| {
+            if op == AccOp::Sum {
+                t[0] = t[0].wrapping_add(o[0]);
+            }
+        });
+        assert!(computable(AccOp::Sum, DataType::LongDouble));
+        let (mut t, o) = ([2u8; 32], [3u8; 32]);
+        accumulate(AccOp::Sum, DataType::LongDouble, &mut t, &o);
+        assert_eq!((t[0], t[1], t[16], t[17]), (5, 2, 5, 2));
+        assert_eq!(
+            std::mem::size_of::<LongDouble>(),
+            DataType::LongDouble.size()
+        );
     }
 
     #[test]

@@ -100,8 +100,8 @@ pub use bootstrap::{exchange_hellos, Bootstrap, Hello};
 pub use comm::{Comm, LocOp};
 pub use config::{AsyncProgress, Config};
 pub use datatype::{
-    accumulate as apply_accumulate, AccOp, DataType, Element, LocF32, LocF64, LocI16, LocI32,
-    LocI64,
+    accumulate as apply_accumulate, set_long_double_arithmetic, AccOp, DataType, Element, LocF32,
+    LocF64, LocI16, LocI32, LocI64, LongDouble, LongDoubleArithmetic,
 };
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};

@@ -65,7 +65,7 @@ impl Profile {
                     shared_memory: true,
                     native_locks: false,
                     get_in_call: false,
-                    loc_atomics: false,
+                    locked_atomics: false,
                     max_atomic_elements: usize::MAX,
                     ordered_puts: false,
                 }
@@ -73,7 +73,7 @@ impl Profile {
             Profile::SharedMemory => Capabilities {
                 atomics: Capabilities::all_atomics(),
                 compare_and_swap: 0x7fe,
-                loc_atomics: true,
+                locked_atomics: true,
                 native_locks: true,
                 ..Profile::Rdma.capabilities()
             },

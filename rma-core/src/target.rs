@@ -281,8 +281,8 @@ impl TargetSide {
                         let operand = chunk.get(e..e + n).unwrap_or(&[]);
                         let apply =
                             &mut |t: &mut [u8]| datatype::accumulate(*op, *datatype, t, operand);
-                        if datatype.is_loc() {
-                            seg.update_loc(base + off as usize + e, n, apply);
+                        if datatype.updated_whole() {
+                            seg.update_locked(base + off as usize + e, n, apply);
                         } else {
                             seg.update(base + off as usize + e, n, apply);
                         }
@@ -316,8 +316,8 @@ impl TargetSide {
                                 datatype::accumulate(*op, *datatype, t, operand);
                             }
                         };
-                        if datatype.is_loc() {
-                            seg.update_loc(base + off as usize + e, n, apply);
+                        if datatype.updated_whole() {
+                            seg.update_locked(base + off as usize + e, n, apply);
                         } else {
                             seg.update(base + off as usize + e, n, apply);
                         }

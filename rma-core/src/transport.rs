@@ -26,11 +26,12 @@ pub struct Capabilities {
     /// atomics: bit `(op - 1) * 10 + (datatype - 1)` of the wire codes (ops 1 to 12,
     /// datatypes 1 to 10).
     pub atomics: u128,
-    /// The (value, location) pairs' operations (MINLOC, MAXLOC, replace, no-op) run
-    /// natively, each pair updated whole against every other such update of the
-    /// window (rma-shm: under the target window's accumulate lock, which its own
-    /// application of active messages takes too). No network atomic updates a pair.
-    pub loc_atomics: bool,
+    /// The operations on elements no CPU or network atomic takes
+    /// ([`DataType::updated_whole`]: the (value, location) pairs of MINLOC and MAXLOC,
+    /// long double) run natively, each element updated whole against every other such
+    /// update of the window (rma-shm: under the target window's accumulate lock, which
+    /// its own application of active messages takes too).
+    pub locked_atomics: bool,
     /// Datatypes whose compare-and-swap runs natively: bit `datatype`.
     pub compare_and_swap: u16,
     /// Largest payload sent inline with the request (no completion needed for the buffer).
@@ -73,13 +74,13 @@ impl Capabilities {
         shared_memory: false,
         native_locks: false,
         get_in_call: false,
-        loc_atomics: false,
+        locked_atomics: false,
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
     };
 
     /// The bit for an (op, datatype) pair of plain numbers in [`atomics`](Self::atomics)
-    /// (pairs and MINLOC/MAXLOC have [`loc_atomics`](Self::loc_atomics) instead).
+    /// (pairs and MINLOC/MAXLOC have [`locked_atomics`](Self::locked_atomics) instead).
     pub const fn atomic_bit(op: AccOp, datatype: DataType) -> u128 {
         // 12 ops x 10 types = 120 bits.
         1u128 << ((op as u32 - 1) * 10 + (datatype as u32 - 1))
@@ -87,8 +88,8 @@ impl Capabilities {
 
     /// Whether (op, datatype) runs natively.
     pub const fn has_atomic(&self, op: AccOp, datatype: DataType) -> bool {
-        if datatype.is_loc() || matches!(op, AccOp::MinLoc | AccOp::MaxLoc) {
-            return self.loc_atomics && op.valid_for(datatype);
+        if datatype.updated_whole() || matches!(op, AccOp::MinLoc | AccOp::MaxLoc) {
+            return self.locked_atomics && op.valid_for(datatype);
         }
         self.atomics & Self::atomic_bit(op, datatype) != 0
     }
@@ -524,13 +525,13 @@ pub trait Segment: Send + Sync + Any {
     /// Read-modify-write of `len` bytes, atomic with respect to this backend's native
     /// atomics on the same window.
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8]));
-    /// Read-modify-write of one (value, location) pair of `len` bytes (MINLOC, MAXLOC,
-    /// their replace and no-op), whole with respect to the native pair updates of
-    /// [`Capabilities::loc_atomics`] on this window (rma-shm takes the window's
-    /// accumulate lock). The default is [`update`](Self::update): right for a backend
-    /// without native pair updates, whose active messages the engine applies one at a
-    /// time.
-    fn update_loc(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+    /// Read-modify-write of one element of `len` bytes that no atomic takes
+    /// ([`DataType::updated_whole`]: a MINLOC/MAXLOC pair, a long double), whole with
+    /// respect to the native updates of [`Capabilities::locked_atomics`] on this window
+    /// (rma-shm takes the window's accumulate lock). The default is
+    /// [`update`](Self::update): right for a backend without such native updates, whose
+    /// active messages the engine applies one at a time.
+    fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
         self.update(offset, len, f)
     }
     /// What a peer needs to reach this memory natively (address, key); exchanged at
@@ -1027,17 +1028,17 @@ mod tests {
     }
 
     // The pairs of MINLOC/MAXLOC are native exactly where a backend says it updates them
-    // whole (`loc_atomics`), for the ops valid on them, and never through the mask of
+    // whole (`locked_atomics`), for the ops valid on them, and never through the mask of
     // plain numbers (whose bits would run past 128).
     #[test]
-    fn pairs_are_native_only_with_loc_atomics() {
+    fn pairs_are_native_only_with_locked_atomics() {
         let with = Capabilities {
             atomics: Capabilities::all_atomics(),
-            loc_atomics: true,
+            locked_atomics: true,
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
         let without = Capabilities {
-            loc_atomics: false,
+            locked_atomics: false,
             ..with
         };
         for op in (1..=14).filter_map(AccOp::from_code) {

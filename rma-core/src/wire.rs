@@ -357,7 +357,7 @@ impl<'a> Reader<'a> {
     fn op(&mut self) -> Result<(AccOp, DataType), DecodeError> {
         let op = AccOp::from_code(self.u8()?).ok_or("unknown accumulate op")?;
         let dt = DataType::from_code(self.u8()?).ok_or("unknown datatype")?;
-        if !op.valid_for(dt) {
+        if !crate::datatype::computable(op, dt) {
             return Err("accumulate op not defined for datatype");
         }
         Ok((op, dt))

@@ -1195,7 +1195,7 @@ fn notified_puts(e: Engine) -> Result<()> {
 
 /// MINLOC/MAXLOC on pairs: one Accumulate message each where nothing is native (no put,
 /// get or lock for them), none at all where the backend updates
-/// pairs natively (`loc_atomics`: the simulated shared memory), and never natively where
+/// pairs natively (`locked_atomics`: the simulated shared memory), and never natively where
 /// the backend has only plain atomics (`Profile::Rdma`). The target's pairs end exact.
 #[test]
 fn a_pair_update_is_one_message_or_none_and_lands_whole() {

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 /* ---- rma-mpi's own handles ------------------------------------------------------ */
 /* They must never equal a handle of the MPI library, and must be recognised as ours in
@@ -102,7 +103,9 @@ int rmampi_predefined_code(MPI_Datatype t) {
     }
     if (t == MPI_REAL) return 9;
     if (t == MPI_DOUBLE_PRECISION) return 10;
-    if (t == MPI_LONG_DOUBLE || t == MPI_C_FLOAT_COMPLEX || t == MPI_C_DOUBLE_COMPLEX ||
+    /* x86-64's long double: 80 bits in 16 bytes, rma's LongDouble (arithmetic below). */
+    if (t == MPI_LONG_DOUBLE) return sizeof(long double) == 16 ? 16 : 0;
+    if (t == MPI_C_FLOAT_COMPLEX || t == MPI_C_DOUBLE_COMPLEX ||
         t == MPI_C_LONG_DOUBLE_COMPLEX || t == MPI_CHARACTER || t == MPI_LOGICAL ||
         t == MPI_COMPLEX || t == MPI_DOUBLE_COMPLEX)
         return 0;
@@ -300,6 +303,26 @@ const struct rmampi_constants rmampi_constants = {
     MPI_WIN_SIZE,
     MPI_WIN_UNIFIED,
 };
+
+/* ---- long double arithmetic, for rma's LongDouble elements ---------------------- */
+/* Whether rma can carry C's long double as its LongDouble (16 bytes). */
+int rmampi_has_long_double(void) { return sizeof(long double) == 16; }
+
+/* target = op(target, origin) for one long double, with rma's AccOp codes: 1 sum, 2
+ * prod, 3 min, 4 max (the others never reach here). */
+void rmampi_long_double_apply(int op, void *target, const void *origin) {
+    long double t, o;
+    memcpy(&t, target, sizeof t);
+    memcpy(&o, origin, sizeof o);
+    switch (op) {
+    case 1: t = t + o; break;
+    case 2: t = t * o; break;
+    case 3: t = o < t ? o : t; break;
+    case 4: t = o > t ? o : t; break;
+    default: return;
+    }
+    memcpy(target, &t, sizeof t);
+}
 
 /* ---- for rma's bootstrap over MPI (bootstrap.rs) ----------------------------- */
 MPI_Datatype rmampi_byte(void) { return MPI_BYTE; }

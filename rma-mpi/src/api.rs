@@ -152,7 +152,24 @@ fn target(rank: c_int, disp: MPI_Aint, n: i64, dt: MPI_Datatype) -> MpiResult<Ta
 
 // ---- start and stop ----------------------------------------------------------------
 
+/// C's long double arithmetic, for rma's LongDouble accumulates (MPI_LONG_DOUBLE).
+fn long_double_arithmetic(op: rma::AccOp, target: &mut [u8; 16], origin: &[u8; 16]) {
+    // SAFETY: two 16-byte buffers, which the C side reads and writes as one long double
+    // each (rmampi_has_long_double said it is 16 bytes).
+    unsafe {
+        sys::rmampi_long_double_apply(
+            op as c_int,
+            target.as_mut_ptr().cast(),
+            origin.as_ptr().cast(),
+        )
+    }
+}
+
 fn start_rma() {
+    // SAFETY: a plain query.
+    if unsafe { sys::rmampi_has_long_double() } != 0 {
+        rma::engine::set_long_double_arithmetic(long_double_arithmetic);
+    }
     // The configuration from the environment: the progress agent runs where peers need
     // it from the start (networks) and is started by the first window of active
     // messages on shared memory (`window::create`), unless RMA_ASYNC_PROGRESS=0.

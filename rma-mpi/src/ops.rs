@@ -254,10 +254,15 @@ macro_rules! by_element {
                 let $v = &$w.views.loc_i16;
                 $body
             }
+            16 => {
+                type $t = rma::LongDouble;
+                let $v = &$w.views.long_double;
+                $body
+            }
             _ => Err(MpiError::new(
                 int!(MPI_ERR_TYPE),
-                "accumulate on a datatype whose elements rma has no type for (long double, \
-                 complex, MPI_LONG_DOUBLE_INT) or of mixed types",
+                "accumulate on a datatype whose elements rma has no type for (complex, \
+                 MPI_LONG_DOUBLE_INT) or of mixed types",
             )),
         }
     };

@@ -3,7 +3,7 @@
 //! predefined objects, which differ between MPICH's ABI, Open MPI's and the MPI-5
 //! standard ABI).
 
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_void};
 
 #[allow(
     non_camel_case_types,
@@ -46,6 +46,8 @@ extern "C" {
     pub fn rmampi_byte() -> MPI_Datatype;
     pub fn rmampi_int() -> MPI_Datatype;
     pub fn rmampi_thread_level_serialized() -> c_int;
+    pub fn rmampi_has_long_double() -> c_int;
+    pub fn rmampi_long_double_apply(op: c_int, target: *mut c_void, origin: *const c_void);
 }
 
 /// The bits of a handle, whatever the ABI makes it (an `int` in MPICH, a pointer in

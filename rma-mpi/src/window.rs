@@ -38,6 +38,8 @@ pub struct Views {
     pub loc_i64: Elements<rma::LocI64>,
     pub loc_i32: Elements<rma::LocI32>,
     pub loc_i16: Elements<rma::LocI16>,
+    /// MPI_LONG_DOUBLE (x86-64's 80-bit long double, C's arithmetic).
+    pub long_double: Elements<rma::LongDouble>,
 }
 
 impl Views {
@@ -58,6 +60,7 @@ impl Views {
             loc_i64: w.elements(),
             loc_i32: w.elements(),
             loc_i16: w.elements(),
+            long_double: w.elements(),
         }
     }
 }

@@ -149,7 +149,7 @@ impl Segment for LocalSegment {
         // engine's window lock) or a misaligned element: through a copy.
         self.region.update_through_copy(offset, len, f);
     }
-    fn update_loc(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+    fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
         match &self.lock_words {
             Some(words) => {
                 with_accumulate_lock(words, || self.region.update_through_copy(offset, len, f))
@@ -479,7 +479,7 @@ impl WindowOps for ShmWindow {
                 operand,
                 fetch,
                 ..
-            } if datatype.is_loc() => {
+            } if datatype.updated_whole() => {
                 let mut old = Fetched::zeroed(operand.len());
                 self.atomic_into(target, offset, atomic, old.as_mut_slice())?;
                 fetch.then_some(old)
@@ -536,7 +536,7 @@ impl WindowOps for ShmWindow {
                 datatype,
                 operand,
                 ..
-            } if datatype.is_loc() => {
+            } if datatype.updated_whole() => {
                 let words = self.lock_word(target)?;
                 self.with_mapped(target, offset, operand.len(), |region, off| {
                     with_accumulate_lock(words, || {
@@ -1089,7 +1089,7 @@ fn full_capabilities() -> Capabilities {
         shared_memory: true,
         native_locks: true,
         get_in_call: true,
-        loc_atomics: true,
+        locked_atomics: true,
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
     }
@@ -1120,7 +1120,7 @@ impl Transport for ShmTransport {
             // accumulate lock).
             PeerMemory::Dynamic { .. } => Capabilities {
                 native_locks,
-                loc_atomics: false,
+                locked_atomics: false,
                 ..full_capabilities()
             },
             PeerMemory::CrossMemory { .. } => Capabilities {

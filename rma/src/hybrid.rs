@@ -673,7 +673,7 @@ fn across_nodes(c: Capabilities) -> Capabilities {
     Capabilities {
         atomics: 0,
         compare_and_swap: 0,
-        loc_atomics: false,
+        locked_atomics: false,
         native_locks: false,
         ..c
     }

@@ -136,7 +136,7 @@ impl<T: Element> Window<T> {
     }
 
     pub(super) fn check_op(op: AccOp) -> Result<()> {
-        if op.valid_for(T::DATATYPE) {
+        if crate::datatype::computable(op, T::DATATYPE) {
             Ok(())
         } else {
             Err(UsageError::OpNotForType {

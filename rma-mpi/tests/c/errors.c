@@ -111,9 +111,9 @@ int main(int argc, char **argv) {
     float g = 0;
     EXPECT(MPI_Compare_and_swap(&f, &f, &g, MPI_FLOAT, right, 0, win), MPI_ERR_UNSUPPORTED_OPERATION);
     /* Pairs are rma elements, updated whole: MPI_REPLACE and MPI_NO_OP on 16-byte pairs
-     * go, and read back what was written. MPI_LONG_DOUBLE_INT and long double have no rma
-     * element: a concurrent writer could tear them (several words, each atomic alone), so
-     * they are refused. */
+     * go, and read back what was written. MPI_LONG_DOUBLE_INT has no rma element: a
+     * concurrent writer could tear it (several words, each atomic alone), so it is
+     * refused. */
     struct { long v; int i; } li = {5 + rank, 1}, li_out = {0, 0}, lis[2] = {{1, 1}, {2, 2}};
     struct { double v; int i; } di = {1.5, 2}, di_out = {0, 0};
     struct { long double v; int i; } ldi = {1.0L, 1};
@@ -140,9 +140,22 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Accumulate(&ldi, 1, MPI_LONG_DOUBLE_INT, right, 0, 1, MPI_LONG_DOUBLE_INT,
                           MPI_REPLACE, win),
            MPI_ERR_TYPE);
+    /* Long double is rma's LongDouble, with C's arithmetic: 1 + 2^-60 exists in 80 bits
+     * (64 of mantissa), not in a double. */
+    long double tiny = 1.0L / (1ULL << 60), ld_out = 0;
     EXPECT(MPI_Accumulate(&ld, 1, MPI_LONG_DOUBLE, right, 0, 1, MPI_LONG_DOUBLE, MPI_REPLACE,
                           win),
-           MPI_ERR_TYPE);
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(&tiny, 1, MPI_LONG_DOUBLE, right, 0, 1, MPI_LONG_DOUBLE, MPI_SUM, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Fetch_and_op(NULL, &ld_out, MPI_LONG_DOUBLE, right, 0, MPI_NO_OP, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (ld_out != 1.0L + tiny || ld_out == 1.0L) {
+        fprintf(stderr, "[%d] long double sum read back %.21Lg\n", rank, ld_out);
+        errors++;
+    }
     MPI_Datatype pairs;
     MPI_Type_contiguous(2, MPI_LONG_INT, &pairs);
     MPI_Type_commit(&pairs);

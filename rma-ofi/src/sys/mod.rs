@@ -267,12 +267,15 @@ fn datatype(dt: DataType) -> ffi::fi_datatype {
         DataType::F64 => ffi::fi_datatype_FI_DOUBLE,
         // libfabric has no (value, location) pairs: the end of its enumeration, which
         // every atomic call and validity query refuses (the engine never posts one:
-        // `Capabilities::loc_atomics` is false here).
+        // `Capabilities::locked_atomics` is false here).
         DataType::LocF32
         | DataType::LocF64
         | DataType::LocI64
         | DataType::LocI32
-        | DataType::LocI16 => ffi::fi_datatype_FI_DATATYPE_LAST,
+        | DataType::LocI16
+        // Nor long double: FI_LONG_DOUBLE exists, but providers' support differs, and a
+        // native atomic of it would not meet the CPU's under one lock at the target.
+        | DataType::LongDouble => ffi::fi_datatype_FI_DATATYPE_LAST,
     }
 }
 
