@@ -152,17 +152,121 @@ pub(crate) enum Memory {
 }
 
 impl Memory {
-    /// The segment and in-segment offset an extent falls in, if it lies wholly inside.
-    pub(crate) fn resolve(&self, e: &Extent) -> Option<(&Arc<dyn Segment>, usize)> {
+    /// The segment and in-segment offset an extent falls in, if it lies wholly inside:
+    /// the window's segment, one attached region, or attached regions that follow each
+    /// other without a gap (MPI lets an op of a dynamic window run across regions
+    /// attached side by side: [`Adjacent`]).
+    pub(crate) fn resolve(&self, e: &Extent) -> Option<(Arc<dyn Segment>, usize)> {
         let (seg, offset) = match self {
-            Memory::Static(s) => (s, e.offset),
-            Memory::Dynamic(regions) => regions
-                .iter()
-                .find(|(base, s)| e.offset >= *base && e.offset - base < s.len() as u64)
-                .map(|(base, s)| (s, e.offset - base))?,
+            Memory::Static(s) => (s.clone(), e.offset),
+            Memory::Dynamic(regions) => {
+                let (base, first) = regions
+                    .iter()
+                    .find(|(base, s)| e.offset >= *base && e.offset - base < s.len() as u64)?;
+                let offset = e.offset - base;
+                let end = offset.checked_add(e.span())?;
+                if end <= first.len() as u64 {
+                    (first.clone(), offset)
+                } else {
+                    (Adjacent::from(regions, *base, end)?, offset)
+                }
+            }
         };
         let end = offset.checked_add(e.span())?;
         (end <= seg.len() as u64).then_some((seg, offset as usize))
+    }
+}
+
+/// Attached regions that follow each other in the target's address space, as one
+/// segment from the first one's start: an op that runs across them lands in each its
+/// part. An element cut by a boundary is updated through a copy, not atomically (MPI
+/// says nothing of an element split between two attachments; none of its basic types
+/// straddles memory the program attached in two pieces).
+struct Adjacent {
+    /// (offset of the region in the span, the region).
+    parts: Vec<(usize, Arc<dyn Segment>)>,
+    len: usize,
+}
+
+impl Adjacent {
+    /// The regions from the one at `base` on, each starting where the last ended, as
+    /// far as `end` bytes past `base`; `None` where a gap comes first.
+    fn from(regions: &[(u64, Arc<dyn Segment>)], base: u64, end: u64) -> Option<Arc<dyn Segment>> {
+        let mut parts = Vec::new();
+        let mut at = base;
+        while at - base < end {
+            let (_, s) = regions.iter().find(|(b, s)| *b == at && !s.is_empty())?;
+            parts.push(((at - base) as usize, s.clone()));
+            at = at.checked_add(s.len() as u64)?;
+        }
+        Some(Arc::new(Adjacent {
+            parts,
+            len: (at - base) as usize,
+        }))
+    }
+
+    /// The pieces of `[offset, offset + len)`: (region, offset in it, offset in the
+    /// range, length).
+    fn pieces(
+        &self,
+        offset: usize,
+        len: usize,
+    ) -> impl Iterator<Item = (&Arc<dyn Segment>, usize, usize, usize)> {
+        self.parts.iter().filter_map(move |(start, s)| {
+            let from = offset.max(*start);
+            let to = (offset + len).min(start + s.len());
+            (from < to).then(|| (s, from - start, from - offset, to - from))
+        })
+    }
+
+    /// The one region holding all of `[offset, offset + len)`, with the offset in it.
+    fn within_one(&self, offset: usize, len: usize) -> Option<(&Arc<dyn Segment>, usize)> {
+        let mut pieces = self.pieces(offset, len);
+        let (s, at, _, n) = pieces.next()?;
+        (n == len).then_some((s, at))
+    }
+
+    fn through_copy(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        let mut buf = vec![0; len];
+        self.read(offset, &mut buf);
+        f(&mut buf);
+        self.write(offset, &buf);
+    }
+}
+
+impl Segment for Adjacent {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        for (s, at, into, n) in self.pieces(offset, dst.len()) {
+            s.read(at, &mut dst[into..into + n]);
+        }
+    }
+    fn write(&self, offset: usize, src: &[u8]) {
+        for (s, at, from, n) in self.pieces(offset, src.len()) {
+            s.write(at, &src[from..from + n]);
+        }
+    }
+    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        match self.within_one(offset, len) {
+            Some((s, at)) => s.update(at, len, f),
+            None => self.through_copy(offset, len, f),
+        }
+    }
+    fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        match self.within_one(offset, len) {
+            Some((s, at)) => s.update_locked(at, len, f),
+            None => self.through_copy(offset, len, f),
+        }
+    }
+    fn descriptor(&self) -> Vec<u8> {
+        // Never sent: made per op at the target.
+        Vec::new()
+    }
+    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn crate::transport::UserMemory>> {
+        // A view of regions the window keeps: nothing of the user's to give back.
+        None
     }
 }
 

@@ -515,6 +515,55 @@ static void requests_and_flushes(MPI_Comm comm) {
 #endif
 }
 
+/* A dynamic window whose rank attaches one array in two halves, side by side: a put,
+ * an accumulate and a get of the right neighbour's array run across the boundary (MPI
+ * lets an op span adjacent attachments), under lock and in a fence epoch. */
+static void adjacent_regions(MPI_Comm comm) {
+    enum { LONGS = 64, HALF = LONGS / 2, LEN = 16 };
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    long *mem = calloc(LONGS, sizeof(long));
+    MPI_Win win;
+    OK(MPI_Win_create_dynamic(MPI_INFO_NULL, comm, &win));
+    OK(MPI_Win_attach(win, mem, HALF * sizeof(long)));
+    OK(MPI_Win_attach(win, mem + HALF, HALF * sizeof(long)));
+    MPI_Aint mine, *addrs = malloc(size * sizeof(MPI_Aint));
+    MPI_Get_address(mem, &mine);
+    MPI_Allgather(&mine, 1, MPI_AINT, addrs, 1, MPI_AINT, comm);
+    /* LEN longs from HALF - LEN/2: half in each attachment. */
+    MPI_Aint at = addrs[right] + (HALF - LEN / 2) * sizeof(long);
+    long out[LEN], ones[LEN], back[LEN];
+    for (int i = 0; i < LEN; i++) {
+        out[i] = 1000 * rank + i;
+        ones[i] = 1;
+        back[i] = -1;
+    }
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win));
+    OK(MPI_Put(out, LEN, MPI_LONG, right, at, LEN, MPI_LONG, win));
+    OK(MPI_Win_flush(right, win));
+    OK(MPI_Accumulate(ones, LEN, MPI_LONG, right, at, LEN, MPI_LONG, MPI_SUM, win));
+    OK(MPI_Win_flush(right, win));
+    OK(MPI_Get(back, LEN, MPI_LONG, right, at, LEN, MPI_LONG, win));
+    OK(MPI_Win_unlock(right, win));
+    for (int i = 0; i < LEN; i++)
+        CHECK(back[i] == 1000 * rank + i + 1, "across attachments: element %d is %ld", i, back[i]);
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Accumulate(ones, LEN, MPI_LONG, right, at, LEN, MPI_LONG, MPI_SUM, win));
+    OK(MPI_Win_fence(0, win));
+    for (int i = 0; i < LEN; i++)
+        CHECK(mem[HALF - LEN / 2 + i] == 1000 * left + i + 2,
+              "across attachments, from the left: element %d is %ld", i, mem[HALF - LEN / 2 + i]);
+    CHECK(mem[HALF - LEN / 2 - 1] == 0 && mem[HALF + LEN / 2] == 0, "outside the op untouched");
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Win_detach(win, mem));
+    OK(MPI_Win_detach(win, mem + HALF));
+    OK(MPI_Win_free(&win));
+    free(addrs);
+    free(mem);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -565,6 +614,7 @@ int main(int argc, char **argv) {
     attributes(MPI_COMM_WORLD);
     requests_and_flushes(MPI_COMM_WORLD);
     requests_and_flushes(split);
+    adjacent_regions(MPI_COMM_WORLD);
     MPI_Comm_free(&split);
     int total = 0;
     MPI_Reduce(&errors, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
