@@ -38,11 +38,12 @@ cargo test --workspace --all-features --exclude rma-mpi
 for cc in mpicc.mpich mpicc.openmpi; do
   MPICC=$cc CARGO_TARGET_DIR=target/$cc cargo test -p rma-conformance --features mpi \
     --test conformance -- mpi_and_rma_in_one_process
-  MPICC=$cc CARGO_TARGET_DIR=target/$cc cargo test -p rma-mpi
+  RMA_REQUIRE_FORTRAN=1 MPICC=$cc CARGO_TARGET_DIR=target/$cc cargo test -p rma-mpi
 done
-# librma-mpi for the MPI-5 standard ABI: built with MPICH 5.0.2's mpicc_abi (the wheel's
-# venv above), its C tests built the same way and run on libmpi_abi.
+# MPICH 5.0.2 (the wheel's venv above), both its ABIs: MPICH's own (mpicc, libmpi) and
+# the MPI-5 standard ABI (mpicc_abi, libmpi_abi), the C tests built by the same wrapper.
 mpich5=$(cd "$RMA_TEST_LIBFABRIC2/../.." && pwd)
+MPICC=$mpich5/bin/mpicc CARGO_TARGET_DIR=target/mpich5 cargo test -p rma-mpi
 MPICC=$mpich5/bin/mpicc_abi CARGO_TARGET_DIR=target/mpicc_abi cargo test -p rma-mpi
 # The verbs backend: the host kernel has no RDMA, so its tests run inside a qemu VM with
 # soft-RoCE (rdma_rxe): conformance on 2-4 ranks, a killed peer, latency beside perftest.
