@@ -26,6 +26,11 @@ pub trait Memory: Send + Sync + 'static {
     fn write(&self, offset: usize, src: &[u8]);
     /// [`Segment::update`].
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8]));
+    /// [`Segment::update_locked`]: the shared-memory segment of a hybrid world takes its
+    /// window's accumulate lock, as the node's ranks do for their native updates.
+    fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        self.update(offset, len, f)
+    }
     /// [`Segment::local_base`].
     fn local_base(&self) -> Option<usize>;
     /// [`Segment::shared_base`].
@@ -77,6 +82,9 @@ impl Memory for Arc<dyn Segment> {
     }
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
         Segment::update(&**self, offset, len, f)
+    }
+    fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        Segment::update_locked(&**self, offset, len, f)
     }
     fn local_base(&self) -> Option<usize> {
         Segment::local_base(&**self)
@@ -141,6 +149,11 @@ impl<M: Memory, R: Registration> Segment for WindowSegment<M, R> {
     }
     fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
         self.memory.update(offset, len, f)
+    }
+    fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
+        // Handed on: a hybrid world's window is the node's shared-memory segment, whose
+        // pair and long double updates must take the lock its node's ranks take.
+        self.memory.update_locked(offset, len, f)
     }
     fn descriptor(&self) -> Vec<u8> {
         let base = self.memory.local_base().unwrap_or(0);
@@ -230,6 +243,42 @@ mod tests {
         fn descriptor(&self, base: usize) -> Vec<u8> {
             vec![self.0, (base != 0) as u8]
         }
+    }
+
+    /// A segment that says which kind of update reached it.
+    struct Updates(std::sync::Mutex<Vec<&'static str>>);
+    impl Segment for Updates {
+        fn len(&self) -> usize {
+            16
+        }
+        fn read(&self, _: usize, _: &mut [u8]) {}
+        fn write(&self, _: usize, _: &[u8]) {}
+        fn update(&self, _: usize, _: usize, _: &mut dyn FnMut(&mut [u8])) {
+            self.0.lock().unwrap().push("update");
+        }
+        fn update_locked(&self, _: usize, _: usize, _: &mut dyn FnMut(&mut [u8])) {
+            self.0.lock().unwrap().push("update_locked");
+        }
+        fn descriptor(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
+            None
+        }
+    }
+
+    // A hybrid world's window is a WindowSegment over the node's shared-memory segment:
+    // a pair or long double update arriving by message must reach that segment's
+    // locked update (the lock the node's ranks take), not its plain one. (Without the
+    // forwarding, hybrid MINLOC swaps lost a pair now and then under load.)
+    #[test]
+    fn locked_updates_reach_the_segment_underneath() {
+        let inner = Arc::new(Updates(Default::default()));
+        let node: Arc<dyn Segment> = inner.clone();
+        let window = WindowSegment::new(node, Some(Key(1)));
+        Segment::update_locked(&window, 0, 16, &mut |_| {});
+        Segment::update(&window, 0, 8, &mut |_| {});
+        assert_eq!(*inner.0.lock().unwrap(), ["update_locked", "update"]);
     }
 
     #[test]
