@@ -32,6 +32,8 @@ pub enum DataType {
     /// x86-64's `long double` ([`LongDouble`]: 80-bit extended precision in 16 bytes),
     /// whose arithmetic the process provides ([`set_long_double_arithmetic`]).
     LongDouble,
+    /// [`LocLongDouble`] (MPI_LONG_DOUBLE_INT).
+    LocLongDouble,
 }
 
 impl DataType {
@@ -44,6 +46,7 @@ impl DataType {
             DataType::U64 | DataType::I64 | DataType::F64 => 8,
             DataType::LocF32 | DataType::LocI32 | DataType::LocI16 => 8,
             DataType::LocF64 | DataType::LocI64 | DataType::LongDouble => 16,
+            DataType::LocLongDouble => 32,
         }
     }
 
@@ -69,6 +72,7 @@ impl DataType {
                 | DataType::LocI64
                 | DataType::LocI32
                 | DataType::LocI16
+                | DataType::LocLongDouble
         )
     }
 
@@ -92,6 +96,7 @@ impl DataType {
             14 => LocI32,
             15 => LocI16,
             16 => LongDouble,
+            17 => LocLongDouble,
             _ => return None,
         })
     }
@@ -126,7 +131,8 @@ macro_rules! element {
 }
 element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
     i64 => I64, f32 => F32, f64 => F64, LocF32 => LocF32, LocF64 => LocF64, LocI64 => LocI64,
-    LocI32 => LocI32, LocI16 => LocI16, LongDouble => LongDouble);
+    LocI32 => LocI32, LocI16 => LocI16, LongDouble => LongDouble,
+    LocLongDouble => LocLongDouble);
 
 /// x86-64's `long double` (C's, MPI_LONG_DOUBLE): 80-bit extended precision, stored in
 /// 16 bytes (the top 6 padding). Rust has no such type: the bytes are carried as they
@@ -135,6 +141,66 @@ element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct LongDouble(pub [u8; 16]);
+
+impl LongDouble {
+    /// Its place in the order of long doubles, read from the 80 bits themselves
+    /// (sign, 15-bit exponent, 64-bit mantissa with its explicit integer bit): the
+    /// magnitude is the exponent and mantissa as one number, so no arithmetic is
+    /// needed; +0 and -0 are equal, and a NaN is unordered (`None`).
+    pub fn order(&self) -> LongDoubleOrder {
+        let b = &self.0;
+        let mantissa = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
+        let sign_exponent = u16::from_le_bytes([b[8], b[9]]);
+        let exponent = sign_exponent & 0x7fff;
+        if exponent == 0x7fff && mantissa << 1 != 0 {
+            return LongDoubleOrder(None);
+        }
+        let magnitude = (i128::from(exponent) << 64) | i128::from(mantissa);
+        LongDoubleOrder(Some(if sign_exponent & 0x8000 != 0 {
+            -magnitude
+        } else {
+            magnitude
+        }))
+    }
+}
+
+/// A long double's place in their order ([`LongDouble::order`]); NaN compares with
+/// nothing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LongDoubleOrder(Option<i128>);
+
+impl PartialOrd for LongDoubleOrder {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => Some(a.cmp(&b)),
+            _ => None,
+        }
+    }
+}
+
+/// A long double and its location: C's `struct { long double value; int index; }` (32
+/// bytes, 12 of them padding), MPI_LONG_DOUBLE_INT. MINLOC and MAXLOC compare the
+/// values by their bits ([`LongDouble::order`]), with no arithmetic.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LocLongDouble {
+    /// The value compared.
+    pub value: LongDouble,
+    /// Its location.
+    pub index: i32,
+    padding: [u32; 3],
+}
+
+impl LocLongDouble {
+    /// A value at a location.
+    pub const fn new(value: LongDouble, index: i32) -> Self {
+        LocLongDouble {
+            value,
+            index,
+            padding: [0; 3],
+        }
+    }
+}
 
 /// `target = op(target, origin)` on long doubles (Sum, Prod, Min, Max), as C computes.
 pub type LongDoubleArithmetic = fn(AccOp, &mut [u8; 16], &[u8; 16]);
@@ -377,7 +443,8 @@ macro_rules! each_element {
             | DataType::LocI64
             | DataType::LocI32
             | DataType::LocI16
-            | DataType::LongDouble => {}
+            | DataType::LongDouble
+            | DataType::LocLongDouble => {}
         }
     }};
     (@run $ty:ty, $target:expr, $origin:expr, $t:ident, $a:ident, $b:ident, $body:expr) => {{
@@ -411,6 +478,9 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
             DataType::LocI64 => locs::<LocI64, _>(op, target, origin, |l| l.value, |l| l.index),
             DataType::LocI32 => locs::<LocI32, _>(op, target, origin, |l| l.value, |l| l.index),
             DataType::LocI16 => locs::<LocI16, _>(op, target, origin, |l| l.value, |l| l.index),
+            DataType::LocLongDouble => {
+                locs::<LocLongDouble, _>(op, target, origin, |l| l.value.order(), |l| l.index)
+            }
             // Refused for plain numbers (`valid_for`).
             _ => {}
         },
@@ -600,6 +670,40 @@ mod tests {
             std::mem::size_of::<LongDouble>(),
             DataType::LongDouble.size()
         );
+    }
+
+    /// An 80-bit long double of (sign, exponent, mantissa), in its 16 bytes.
+    fn f80(negative: bool, exponent: u16, mantissa: u64) -> LongDouble {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&mantissa.to_le_bytes());
+        b[8..10].copy_from_slice(&(exponent | if negative { 0x8000 } else { 0 }).to_le_bytes());
+        LongDouble(b)
+    }
+
+    // Long doubles are ordered by their bits (no arithmetic): 1 < 1.5 < 2, -2 < -1,
+    // +0 == -0, NaN unordered; MINLOC/MAXLOC of MPI_LONG_DOUBLE_INT pairs use it.
+    #[test]
+    fn long_double_pairs_order_by_their_bits() {
+        let one = f80(false, 0x3fff, 1 << 63);
+        let one_and_half = f80(false, 0x3fff, 3 << 62);
+        let two = f80(false, 0x4000, 1 << 63);
+        let minus_one = f80(true, 0x3fff, 1 << 63);
+        let minus_two = f80(true, 0x4000, 1 << 63);
+        let nan = f80(false, 0x7fff, 3 << 62);
+        assert!(one.order() < one_and_half.order() && one_and_half.order() < two.order());
+        assert!(minus_two.order() < minus_one.order() && minus_one.order() < one.order());
+        assert_eq!(f80(false, 0, 0).order(), f80(true, 0, 0).order());
+        assert!(nan.order().partial_cmp(&one.order()).is_none());
+        let at = LocLongDouble::new;
+        assert_eq!(acc(AccOp::MaxLoc, at(one, 4), at(two, 9)), at(two, 9));
+        assert_eq!(acc(AccOp::MinLoc, at(one, 4), at(two, 9)), at(one, 4));
+        assert_eq!(acc(AccOp::MinLoc, at(one, 4), at(one, 2)), at(one, 2));
+        assert_eq!(acc(AccOp::MinLoc, at(one, 4), at(nan, 0)), at(one, 4));
+        assert_eq!(
+            std::mem::size_of::<LocLongDouble>(),
+            DataType::LocLongDouble.size()
+        );
+        assert_eq!(std::mem::offset_of!(LocLongDouble, index), 16);
     }
 
     #[test]

@@ -1042,8 +1042,8 @@ mod tests {
             ..with
         };
         for op in (1..=14).filter_map(AccOp::from_code) {
-            for dt in (1..=15).filter_map(DataType::from_code) {
-                let pairs = dt.is_loc() || matches!(op, AccOp::MinLoc | AccOp::MaxLoc);
+            for dt in (1..=17).filter_map(DataType::from_code) {
+                let pairs = dt.updated_whole() || matches!(op, AccOp::MinLoc | AccOp::MaxLoc);
                 assert_eq!(with.has_atomic(op, dt), op.valid_for(dt), "{op:?} {dt:?}");
                 if pairs {
                     assert!(!without.has_atomic(op, dt), "{op:?} {dt:?}");

@@ -52,8 +52,9 @@ int rmampi_max_requests(void) { return RMAMPI_REQUESTS; }
 
 /* ---- predefined objects ----------------------------------------------------------- */
 /* Element codes of rma (rma_core::DataType): 1 u8, 2 u16, 3 u32, 4 u64, 5 i8, 6 i16,
- * 7 i32, 8 i64, 9 f32, 10 f64, and the (value, int) pairs of MINLOC/MAXLOC: 11 float,
- * 12 double, 13 64-bit integer, 14 int, 15 short; 0: no rma element (bytes only: put
+ * 7 i32, 8 i64, 9 f32, 10 f64, the (value, int) pairs of MINLOC/MAXLOC: 11 float,
+ * 12 double, 13 64-bit integer, 14 int, 15 short, 17 long double; 16 long double (x86-64's
+ * 80 bits in 16 bytes); 0: no rma element (bytes only: put
  * and get work, an accumulate other than REPLACE/NO_OP is unsupported); -1: not a
  * predefined type. */
 static int code_of_int(size_t size, int is_signed) {
@@ -115,7 +116,7 @@ int rmampi_predefined_code(MPI_Datatype t) {
     if (t == MPI_LONG_INT) return sizeof(long) == 8 ? 13 : 14;
     if (t == MPI_2INT) return 14;
     if (t == MPI_SHORT_INT) return 15;
-    if (t == MPI_LONG_DOUBLE_INT) return 0;
+    if (t == MPI_LONG_DOUBLE_INT) return sizeof(long double) == 16 ? 17 : 0;
     return -1;
 }
 

@@ -394,8 +394,8 @@ fn typemap(
         if unsafe { sys::rmampi_is_pair(datatype) } != 0 {
             // A pair of MINLOC/MAXLOC moves whole, its padding too (MPI_SHORT_INT has a
             // hole): one run of its extent, an rma pair element (rma::LocF64 and its
-            // siblings, updated whole); MPI_LONG_DOUBLE_INT has none and is refused
-            // where a torn update could be seen.
+            // siblings, updated whole); a pair type rma had no element for would be
+            // refused where a torn update could be seen.
             let (_, extent) = extent_of(datatype)?;
             if code > 0 {
                 codes.insert(code as u8);

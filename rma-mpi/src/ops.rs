@@ -259,10 +259,15 @@ macro_rules! by_element {
                 let $v = &$w.views.long_double;
                 $body
             }
+            17 => {
+                type $t = rma::LocLongDouble;
+                let $v = &$w.views.loc_long_double;
+                $body
+            }
             _ => Err(MpiError::new(
                 int!(MPI_ERR_TYPE),
-                "accumulate on a datatype whose elements rma has no type for (complex, \
-                 MPI_LONG_DOUBLE_INT) or of mixed types",
+                "accumulate on a datatype whose elements rma has no type for (complex) or \
+                 of mixed types",
             )),
         }
     };

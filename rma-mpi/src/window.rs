@@ -40,6 +40,8 @@ pub struct Views {
     pub loc_i16: Elements<rma::LocI16>,
     /// MPI_LONG_DOUBLE (x86-64's 80-bit long double, C's arithmetic).
     pub long_double: Elements<rma::LongDouble>,
+    /// MPI_LONG_DOUBLE_INT.
+    pub loc_long_double: Elements<rma::LocLongDouble>,
 }
 
 impl Views {
@@ -61,6 +63,7 @@ impl Views {
             loc_i32: w.elements(),
             loc_i16: w.elements(),
             long_double: w.elements(),
+            loc_long_double: w.elements(),
         }
     }
 }

@@ -111,9 +111,7 @@ int main(int argc, char **argv) {
     float g = 0;
     EXPECT(MPI_Compare_and_swap(&f, &f, &g, MPI_FLOAT, right, 0, win), MPI_ERR_UNSUPPORTED_OPERATION);
     /* Pairs are rma elements, updated whole: MPI_REPLACE and MPI_NO_OP on 16-byte pairs
-     * go, and read back what was written. MPI_LONG_DOUBLE_INT has no rma element: a
-     * concurrent writer could tear it (several words, each atomic alone), so it is
-     * refused. */
+     * go, and read back what was written. */
     struct { long v; int i; } li = {5 + rank, 1}, li_out = {0, 0}, lis[2] = {{1, 1}, {2, 2}};
     struct { double v; int i; } di = {1.5, 2}, di_out = {0, 0};
     struct { long double v; int i; } ldi = {1.0L, 1};
@@ -137,9 +135,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "[%d] MPI_DOUBLE_INT swap fetched index %d\n", rank, di_out.i);
         errors++;
     }
+    /* MPI_LONG_DOUBLE_INT: a 32-byte pair, whole; MAXLOC compares the long doubles. */
+    struct { long double v; int i; } ldi_big = {2.5L, 9}, ldi_out = {0, 0};
     EXPECT(MPI_Accumulate(&ldi, 1, MPI_LONG_DOUBLE_INT, right, 0, 1, MPI_LONG_DOUBLE_INT,
                           MPI_REPLACE, win),
-           MPI_ERR_TYPE);
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(&ldi_big, 1, MPI_LONG_DOUBLE_INT, right, 0, 1, MPI_LONG_DOUBLE_INT,
+                          MPI_MAXLOC, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Fetch_and_op(NULL, &ldi_out, MPI_LONG_DOUBLE_INT, right, 0, MPI_NO_OP, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (ldi_out.v != 2.5L || ldi_out.i != 9) {
+        fprintf(stderr, "[%d] MAXLOC of MPI_LONG_DOUBLE_INT gave (%Lg, %d)\n", rank, ldi_out.v,
+                ldi_out.i);
+        errors++;
+    }
     /* Long double is rma's LongDouble, with C's arithmetic: 1 + 2^-60 exists in 80 bits
      * (64 of mantissa), not in a double. */
     long double tiny = 1.0L / (1ULL << 60), ld_out = 0;

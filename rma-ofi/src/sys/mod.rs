@@ -275,7 +275,8 @@ fn datatype(dt: DataType) -> ffi::fi_datatype {
         | DataType::LocI16
         // Nor long double: FI_LONG_DOUBLE exists, but providers' support differs, and a
         // native atomic of it would not meet the CPU's under one lock at the target.
-        | DataType::LongDouble => ffi::fi_datatype_FI_DATATYPE_LAST,
+        | DataType::LongDouble
+        | DataType::LocLongDouble => ffi::fi_datatype_FI_DATATYPE_LAST,
     }
 }
 
