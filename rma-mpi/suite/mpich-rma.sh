@@ -320,7 +320,8 @@ TSV=$OUT/results.tsv
 : >"$TSV"
 {
     echo "MPICH rma test suite: $TESTLIST"
-    echo "mode: $mode${LIB:+ (LD_PRELOAD=$LIB)}; MPICC=$MPICC MPIEXEC=$MPIEXEC ($launcher_kind) MAXNP=$MAXNP TIMEOUT=$TIMEOUT; $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "mode: $mode$([ "$mode" = librma ] && echo " (LD_PRELOAD=$LIB)"); MPICC=$MPICC MPIEXEC=$MPIEXEC ($launcher_kind) MAXNP=$MAXNP TIMEOUT=$TIMEOUT; $(date -u '+%Y-%m-%d %H:%M UTC')"
+    [ -n "$BASELINE" ] && echo "baseline (in notes of entries that do not pass): $BASELINE"
     printf '%-3s %-58s %3s  %-7s  %s\n' "#" "entry" "np" "result" "note (first unexpected output line, or reason)"
 } | tee "$SUM"
 
