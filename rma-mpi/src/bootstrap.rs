@@ -44,6 +44,8 @@ pub struct Duplicate {
     comm: MPI_Comm,
     rank: Rank,
     size: usize,
+    /// The thread that made it: the only one that frees it (below).
+    owner: std::thread::ThreadId,
 }
 
 // SAFETY: the handle is used only under the bootstrap's mutex (one call at a time), and
@@ -55,11 +57,15 @@ unsafe impl Send for Duplicate {}
 
 impl Drop for Duplicate {
     fn drop(&mut self) {
-        if mpi_running() {
+        // Freed by the thread that made it (MPI_Init's), while MPI runs. The last
+        // reference may go with another thread (the progress agent leaving as the World
+        // stops in MPI_Finalize): an MPI call from there could run beside MPI_Finalize
+        // (MPICH crashed so in its test fetch_and_op_long_double), and MPI frees its
+        // communicators at finalize anyway.
+        if std::thread::current().id() == self.owner && mpi_running() {
             // SAFETY: our own communicator, freed once, here.
             unsafe { sys::PMPI_Comm_free(&mut self.comm) };
         }
-        // After MPI_Finalize the handle is gone with MPI: nothing to free.
     }
 }
 
@@ -80,6 +86,7 @@ pub fn over_comm_world() -> Result<OverCollectives<Duplicate>, TransportError> {
         comm: unsafe { dup.assume_init() },
         rank: 0,
         size: 0,
+        owner: std::thread::current().id(),
     };
     let (mut rank, mut size) = (0, 0);
     // SAFETY: a live communicator; each call writes one int.

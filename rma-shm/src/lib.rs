@@ -630,6 +630,19 @@ impl WindowOps for ShmWindow {
         let (off, stride, n) =
             blocks_inside(region, offset, stride, block, operand.len(), "accumulate")?;
         let operand = &operand[..n];
+        if datatype.updated_whole() {
+            // Pairs and long doubles: no CPU atomic takes them; every block under the
+            // window's accumulate lock, as their single updates (`atomic_into`).
+            let words = self.lock_word(target)?;
+            with_accumulate_lock(words, || {
+                for (i, chunk) in operand.chunks(block).enumerate() {
+                    region.update_through_copy(off + i * stride, chunk.len(), &mut |t| {
+                        rma_core::apply_accumulate(op, datatype, t, chunk)
+                    });
+                }
+            });
+            return Ok(());
+        }
         atomics::accumulate_blocks(region, off, stride, block, op, datatype, operand)
             .ok_or(TransportError::Unsupported("misaligned atomic"))
     }

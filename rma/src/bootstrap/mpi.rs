@@ -18,7 +18,7 @@ pub type MpiBootstrap = OverCollectives<Duplicate>;
 
 /// rma's own duplicate of the application's communicator: freed only while MPI runs
 /// (an application may finalize MPI before it drops rma's World).
-pub struct Duplicate(ManuallyDrop<SimpleCommunicator>);
+pub struct Duplicate(ManuallyDrop<SimpleCommunicator>, std::thread::ThreadId);
 
 // SAFETY: the handle is used only under the bootstrap's mutex (one call at a time), and
 // only from the thread that made it unless MPI was initialized with
@@ -29,11 +29,13 @@ unsafe impl Send for Duplicate {}
 
 impl Drop for Duplicate {
     fn drop(&mut self) {
-        if mpi_running() {
+        // Freed by the thread that made it, while MPI runs: the last reference may go
+        // with another thread (the progress agent), whose MPI call could run beside the
+        // application's MPI_Finalize; MPI frees its communicators at finalize anyway.
+        if std::thread::current().id() == self.1 && mpi_running() {
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.0) }
         }
-        // After MPI_Finalize the handle is gone with MPI: nothing to free.
     }
 }
 
@@ -56,7 +58,11 @@ impl OverCollectives<Duplicate> {
             mpi::environment::threading_support(),
             Threading::Serialized | Threading::Multiple
         );
-        OverCollectives::over(Duplicate(ManuallyDrop::new(comm.duplicate())), any_thread)
+        let dup = Duplicate(
+            ManuallyDrop::new(comm.duplicate()),
+            std::thread::current().id(),
+        );
+        OverCollectives::over(dup, any_thread)
     }
 }
 
