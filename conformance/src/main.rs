@@ -110,7 +110,8 @@ fn main() {
             std::process::exit(3);
         }
         Err(e) => {
-            say!("rank {rank}: case {case} failed: {e}");
+            // With its causes (what the system or the provider said beneath it).
+            say!("rank {rank}: case {case} failed: {e:?}");
             std::process::exit(1);
         }
     }
@@ -480,13 +481,21 @@ fn stress_fetch_and_op(world: &World) -> Result<()> {
     let win = world.allocate::<u64>(1)?;
     win.lock_all(Assert::NONE)?;
     let mut last = 0;
-    for _ in 0..100_000 {
-        let old = win.fetch_and_op(1, AccOp::Sum, 0, 0)?.wait()?;
+    // What the window saw when a wait runs out: a stall (nothing moving) reads
+    // differently from slowness (counts still growing in the last rounds).
+    let win_ref = &win;
+    let stalled =
+        |round: u64| move |e: &rma::Error| say!("round {round}: {e}; {:?}", win_ref.stats());
+    for round in 0..100_000 {
+        let old = win
+            .fetch_and_op(1, AccOp::Sum, 0, 0)
+            .and_then(|r| r.wait())
+            .inspect_err(stalled(round))?;
         check(old >= last, "fetch_and_op results of one origin increase")?;
         last = old;
     }
     win.unlock_all()?;
-    world.barrier()?;
+    world.barrier().inspect_err(stalled(100_000))?;
     if world.rank() == 0 {
         check(
             win.local_to_vec()[0] == 100_000 * world.size() as u64,
