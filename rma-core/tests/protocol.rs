@@ -1193,6 +1193,80 @@ fn notified_puts(e: Engine) -> Result<()> {
     Ok(())
 }
 
+/// A large notified put where the backend orders messages behind puts (libfabric's tcp
+/// providers): the data by one native put, the count by one Put message of no data
+/// behind it, never the data as messages; a small one stays one message with its data.
+/// The target sees every count after its data, whatever the seed's delays. The same
+/// ops on the RDMA profile (no ordering) go as messages that carry the data.
+#[test]
+fn a_large_notified_put_on_an_ordered_backend_is_a_native_put_and_a_counting_message() {
+    for seed in 0..6 {
+        run(2, Profile::OrderedPuts, seed, config(), |e| {
+            large_notified_puts(e, true)
+        });
+        run(2, Profile::Rdma, seed, config(), |e| {
+            large_notified_puts(e, false)
+        });
+    }
+}
+
+fn large_notified_puts(e: Engine, ordered: bool) -> Result<()> {
+    const N: u64 = 8;
+    // 16 KiB a put, past the size from which the put goes natively.
+    const LEN: usize = 2048;
+    // The large puts' place, then 4 elements for a small one.
+    let win = e.allocate::<u64>(LEN + 4)?;
+    win.set_notify_count(2)?;
+    win.lock_all(Assert::NONE)?;
+    if e.rank() == 0 {
+        win.put(&[0], 1, 0)?;
+        win.flush(1)?;
+        let before = win.stats();
+        for i in 1..=N {
+            win.put_notify(&vec![i; LEN], 1, 0, 0)?;
+        }
+        let s = win.stats().since(&before);
+        if ordered {
+            assert_eq!(s.ops_native, N, "one native put each: {s:?}");
+            assert_eq!(s.messages(Kind::Put), N, "one counting message each: {s:?}");
+            assert!(
+                s.bytes(Kind::Put) < N * 1024,
+                "no data in the counting messages: {s:?}"
+            );
+        } else {
+            assert_eq!(s.ops_native, 0, "the data as messages: {s:?}");
+            assert!(s.bytes(Kind::Put) >= N * LEN as u64 * 8, "{s:?}");
+        }
+        let before = win.stats();
+        win.put_notify(&[7; 4], 1, LEN as u64, 1)?;
+        let s = win.stats().since(&before);
+        assert_eq!(
+            (s.ops_native, s.messages(Kind::Put)),
+            (0, 1),
+            "a small notified put is one message with its data: {s:?}"
+        );
+        win.flush(1)?;
+    } else {
+        for i in 1..=N {
+            win.wait_notify(0, i)?;
+            // The count seen, so every element of that put is there (or a later one's).
+            let now = win.local_to_vec()[..LEN].to_vec();
+            assert!(
+                now.iter().all(|v| *v >= i),
+                "count {i} seen before all its data: {:?}",
+                now.iter().min()
+            );
+        }
+        win.wait_notify(1, 1)?;
+        assert_eq!(win.local_to_vec()[LEN..], [7; 4]);
+        assert_eq!(win.notify_value(0)?, N);
+    }
+    win.unlock_all()?;
+    e.barrier()?;
+    win.free()?;
+    Ok(())
+}
+
 /// MINLOC/MAXLOC on pairs: one Accumulate message each where nothing is native (no put,
 /// get or lock for them), none at all where the backend updates
 /// pairs natively (`locked_atomics`: the simulated shared memory), and never natively where

@@ -466,13 +466,26 @@ impl<T: Element> Window<T> {
             {
                 return done;
             }
-            if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
-                return self
-                    .post_pieces(OpKind::Put, None, target, p, data, false)
-                    .map(drop);
-            }
-            self.post_put(data, target, extent)
+            self.post_contiguous_put(data, target, disp, extent)
         })
+    }
+
+    /// Posts a put of the contiguous `data` to `extent` (at `disp`) of World rank
+    /// `target`: in pieces where one op cannot carry it.
+    pub(super) fn post_contiguous_put(
+        &self,
+        data: &[T],
+        target: Rank,
+        disp: u64,
+        extent: Extent,
+    ) -> Result<()> {
+        let layout = Layout::contiguous(data.len());
+        if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
+            return self
+                .post_pieces(OpKind::Put, None, target, p, data, false)
+                .map(drop);
+        }
+        self.post_put(data, target, extent)
     }
 
     /// Posts a put of the packed `data` to `extent` at `target`.

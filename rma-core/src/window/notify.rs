@@ -19,6 +19,13 @@
 //!   to the counter. One message, the op's own; large ops go in pieces, in order, the
 //!   last one carrying the notification. The op's completion (flush, unlock, fence,
 //!   complete) covers its notification, as it covers the op.
+//! - **A large put toward a backend that orders messages behind puts**
+//!   ([`Capabilities::ordered_puts`](crate::transport::Capabilities::ordered_puts):
+//!   libfabric's tcp providers, one stream per pair that the target's provider reads in
+//!   order): the put natively (RDMA, no copy through messages), then a notified put of
+//!   no data as a message behind it. The target's provider places the put's data before
+//!   it reads the message, so the count still follows the data. Two messages instead of
+//!   one, so only from [`NOTIFIED_PUT_NATIVE_FROM`] bytes.
 //!
 //! The counters are never touched by a NIC's atomics: only by CPU atomics of processes
 //! that share the memory and by the target's own CPU, which are atomic against each other.
@@ -27,6 +34,15 @@ use super::api::{to_vec, zeroed_vec};
 use super::*;
 use crate::comm::Comm;
 use crate::engine::Engine;
+
+/// Bytes from which a notified put goes as a native put followed by a message that
+/// counts it, where the backend orders messages behind puts
+/// ([`Window::put_then_count`]); smaller ones go as one active message with the data,
+/// which costs one message instead of two. Measured with `halo` on libfabric 1.17's
+/// tcp;ofi_rxm (2 ranks on one host, 1,000 iterations, two runs each, us per
+/// iteration): 16 KiB halos 158 and 90 this way against 177 and 238 as messages, 64 KiB
+/// 226 and 149 against 339 and 329; at 4 KiB both ways were within this machine's noise.
+const NOTIFIED_PUT_NATIVE_FROM: usize = 8192;
 
 /// A window's notification counters.
 pub(crate) struct Notifications {
@@ -384,18 +400,42 @@ impl<T: Element> Window<T> {
             counts: true,
         };
         let native = n.native_toward(&self.shared, target);
+        let bytes = bytemuck::cast_slice(data);
+        if !native && self.put_then_count(kind, target, extent, bytes.len()) {
+            // The put natively, then its count as a message of no data behind it on the
+            // ordered channel: the target takes the count in after the data is placed.
+            self.post_contiguous_put(data, target, disp, extent)?;
+            return self.post_notified(kind, None, &[], target, disp, index);
+        }
         if let Some(p) = self.pieces_of(kind, op, target, disp, layout, extent, native)? {
             return self
                 .post_pieces_notified(kind, op, target, p, data, false, notify)
                 .map(drop);
         }
-        let bytes = bytemuck::cast_slice(data);
         self.shared
             .post(OpDesc {
                 notify: Some(notify),
                 ..Self::desc(kind, target, extent, op, bytes, false)
             })
             .map(drop)
+    }
+
+    /// Whether a notified put of `len` bytes goes as a native put and a message of no
+    /// data that counts it, rather than as messages that carry the data: where the
+    /// counter cannot be added natively but the put can go natively and the backend
+    /// orders a message behind a put ([`Capabilities::ordered_puts`]: the target places
+    /// the put's data before it takes in the message, so the count still follows the
+    /// data), and the data is large enough that moving it by RDMA beats copying it
+    /// through active messages.
+    ///
+    /// [`Capabilities::ordered_puts`]: crate::transport::Capabilities::ordered_puts
+    fn put_then_count(&self, kind: OpKind, target: Rank, extent: Extent, len: usize) -> bool {
+        kind == OpKind::Put
+            && len >= NOTIFIED_PUT_NATIVE_FROM
+            && self.shared.caps(target).ordered_puts
+            && self
+                .shared
+                .native_allowed(kind, None, T::DATATYPE, target, extent)
     }
 
     /// [`get`](Self::get), notified: `target`'s counter `index` counts it once its data is
