@@ -14,7 +14,8 @@ const ACK: u32 = 3;
 const GETS: u32 = 4;
 const EPOCHS: u32 = 5;
 const LARGE: u32 = 6;
-const COUNTERS: u32 = 7;
+const POLLED: u32 = 7;
+const COUNTERS: u32 = 8;
 
 /// Halo slots per rank, and a large op's elements (past one message on every backend).
 const SLOT: usize = 8;
@@ -29,6 +30,57 @@ fn notify_index_error(r: Result<()>) -> Option<(Rank, u32, u32)> {
         })) => Some((target, index, count)),
         _ => None,
     }
+}
+
+/// Counts that another thread of the target makes while the application only reads
+/// them: rank 0 spins on `notify_value` (no progress of its own) while every other rank
+/// sends it notified puts, which its progress agent applies and counts, where it has one
+/// (network backends); on shared memory the origins count natively. A read that raced an
+/// arrival once wrote a stale count back over it (verbs, 4 ranks). Where nothing else
+/// progresses for this process (no agent), a wait for the next count does.
+fn counted_while_read(world: &World, win: &rma::Window<u64>) -> Result<()> {
+    let me = world.rank();
+    let n = world.size() as Rank;
+    let k = reps(20_000);
+    let expect = k * u64::from(n - 1);
+    win.lock_all(Assert::NONE)?;
+    if me != 0 {
+        for i in 0..k {
+            win.put_notify(&[i], 0, u64::from(me), POLLED)?;
+        }
+    } else {
+        let mut seen = win.notify_value(POLLED)?;
+        let mut last_move = std::time::Instant::now();
+        let mut reads = 0u64;
+        while seen < expect {
+            let now = win.notify_value(POLLED)?;
+            reads += 1;
+            if now != seen {
+                check(
+                    now > seen,
+                    &format!("the count went back from {seen} to {now}"),
+                )?;
+                seen = now;
+                last_move = std::time::Instant::now();
+            } else if reads.is_multiple_of(1024)
+                && last_move.elapsed() > std::time::Duration::from_millis(50)
+            {
+                // Nobody counted for a while: no agent here, or a count was lost (then
+                // this wait runs out, RMA_TIMEOUT_MS, and says so).
+                seen = win.wait_notify(POLLED, seen + 1).inspect_err(|_| {
+                    say!("counted while read: {seen} of {expect} after {reads} reads");
+                })?;
+                last_move = std::time::Instant::now();
+            }
+        }
+    }
+    win.unlock_all()?;
+    world.barrier()?;
+    let v = win.notify_value(POLLED)?;
+    check(
+        v == if me == 0 { expect } else { 0 },
+        &format!("counted while read: {v} of {expect}"),
+    )
 }
 
 pub(crate) fn notify(world: &World) -> Result<()> {
@@ -143,6 +195,7 @@ pub(crate) fn notify(world: &World) -> Result<()> {
         win.notify_value(PUTS)? == if me == 0 { k * u64::from(n - 1) } else { 0 },
         "no notification beyond the ops",
     )?;
+    counted_while_read(world, &win)?;
 
     // Litmus: a halo ping-pong around the ring, each side writing the next round's halo
     // only after the other acknowledged the last one (a notified put back). The consumer

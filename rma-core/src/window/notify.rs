@@ -29,6 +29,8 @@
 //!
 //! The counters are never touched by a NIC's atomics: only by CPU atomics of processes
 //! that share the memory and by the target's own CPU, which are atomic against each other.
+//! Where the memory is no shared memory (it goes through copies), the target's threads
+//! (the application reading a count, the progress agent counting an arrival) take turns.
 
 use super::api::{to_vec, zeroed_vec};
 use super::*;
@@ -55,6 +57,12 @@ pub(crate) struct Notifications {
     counts: Vec<u32>,
     /// This process's counters' memory.
     local: Arc<dyn Segment>,
+    /// Taken around every access of a counter that is no atomic (memory only the network
+    /// reaches): the application thread reads or sets while the progress agent counts,
+    /// and an update goes through a copy that it writes back. Without it, a read racing an
+    /// arrival wrote the stale count back (verbs, 4 ranks: a halo counted to 18 read 17
+    /// afterwards, and the ring stalled).
+    unshared: Mutex<()>,
 }
 
 impl Notifications {
@@ -73,6 +81,23 @@ impl Notifications {
         self.local.atomic_u64(index as usize * 8)
     }
 
+    /// Runs `f` on counter `index` where it is no atomic: under [`Self::unshared`], so
+    /// that the thread reading a count and the one counting an arrival (the application
+    /// and the progress agent) never interleave a read-modify-write through a copy.
+    fn with_unshared<R>(&self, index: u32, f: impl FnOnce(&mut u64) -> R) -> R {
+        let _one_at_a_time = self.unshared.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = Some(f);
+        let mut out = None;
+        self.local.update(index as usize * 8, 8, &mut |b| {
+            let mut v = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
+            if let Some(f) = f.take() {
+                out = Some(f(&mut v));
+            }
+            b.copy_from_slice(&v.to_ne_bytes());
+        });
+        out.expect("update runs its closure")
+    }
+
     /// Adds one to this process's counter `index` (the target side of a notified op, once
     /// its data is in), release-ordered; nothing for an index past the counters.
     fn bump(&self, index: u32) {
@@ -83,10 +108,7 @@ impl Notifications {
             Some(c) => {
                 c.fetch_add(1, Ordering::Release);
             }
-            None => self.local.update(index as usize * 8, 8, &mut |b| {
-                let v = u64::from_ne_bytes(b.try_into().expect("8 bytes")).wrapping_add(1);
-                b.copy_from_slice(&v.to_ne_bytes());
-            }),
+            None => self.with_unshared(index, |v| *v = v.wrapping_add(1)),
         }
     }
 
@@ -94,22 +116,14 @@ impl Notifications {
     fn value(&self, index: u32) -> u64 {
         match self.local_counter(index) {
             Some(c) => c.load(Ordering::Acquire),
-            None => {
-                let mut v = 0u64;
-                self.local.update(index as usize * 8, 8, &mut |b| {
-                    v = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
-                });
-                v
-            }
+            None => self.with_unshared(index, |v| *v),
         }
     }
 
     fn set(&self, index: u32, value: u64) {
         match self.local_counter(index) {
             Some(c) => c.store(value, Ordering::Release),
-            None => self.local.update(index as usize * 8, 8, &mut |b| {
-                b.copy_from_slice(&value.to_ne_bytes())
-            }),
+            None => self.with_unshared(index, |v| *v = value),
         }
     }
 
@@ -298,6 +312,7 @@ impl<T: Element> Window<T> {
                     counters,
                     counts,
                     local,
+                    unshared: Mutex::new(()),
                 };
                 // A window's memory starts as the backend gives it (MPI promises no
                 // zeros); counters start at 0, before anyone may count on them.
