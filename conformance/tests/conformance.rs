@@ -818,6 +818,9 @@ mod ofi {
         suite("tcp;ofi_rxm");
         ok_on("tcp;ofi_rxm", 2, &["stress_fetch_and_op"], &[]);
         ok_on("tcp;ofi_rxm", 4, &["stress_fetch_and_op"], &[]);
+        // Every op past one message; gets and puts of 128 KiB and more straight into and
+        // from the caller's buffers (RMA_OFI_ZERO_COPY), each call waiting for its op.
+        ok_on("tcp;ofi_rxm", 2, &["large_ops"], &[("RMA_LARGE_MIB", "2")]);
     }
 
     /// Every buffer handed to the provider registered and its descriptor passed, as

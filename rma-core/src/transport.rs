@@ -44,7 +44,8 @@ pub struct Capabilities {
     /// ([`Transport::try_lock`]) without the target's help: no lock messages.
     pub native_locks: bool,
     /// Gets can complete within the call, straight into the caller's buffer
-    /// ([`Transport::get_into`], a copy from mapped memory): the engine asks there first.
+    /// ([`Transport::get_into`]: a copy from mapped memory, or a large read the call
+    /// waits for): the engine asks there first, and the backend may decline.
     pub get_in_call: bool,
     /// Most elements one native (fetching) atomic takes (a provider's `fi_atomicvalid`
     /// count); a larger accumulate goes as active messages.
@@ -871,7 +872,9 @@ pub trait Transport: Send + Sync {
         token: u64,
     ) -> Result<Issued, TransportError>;
     /// Native get straight into `dst`, if the backend can complete it within the call
-    /// (a copy from mapped memory). `Ok(false)`: not done, the engine uses [`get`](Self::get).
+    /// (a copy from mapped memory; a large read whose completion the call waits for,
+    /// rather than reading into a buffer of its own to copy from later). `Ok(false)`:
+    /// not done, the engine uses [`get`](Self::get).
     /// Asked only for targets whose capabilities say [`get_in_call`](Capabilities::get_in_call).
     fn get_into(
         &self,

@@ -66,6 +66,16 @@
 //!   deadline (`RMA_TIMEOUT_MS`), when the process aborts with a message: a posted
 //!   write cannot be taken back, and returning would let the provider read memory the
 //!   caller may free.
+//! - **Large gets without a copy**, from the same size, on any provider that needs no
+//!   registration of local buffers (`Capabilities::get_in_call`): read straight into
+//!   the caller's buffer, the call returning once the data is there (the read's
+//!   completion), instead of into a buffer of ours copied out at the flush. A get then
+//!   completes in its call, which MPI allows; gets of that size lose little overlap (one
+//!   round trip each against hundreds of microseconds of data). 1 MiB get bandwidth,
+//!   tcp, medians of 5: 1.74 -> 2.56 GB/s (1.17), 1.76 -> 2.89 (2.5.1; MPICH 5.0.2 on
+//!   it 2.68 in the same run); 256 KiB 0.84 -> 3.16 (2.5.1; MPICH 2.71). The same
+//!   deadline holds as for the puts (the provider writes into the caller's buffer).
+//!   The transport logs at leaving how many of each it did (`rma_ofi=info`).
 //! - **Failures**: provider errors read with `fi_cq_readerr` and `fi_cq_strerror` become
 //!   [`Event::Failed`] with the provider's text; a send that fails toward a peer reports
 //!   [`Event::PeerFailed`]; when every rank is on this node, peers' pids (from the
@@ -200,6 +210,37 @@ struct SendBuf {
     dest: Rank,
 }
 
+/// Which op on the caller's buffer a call waits for ([`OfiTransport::in_call`]).
+#[derive(Clone, Copy)]
+#[repr(usize)]
+enum InCall {
+    /// A put from it (`write_in_call`).
+    Put,
+    /// A get into it (`get_into`).
+    Get,
+}
+
+impl InCall {
+    fn name(self) -> &'static str {
+        match self {
+            InCall::Put => "put",
+            InCall::Get => "get",
+        }
+    }
+    fn call(self) -> &'static str {
+        match self {
+            InCall::Put => "fi_writemsg",
+            InCall::Get => "fi_read",
+        }
+    }
+    fn failed(self) -> &'static str {
+        match self {
+            InCall::Put => "a put from the caller's buffer failed",
+            InCall::Get => "a get into the caller's buffer failed",
+        }
+    }
+}
+
 /// A native operation in flight: its context, token, and the buffers the provider reads
 /// or writes until its completion.
 struct NativeOp {
@@ -277,6 +318,9 @@ struct Inner {
     multi_recv: bool,
     /// Polls so far (paces liveness checks and yields).
     polls: u64,
+    /// Ops on the caller's buffers done (`in_call`): puts from them, gets into them;
+    /// logged when the transport leaves.
+    in_call_done: [u64; 2],
 }
 
 /// The libfabric transport of one process.
@@ -404,6 +448,7 @@ impl OfiTransport {
             pending: VecDeque::new(),
             entries: vec![Completion::default(); 64],
             polls: 0,
+            in_call_done: [0; 2],
             dead: vec![false; size],
             ops: Vec::new(),
             op_free: Vec::new(),
@@ -433,6 +478,10 @@ impl OfiTransport {
                 query_atomics(&mut inner.ep)
             };
         let rma = env_usize("RMA_OFI_DISABLE_RMA", 0) != 1 && inner.ep.offer.rma();
+        let zero_copy_min = match env_usize("RMA_OFI_ZERO_COPY", 128 * 1024) {
+            0 => usize::MAX,
+            n => n,
+        };
         let native = Capabilities {
             rdma_write: rma,
             rdma_read: rma,
@@ -441,6 +490,9 @@ impl OfiTransport {
             max_message,
             max_atomic_elements: max_atomic,
             ordered_puts: rma && ordered,
+            // Large gets into the caller's buffer (`get_into`), where the provider needs
+            // no registration of it.
+            get_in_call: rma && zero_copy_min != usize::MAX && !inner.ep.local_mr(),
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
         let virt_addr = inner.ep.offer.virt_addr();
@@ -475,10 +527,7 @@ impl OfiTransport {
             virt_addr,
             max_atomic,
             yield_every: env_usize("RMA_OFI_YIELD_EVERY", 8) as u64,
-            zero_copy_min: match env_usize("RMA_OFI_ZERO_COPY", 128 * 1024) {
-                0 => usize::MAX,
-                n => n,
-            },
+            zero_copy_min,
             in_call_deadline: match std::env::var("RMA_TIMEOUT_MS") {
                 Ok(v) if v.trim() == "none" => None,
                 Ok(v) => Some(Duration::from_millis(v.trim().parse().unwrap_or(60_000))),
@@ -709,7 +758,7 @@ impl OfiTransport {
             // registered length.
             unsafe { ep.write(src, to(peer), false, false, ctx) }
         };
-        self.in_call(target, data.len(), post)?;
+        self.in_call(target, InCall::Put, data.len(), post)?;
         if delivered {
             let mut inner = self.lock();
             let peer = inner.addrs[target as usize];
@@ -729,6 +778,7 @@ impl OfiTransport {
     fn in_call(
         &self,
         target: Rank,
+        what: InCall,
         len: usize,
         mut post: impl FnMut(&mut Endpoint, sys::fi_addr_t, *mut OpContext) -> isize,
     ) -> Result<(), TransportError> {
@@ -756,8 +806,8 @@ impl OfiTransport {
             }
             if !is_again(rc) {
                 let e = fi_error(
-                    format!("posting a native put to rank {target}"),
-                    "fi_writemsg",
+                    format!("posting a native {} to rank {target}", what.name()),
+                    what.call(),
                     rc as i64,
                 );
                 return not_posted(&mut inner, e);
@@ -779,8 +829,9 @@ impl OfiTransport {
             if let Some(result) = inner.ops[idx].finished.take() {
                 inner.ops[idx].in_call = false;
                 inner.op_free.push(idx);
+                inner.in_call_done[what as usize] += 1;
                 if result.is_err() {
-                    inner.peer_failed(target, "a put from the caller's buffer failed");
+                    inner.peer_failed(target, what.failed());
                 }
                 return result;
             }
@@ -788,10 +839,11 @@ impl OfiTransport {
             let _ = inner.drive();
             if past() {
                 eprintln!(
-                    "rma-ofi: a put of {len} bytes to rank {target} still holds the \
+                    "rma-ofi: a {} of {len} bytes with rank {target} still holds the \
                      caller's buffer after the library's deadline (RMA_TIMEOUT_MS): the \
                      peer no longer answers; aborting rather than returning while \
-                     libfabric may use that buffer"
+                     libfabric may use that buffer",
+                    what.name()
                 );
                 std::process::abort();
             }
@@ -1297,6 +1349,13 @@ impl OfiTransport {
         if self.departed.swap(true, Ordering::AcqRel) {
             return;
         }
+        let [puts, gets] = self.lock().in_call_done;
+        tracing::info!(
+            rank = self.rank,
+            puts_from_caller = puts,
+            gets_into_caller = gets,
+            "libfabric transport: large ops on the caller's buffers, each waited for in its call"
+        );
         let linger = Duration::from_millis(env_usize("RMA_OFI_LINGER_MS", 10_000) as u64);
         rma_backend::depart(
             &**self.collectives.boot(),
@@ -1501,6 +1560,40 @@ impl Transport for OfiTransport {
             // registered length.
             Ok(unsafe { ep.read(dst, m.at(peer, offset), &mut *op.ctx) })
         })
+    }
+
+    /// A large get straight into the caller's buffer (from `RMA_OFI_ZERO_COPY` bytes,
+    /// where the provider needs no registration of local buffers), the call waiting for
+    /// its completion as a large put's does (`in_call`): the provider
+    /// writes into `dst` only while it is borrowed. Smaller gets go into a buffer of ours,
+    /// copied to the caller at their completion, so that several stay in flight.
+    fn get_into(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        if dst.len() < self.zero_copy_min {
+            return Ok(false);
+        }
+        let m = self.remote(win, target, offset, dst.len())?;
+        let local = sys::Local {
+            ptr: dst.as_mut_ptr(),
+            len: dst.len(),
+            desc: sys::Desc::NONE,
+        };
+        let post = |ep: &mut Endpoint, peer, ctx| {
+            // SAFETY: the provider writes `dst` (a read's destination), borrowed mutably
+            // for this whole call, and `in_call` returns only after the op's completion
+            // (or aborts the process); the context is the slot's, alive until then; no
+            // descriptor is needed (checked above: the provider does not ask for
+            // FI_MR_LOCAL); the target range was checked against the window's registered
+            // length.
+            unsafe { ep.read(local, m.at(peer, offset), ctx) }
+        };
+        self.in_call(target, InCall::Get, dst.len(), post)?;
+        Ok(true)
     }
 
     fn atomic(
