@@ -1574,7 +1574,9 @@ impl Transport for OfiTransport {
         offset: u64,
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
-        if dst.len() < self.zero_copy_min {
+        // `get_in_call` is set only where the provider takes no registration of local
+        // buffers; checked here too, since the unsafe post below leans on it.
+        if !self.native.get_in_call || dst.len() < self.zero_copy_min {
             return Ok(false);
         }
         let m = self.remote(win, target, offset, dst.len())?;
@@ -1587,8 +1589,8 @@ impl Transport for OfiTransport {
             // SAFETY: the provider writes `dst` (a read's destination), borrowed mutably
             // for this whole call, and `in_call` returns only after the op's completion
             // (or aborts the process); the context is the slot's, alive until then; no
-            // descriptor is needed (checked above: the provider does not ask for
-            // FI_MR_LOCAL); the target range was checked against the window's registered
+            // descriptor is needed (`get_in_call`, checked above: the provider does not
+            // ask for FI_MR_LOCAL); the target range was checked against the window's registered
             // length.
             unsafe { ep.read(local, m.at(peer, offset), ctx) }
         };

@@ -81,21 +81,9 @@ impl Notifications {
         self.local.atomic_u64(index as usize * 8)
     }
 
-    /// Runs `f` on counter `index` where it is no atomic: under [`Self::unshared`], so
-    /// that the thread reading a count and the one counting an arrival (the application
-    /// and the progress agent) never interleave a read-modify-write through a copy.
-    fn with_unshared<R>(&self, index: u32, f: impl FnOnce(&mut u64) -> R) -> R {
-        let _one_at_a_time = self.unshared.lock().unwrap_or_else(|e| e.into_inner());
-        let mut f = Some(f);
-        let mut out = None;
-        self.local.update(index as usize * 8, 8, &mut |b| {
-            let mut v = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
-            if let Some(f) = f.take() {
-                out = Some(f(&mut v));
-            }
-            b.copy_from_slice(&v.to_ne_bytes());
-        });
-        out.expect("update runs its closure")
+    /// [`Self::unshared`], held around an access of a counter that is no atomic.
+    fn one_at_a_time(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.unshared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds one to this process's counter `index` (the target side of a notified op, once
@@ -108,7 +96,13 @@ impl Notifications {
             Some(c) => {
                 c.fetch_add(1, Ordering::Release);
             }
-            None => self.with_unshared(index, |v| *v = v.wrapping_add(1)),
+            None => {
+                let _turn = self.one_at_a_time();
+                self.local.update(index as usize * 8, 8, &mut |b| {
+                    let v = u64::from_ne_bytes(b.try_into().expect("8 bytes")).wrapping_add(1);
+                    b.copy_from_slice(&v.to_ne_bytes());
+                });
+            }
         }
     }
 
@@ -116,14 +110,23 @@ impl Notifications {
     fn value(&self, index: u32) -> u64 {
         match self.local_counter(index) {
             Some(c) => c.load(Ordering::Acquire),
-            None => self.with_unshared(index, |v| *v),
+            None => {
+                // A read, never an update (an update writes its copy back).
+                let mut b = [0u8; 8];
+                let _turn = self.one_at_a_time();
+                self.local.read(index as usize * 8, &mut b);
+                u64::from_ne_bytes(b)
+            }
         }
     }
 
     fn set(&self, index: u32, value: u64) {
         match self.local_counter(index) {
             Some(c) => c.store(value, Ordering::Release),
-            None => self.with_unshared(index, |v| *v = value),
+            None => {
+                let _turn = self.one_at_a_time();
+                self.local.write(index as usize * 8, &value.to_ne_bytes());
+            }
         }
     }
 
