@@ -222,7 +222,10 @@ pub fn long_double_arithmetic() -> Option<LongDoubleArithmetic> {
 }
 
 /// Whether `op` on `datatype` can be computed in this process: everything valid, but
-/// long double arithmetic only where it was set.
+/// long double arithmetic only where it was set. Inline: checked by every accumulate,
+/// whose datatype is a constant of its element type (the long double branch folds away
+/// for every other).
+#[inline]
 pub fn computable(op: AccOp, datatype: DataType) -> bool {
     op.valid_for(datatype)
         && (datatype != DataType::LongDouble

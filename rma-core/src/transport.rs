@@ -87,7 +87,10 @@ impl Capabilities {
         1u128 << ((op as u32 - 1) * 10 + (datatype as u32 - 1))
     }
 
-    /// Whether (op, datatype) runs natively.
+    /// Whether (op, datatype) runs natively. Inline: on every atomic's path, where the
+    /// datatype is a constant of the caller's element type and the pair and long double
+    /// branch folds away.
+    #[inline]
     pub const fn has_atomic(&self, op: AccOp, datatype: DataType) -> bool {
         if datatype.updated_whole() || matches!(op, AccOp::MinLoc | AccOp::MaxLoc) {
             return self.locked_atomics && op.valid_for(datatype);
@@ -96,6 +99,7 @@ impl Capabilities {
     }
 
     /// Whether compare-and-swap on the datatype runs natively.
+    #[inline]
     pub const fn has_compare_and_swap(&self, datatype: DataType) -> bool {
         self.compare_and_swap & (1 << datatype as u16) != 0
     }

@@ -475,22 +475,26 @@ impl WindowOps for ShmWindow {
     ) -> Result<Issued, TransportError> {
         let old = match atomic {
             NativeAtomic::Accumulate {
+                op,
                 datatype,
                 operand,
                 fetch,
-                ..
             } if datatype.updated_whole() => {
                 let mut old = Fetched::zeroed(operand.len());
-                self.atomic_into(target, offset, atomic, old.as_mut_slice())?;
+                self.accumulate_locked(target, offset, op, datatype, operand, old.as_mut_slice())?;
                 fetch.then_some(old)
             }
-            NativeAtomic::Accumulate { operand, fetch, .. }
-                if !fetch && operand.len() <= SCRATCH =>
-            {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                fetch: false,
+            } if operand.len() <= SCRATCH => {
                 // Nothing to fetch: the previous values go to scratch space on the stack,
                 // not into a result carried back.
                 let mut scratch = [0u8; SCRATCH];
-                self.atomic_into(target, offset, atomic, &mut scratch[..operand.len()])?;
+                let old = &mut scratch[..operand.len()];
+                self.accumulate_atomically(target, offset, op, datatype, operand, old)?;
                 None
             }
             NativeAtomic::Accumulate {
@@ -529,7 +533,6 @@ impl WindowOps for ShmWindow {
         atomic: NativeAtomic<'_>,
         old: &mut [u8],
     ) -> Result<bool, TransportError> {
-        let misaligned = || TransportError::Unsupported("misaligned atomic");
         match atomic {
             NativeAtomic::Accumulate {
                 op,
@@ -537,30 +540,18 @@ impl WindowOps for ShmWindow {
                 operand,
                 ..
             } if datatype.updated_whole() => {
-                let words = self.lock_word(target)?;
-                self.with_mapped(target, offset, operand.len(), |region, off| {
-                    with_accumulate_lock(words, || {
-                        region.read(off, &mut old[..operand.len()]);
-                        region.update_through_copy(off, operand.len(), &mut |t| {
-                            rma_core::apply_accumulate(op, datatype, t, operand)
-                        });
-                    });
-                    Ok(())
-                })?
+                self.accumulate_locked(target, offset, op, datatype, operand, old)?
             }
             NativeAtomic::Accumulate {
                 op,
                 datatype,
                 operand,
                 ..
-            } => self.with_mapped(target, offset, operand.len(), |region, off| {
-                atomics::accumulate_into(region, off, op, datatype, operand, old)
-                    .ok_or_else(misaligned)
-            })?,
+            } => self.accumulate_atomically(target, offset, op, datatype, operand, old)?,
             NativeAtomic::CompareAndSwap { compare, swap, .. } => {
                 self.with_mapped(target, offset, compare.len(), |region, off| {
                     atomics::compare_and_swap_into(region, off, compare, swap, old)
-                        .ok_or_else(misaligned)
+                        .ok_or(TransportError::Unsupported("misaligned atomic"))
                 })?
             }
         }
@@ -741,9 +732,55 @@ impl ShmWindow {
             .ok_or(TransportError::Unsupported("native locks"))
     }
 
+    /// `op` on the `datatype` elements of `operand` at `offset` of `target`'s window by
+    /// CPU atomics, their previous values into `old`. Inline: the whole of an accumulate
+    /// or fetch_and_op on shared memory, beside the engine's checks.
+    #[inline(always)]
+    fn accumulate_atomically(
+        &self,
+        target: Rank,
+        offset: u64,
+        op: AccOp,
+        datatype: DataType,
+        operand: &[u8],
+        old: &mut [u8],
+    ) -> Result<(), TransportError> {
+        self.with_mapped(target, offset, operand.len(), |region, off| {
+            atomics::accumulate_into(region, off, op, datatype, operand, old)
+                .ok_or(TransportError::Unsupported("misaligned atomic"))
+        })
+    }
+
+    /// As [`accumulate_atomically`](Self::accumulate_atomically) for elements no CPU
+    /// atomic takes (MINLOC/MAXLOC pairs, long doubles): under the target window's
+    /// accumulate lock, which the target's own application of active messages takes too.
+    /// Out of line: it kept the atomics' path from inlining.
+    #[inline(never)]
+    fn accumulate_locked(
+        &self,
+        target: Rank,
+        offset: u64,
+        op: AccOp,
+        datatype: DataType,
+        operand: &[u8],
+        old: &mut [u8],
+    ) -> Result<(), TransportError> {
+        let words = self.lock_word(target)?;
+        self.with_mapped(target, offset, operand.len(), |region, off| {
+            with_accumulate_lock(words, || {
+                region.read(off, &mut old[..operand.len()]);
+                region.update_through_copy(off, operand.len(), &mut |t| {
+                    rma_core::apply_accumulate(op, datatype, t, operand)
+                });
+            });
+            Ok(())
+        })
+    }
+
     /// Runs `f` on `len` bytes at `offset` of `target`'s mapped window memory, checked
-    /// against the mapping.
-    #[inline]
+    /// against the mapping. Inline always: it is most of an atomic's path, and the
+    /// compiler left it out of line once the locked path of pairs joined its callers.
+    #[inline(always)]
     fn with_mapped<R>(
         &self,
         target: Rank,
@@ -766,12 +803,18 @@ impl ShmWindow {
         };
         let off = offset as usize;
         if !region.contains(off, len) {
-            return Err(TransportError::Failed(
-                "access outside the target's window".into(),
-            ));
+            return Err(outside_window());
         }
         f(region, off)
     }
+}
+
+/// An access past the target's mapped window (the engine checked the window's bounds
+/// already: a mapping smaller than the window).
+#[cold]
+#[inline(never)]
+fn outside_window() -> TransportError {
+    TransportError::Failed("access outside the target's window".into())
 }
 
 /// The blocks of a strided op of `len` bytes (`block` each, `stride` apart from `offset`)
