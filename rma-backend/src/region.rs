@@ -71,6 +71,16 @@ impl Region {
     /// Copies out from `offset` into `dst`.
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         assert!(self.contains(offset, dst.len()), "read outside the region");
+        if dst.len() == 8 {
+            // As in `write`: the latency benchmarks' size, one move without a call.
+            // SAFETY: in range (checked above) of memory that stays mapped, 8 bytes read
+            // unaligned and written to `dst`.
+            unsafe {
+                let v = std::ptr::read_unaligned(self.base.add(offset).cast::<[u8; 8]>());
+                std::ptr::write_unaligned(dst.as_mut_ptr().cast::<[u8; 8]>(), v);
+            }
+            return;
+        }
         // SAFETY: as in `write`.
         unsafe {
             std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len())

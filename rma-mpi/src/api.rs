@@ -893,6 +893,26 @@ fn communicate(
     tgt: (i64, MPI_Datatype),
     what: Comm,
 ) -> MpiResult<Option<Shared>> {
+    if let Comm::GetAccumulate(op, result) = what {
+        // The common fetching call: the result buffer as the origin's, MPI_NO_OP aside
+        // (its origin arguments are ignored, often MPI_DATATYPE_NULL).
+        if op != NO_OP
+            && result.1 == origin.1
+            && sys::datatype_key(result.2) == sys::datatype_key(origin.2)
+        {
+            if let Some((n, flat)) = contiguous_both(origin, rank, tgt) {
+                return w.get_accumulate_contiguous(
+                    origin.0.cast(),
+                    result.0 as *mut u8,
+                    n,
+                    flat,
+                    acc_op(op)?,
+                    rank_of(rank)?,
+                    disp as i64,
+                );
+            }
+        }
+    }
     if matches!(what, Comm::Put | Comm::Get | Comm::Accumulate(_)) {
         if let Some((n, flat)) = contiguous_both(origin, rank, tgt) {
             // The common call: one predefined contiguous datatype, one count, both sides.
@@ -978,13 +998,19 @@ fn contiguous_both(
     {
         return None;
     }
-    match datatype::flat(origin.2) {
-        Ok(datatype::FlatRef::Predefined(f)) if f.contiguous(origin.1 as usize) => {
-            let n = (origin.1 as usize).checked_mul(f.size).filter(|&n| n > 0)?;
-            Some((n, f))
-        }
-        _ => None,
+    let f = match datatype::predefined_flat(origin.2) {
+        Some(f) => f,
+        // Not seen yet, or not predefined: looked up (and remembered) the long way.
+        None => match datatype::flat(origin.2) {
+            Ok(datatype::FlatRef::Predefined(f)) => f,
+            _ => return None,
+        },
+    };
+    if !f.contiguous(origin.1 as usize) {
+        return None;
     }
+    let n = (origin.1 as usize).checked_mul(f.size).filter(|&n| n > 0)?;
+    Some((n, f))
 }
 
 /// Which communication call.

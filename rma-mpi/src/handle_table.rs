@@ -19,7 +19,6 @@
 //! the entry. Calls nest (attribute callbacks may call MPI on other windows): each
 //! thread announces up to [`NESTING`] slots at once, a deeper call is refused.
 
-use std::cell::Cell;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
 
@@ -155,6 +154,10 @@ impl<T> Drop for HandleTable<T> {
 /// thread only, read by takers.
 struct Reader {
     using: [AtomicUsize; NESTING],
+    /// How many of `using` its thread announces now (written and read by that thread
+    /// only, so relaxed; here rather than in the thread-local so that ending a call
+    /// needs no thread-local lookup, a call into the dynamic linker in a shared library).
+    depth: AtomicUsize,
     /// Held by a live thread (a new thread reuses a reader its thread left).
     owned: AtomicBool,
 }
@@ -162,10 +165,9 @@ struct Reader {
 /// Every reader made, for takers to read (leaked: a few per thread ever alive).
 static READERS: Mutex<Vec<&'static Reader>> = Mutex::new(Vec::new());
 
-/// This thread's reader, and how many of its levels are announced.
+/// This thread's reader.
 struct ThisThread {
     reader: &'static Reader,
-    depth: Cell<usize>,
 }
 
 impl ThisThread {
@@ -181,16 +183,16 @@ impl ThisThread {
             None => {
                 let r: &'static Reader = Box::leak(Box::new(Reader {
                     using: Default::default(),
+                    depth: AtomicUsize::new(0),
                     owned: AtomicBool::new(true),
                 }));
                 all.push(r);
                 r
             }
         };
-        ThisThread {
-            reader,
-            depth: Cell::new(0),
-        }
+        // A reader left by an ended thread announces nothing (its drop cleared it).
+        reader.depth.store(0, Relaxed);
+        ThisThread { reader }
     }
 }
 
@@ -218,16 +220,14 @@ impl Announcement {
     fn new<T>(slot: &AtomicPtr<T>) -> Result<Announcement, Unavailable> {
         THIS_THREAD
             .try_with(|t| {
-                let level = t.depth.get();
+                let reader = t.reader;
+                let level = reader.depth.load(Relaxed);
                 if level == NESTING {
                     return Err(Unavailable::TooDeep);
                 }
-                t.depth.set(level + 1);
-                t.reader.using[level].store(slot_word(slot), Relaxed);
-                Ok(Announcement {
-                    reader: t.reader,
-                    level,
-                })
+                reader.depth.store(level + 1, Relaxed);
+                reader.using[level].store(slot_word(slot), Relaxed);
+                Ok(Announcement { reader, level })
             })
             // A thread past its thread-locals' destruction makes no MPI calls that
             // matter; it is told no.
@@ -240,7 +240,7 @@ impl Drop for Announcement {
     fn drop(&mut self) {
         // Release: the call's accesses to the entry before a taker sees the word clear.
         self.reader.using[self.level].store(0, Release);
-        let _ = THIS_THREAD.try_with(|t| t.depth.set(self.level));
+        self.reader.depth.store(self.level, Relaxed);
     }
 }
 

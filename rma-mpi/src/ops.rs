@@ -762,6 +762,73 @@ impl Win {
         })
     }
 
+    /// MPI_Get_accumulate (and MPI_Rget_accumulate) of `n` bytes at `addr` (elements of
+    /// the predefined `flat`), the previous values into `n` bytes at `result`, both
+    /// contiguous, as the target: straight to the window's op where the result buffer
+    /// is aligned for its elements, the general path otherwise.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_accumulate_contiguous(
+        &self,
+        addr: *const u8,
+        result: *mut u8,
+        n: usize,
+        flat: &'static Flat,
+        op: AccOp,
+        rank: Rank,
+        disp: i64,
+    ) -> MpiResult<Option<Shared>> {
+        self.check_rank(rank)?;
+        let at = self.byte_disp(rank, disp)?;
+        // SAFETY: MPI's contract for an origin buffer: `n` readable bytes at `addr`
+        // during the call.
+        let data = unsafe { std::slice::from_raw_parts(addr, n) };
+        by_element!(self, bitwise(flat.code, op, data, flat.wide)?, |view: E| {
+            let size = std::mem::size_of::<E>();
+            if !(result as usize).is_multiple_of(std::mem::align_of::<E>())
+                || !n.is_multiple_of(size)
+            {
+                return self.get_accumulate_described(addr, result, n, flat, op, rank, disp);
+            }
+            // SAFETY: MPI's contract for a result buffer: `n` writable bytes at `result`,
+            // not accessed by the application until the op completes (the borrow lives
+            // in the completion until then); aligned for `E` (checked).
+            let dst: &'static mut [E] =
+                unsafe { std::slice::from_raw_parts_mut(result.cast::<E>(), n / size) };
+            let into = view.get_accumulate_into(&elements::<E>(data), op, rank, at, dst)?;
+            self.landed_or_due(rank, into)
+        })
+    }
+
+    /// [`get_accumulate_contiguous`](Self::get_accumulate_contiguous) through the
+    /// general path (a result buffer not aligned for its elements).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn get_accumulate_described(
+        &self,
+        addr: *const u8,
+        result: *mut u8,
+        n: usize,
+        flat: &'static Flat,
+        op: AccOp,
+        rank: Rank,
+        disp: i64,
+    ) -> MpiResult<Option<Shared>> {
+        let count = n / flat.size;
+        let buffer = |addr: *const u8| Buffer {
+            addr,
+            count,
+            flat: FlatRef::Predefined(flat),
+        };
+        let target = Target {
+            rank,
+            disp,
+            count,
+            flat: FlatRef::Predefined(flat),
+        };
+        self.get_accumulate(&buffer(addr), &buffer(result.cast_const()), op, &target)
+    }
+
     /// MPI_Fetch_and_op: one element of a predefined datatype.
     pub fn fetch_and_op(
         &self,
@@ -880,15 +947,28 @@ impl Win {
 
     /// A get (or get_accumulate) into the application's buffer: done when it landed in
     /// its call or completes now, else due at the synchronization that completes it.
-    #[inline]
+    #[inline(always)]
     fn landed_or_due<E: Element>(
         &self,
         target: Rank,
         into: rma::GetInto<'static, E>,
     ) -> MpiResult<Option<Shared>> {
         if into.landed() {
+            // Nothing pending, so nothing to drop: forgotten rather than dropped, which
+            // was a call per get on shared memory.
+            std::mem::forget(into);
             return Ok(None);
         }
+        self.due_unless_done(target, into)
+    }
+
+    /// [`landed_or_due`](Self::landed_or_due) of a get still under way: out of line.
+    #[inline(never)]
+    fn due_unless_done<E: Element>(
+        &self,
+        target: Rank,
+        into: rma::GetInto<'static, E>,
+    ) -> MpiResult<Option<Shared>> {
         if into.test()? {
             into.wait()?;
             return Ok(None);

@@ -142,6 +142,7 @@ static void init_local(struct win *w, enum sync s) {
     for (int i = 0; i < N; i++) w->mem[i] = -1;
     /* The sums start from 0. */
     w->mem[64] = w->mem[66] = w->mem[100] = w->mem[101] = 0;
+    w->mem[112] = 7, w->mem[113] = 8;
     if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_unlock(w->rank, w->win));
     MPI_Barrier(w->comm);
 }
@@ -241,6 +242,8 @@ static void check_writes(struct win *w) {
 /* Epoch B: reads and atomics, origin r from target t; results checked after the epoch. */
 struct results {
     int r1[4], r5, r2[8], r3[4], gacc, fop, fop_noop, cas, rgacc, repl;
+    /* get_accumulate's previous values at mis + 1: not aligned for an int. */
+    unsigned char mis[12];
 };
 
 static void reads(struct win *w, int t, struct results *res, MPI_Request reqs[2]) {
@@ -269,6 +272,9 @@ static void reads(struct win *w, int t, struct results *res, MPI_Request reqs[2]
                            MPI_INT, MPI_NO_OP, w->win, &reqs[1]));
     OK(MPI_Get_accumulate(&me, 1, MPI_INT, &res->repl, 1, MPI_INT, t, D(w, t, 103), 1, MPI_INT,
                           MPI_REPLACE, w->win));
+    int add[2] = {5, 6};
+    OK(MPI_Get_accumulate(add, 2, MPI_INT, res->mis + 1, 2, MPI_INT, t, D(w, t, 112), 2, MPI_INT,
+                          MPI_SUM, w->win));
 }
 
 static void check_reads(struct win *w, struct results *res) {
@@ -286,6 +292,10 @@ static void check_reads(struct win *w, struct results *res) {
     CHECK(res->cas == -1 || (res->cas >= 0 && res->cas < n), "compare_and_swap %d", res->cas);
     CHECK(res->rgacc == n - 1, "Rget_accumulate NO_OP %d", res->rgacc);
     CHECK(res->repl == -1 || (res->repl >= 0 && res->repl < n), "REPLACE fetched %d", res->repl);
+    int mis[2];
+    memcpy(mis, res->mis + 1, sizeof mis);
+    CHECK(mis[0] == 7 && mis[1] == 8, "get_accumulate into an unaligned result: %d %d", mis[0],
+          mis[1]);
 }
 
 /* One flavor x one sync mode, every rank targeting `targets` (all, or its neighbour). */
@@ -327,6 +337,8 @@ static void run(MPI_Comm comm, enum flavor f, enum sync s) {
     CHECK(w.mem[100] == 10, "get_accumulate total %d", w.mem[100]);
     CHECK(w.mem[101] == 1, "fetch_and_op total %d", w.mem[101]);
     CHECK(w.mem[103] == (w.rank + n - 1) % n, "REPLACE left %d", w.mem[103]);
+    CHECK(w.mem[112] == 12 && w.mem[113] == 14, "get_accumulate into an unaligned result left %d %d",
+          w.mem[112], w.mem[113]);
     if (s == LOCK || s == LOCK_ALL) OK(MPI_Win_unlock(w.rank, w.win));
     MPI_Barrier(comm);
     /* Shared memory: the neighbour's window by load. */
