@@ -38,6 +38,19 @@
 // MPI_Count `long` or `long long`: a cast is a no-op for one ABI and not the other.
 #![allow(clippy::unnecessary_cast)]
 
+/// `eprintln!` in one `write(2)`: the ranks of a job share the launcher's stderr, and the
+/// standard macro writes each piece of its format separately (stderr is unbuffered), so
+/// two ranks' messages interleaved mid-line, and a rank killed by another's MPI_Abort
+/// between its pieces lost its message. A line under PIPE_BUF bytes written at once
+/// reaches a pipe whole.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }};
+}
+
 mod api;
 mod bootstrap;
 mod datatype;

@@ -163,7 +163,7 @@ pub fn next_definition(name: &'static std::ffi::CStr, cache: &std::sync::OnceLoc
         // loaded after this one.
         let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
         if f.is_null() {
-            eprintln!("librma-mpi: the MPI library has no {name:?}; aborting");
+            say!("librma-mpi: the MPI library has no {name:?}; aborting");
             std::process::abort();
         }
         f as usize

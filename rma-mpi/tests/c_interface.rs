@@ -232,6 +232,48 @@ fn bad_input_returns_the_error_class_mpi_prescribes() {
     passes("errors.c");
 }
 
+/// A fatal error on every rank at once (MPI_ERRORS_ARE_FATAL): each rank's message is
+/// one whole line on the job's stderr, none lost to another rank's abort, and the job
+/// fails.
+#[test]
+fn fatal_errors_of_every_rank_say_so_in_whole_lines() {
+    let which = which_mpi();
+    let exe = compile("fatal.c", false);
+    let ranks = 4;
+    let bad = ranks + 5;
+    for round in 0..3 {
+        let out = launch(&exe, ranks, true);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "fatal.c under {which} succeeded: {stderr}"
+        );
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("librma-mpi") || l.contains("MPI_Put on rank"))
+            .collect();
+        for rank in 0..ranks {
+            let whole = format!(
+                "librma-mpi: MPI_Put on rank {rank}: target rank {bad} is outside the \
+                 window's group of {ranks} (MPI error class "
+            );
+            let n = said
+                .iter()
+                .filter(|l| l.starts_with(&whole) && l.ends_with("MPI_ERRORS_ARE_FATAL)"))
+                .count();
+            assert_eq!(
+                n, 1,
+                "round {round} under {which}: rank {rank}'s message, whole, once: {stderr}"
+            );
+        }
+        assert_eq!(
+            said.len(),
+            ranks,
+            "round {round} under {which}: only whole messages: {stderr}"
+        );
+    }
+}
+
 /// Fortran programs through each of the MPI's three Fortran interfaces reach
 /// librma-mpi's windows (their handles are librma-mpi's: the program checks) and get
 /// exact results, preloaded and linked. The MPIs' Fortran layers call C at different
