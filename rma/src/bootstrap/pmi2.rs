@@ -22,6 +22,8 @@ pub struct Pmi2 {
     watch: super::Watch,
     tags: rma_core::bootstrap::Tags,
     barriers: std::sync::atomic::AtomicU64,
+    /// `cmd=finalize;` sent (at the World's departure, or at drop).
+    finalized: std::sync::atomic::AtomicBool,
 }
 
 fn err(msg: impl Into<String>) -> TransportError {
@@ -74,6 +76,7 @@ impl Pmi2 {
             watch: super::Watch::default(),
             tags: rma_core::bootstrap::Tags::default(),
             barriers: std::sync::atomic::AtomicU64::new(0),
+            finalized: std::sync::atomic::AtomicBool::new(false),
         };
         // The PMI-2 handshake starts in PMI-1's line format (what Slurm's pmi2 plugin and
         // Hydra expect), then every command uses PMI-2's length-prefixed frames.
@@ -176,9 +179,27 @@ impl Pmi2 {
     }
 }
 
+impl Pmi2 {
+    /// Tells the PMI server this process is done with it, once.
+    fn finalize(&self) {
+        if !self
+            .finalized
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            let _ = self.call("cmd=finalize;", "finalize-response");
+        }
+    }
+}
+
 impl Bootstrap for Pmi2 {
     fn tags(&self) -> Option<&rma_core::bootstrap::Tags> {
         Some(&self.tags)
+    }
+
+    /// As PMI-1's: finalize when the World leaves, so that the launcher does not take
+    /// this process's exit for a failure.
+    fn depart(&self) {
+        self.finalize();
     }
     fn rank(&self) -> Rank {
         self.rank
@@ -248,7 +269,7 @@ impl Bootstrap for Pmi2 {
 
 impl Drop for Pmi2 {
     fn drop(&mut self) {
-        let _ = self.call("cmd=finalize;", "finalize-response");
+        self.finalize();
     }
 }
 
