@@ -91,7 +91,8 @@ pub struct Config {
     /// Run first on the progress agent's thread, if set (no variable: the facade sets it
     /// from rma-run's `RMA_AGENT_CPUS`).
     pub agent_start: Option<AgentStart>,
-    /// A blocking call that sees no completion for this long returns
+    /// A blocking call that has not finished after this long (counted from its first
+    /// wait, whatever arrived meanwhile) returns
     /// [`PeerError::Timeout`](crate::PeerError::Timeout) (`RMA_TIMEOUT_MS`, or `none` for
     /// no deadline at all; `None` here).
     pub timeout: Option<Duration>,

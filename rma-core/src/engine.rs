@@ -858,10 +858,16 @@ impl EngineShared {
     /// row (its completions, its packets, its ISSUE_OPS and CLEANUP_OPS), and never
     /// together with another window's.
     pub(crate) fn progress(&self) -> Result<()> {
+        self.progress_pass().map(drop)
+    }
+
+    /// [`progress`](Self::progress), saying whether this thread made the pass (false:
+    /// another thread was polling, and dispatches for it).
+    fn progress_pass(&self) -> Result<bool> {
         let Ok(mut events) = self.events.try_lock() else {
             // Another thread is polling; it will dispatch for us.
             std::thread::yield_now();
-            return Ok(());
+            return Ok(false);
         };
         self.transport.poll(&mut events)?;
         let mut failed_now: Vec<Rank> = Vec::new();
@@ -914,7 +920,7 @@ impl EngineShared {
         for (i, w) in windows.iter().enumerate() {
             held.state(&windows, i).make_progress(w)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Whether World rank `rank` left the job (its World was dropped).
@@ -984,7 +990,7 @@ impl EngineShared {
                 }
             }
             None => {
-                tracing::warn!(from, win = p.win, "packet for unknown window");
+                tracing::warn!(from, win = p.win, kind = ?p.kind, flags = p.flags, "packet for unknown window");
                 self.stats.refused();
             }
         }
@@ -1157,8 +1163,11 @@ impl EngineShared {
         // is a good share of a short wait (the timeout is seconds, the shift microseconds).
         let mut start = None;
         let mut spins = 0u32;
+        let mut passes_left_to_others = 0u32;
         loop {
-            self.progress()?;
+            if !self.progress_pass()? {
+                passes_left_to_others += 1;
+            }
             if cond()? {
                 return Ok(());
             }
@@ -1172,6 +1181,15 @@ impl EngineShared {
                 self.activity.bump();
                 let start = *start.get_or_insert_with(Instant::now);
                 if self.config.timeout.is_some_and(|t| start.elapsed() > t) {
+                    // Whether this thread polled at all: a pass another thread holds
+                    // (the progress agent) dispatches what this wait looks for.
+                    tracing::warn!(
+                        call,
+                        spins,
+                        passes_left_to_others,
+                        agent_passes = self.stats.snapshot().agent_passes,
+                        "timed out"
+                    );
                     return Err(PeerError::Timeout { call, rank: None }.into());
                 }
                 std::thread::yield_now();

@@ -359,7 +359,7 @@ pub enum PeerError {
         /// The peer.
         rank: Rank,
     },
-    /// A blocking call made no progress before the configured deadline.
+    /// A blocking call did not finish within the configured deadline.
     Timeout {
         /// The call that timed out.
         call: &'static str,
@@ -646,12 +646,12 @@ impl fmt::Display for PeerError {
                 rank: Some(r),
             } => write!(
                 f,
-                "`{call}` waited for rank {r} and made no progress before the deadline \
+                "`{call}` waited for rank {r} and did not finish within the deadline \
                  (RMA_TIMEOUT_MS)"
             ),
             Timeout { call, rank: None } => write!(
                 f,
-                "`{call}` made no progress before the deadline (RMA_TIMEOUT_MS)"
+                "`{call}` did not finish within the deadline (RMA_TIMEOUT_MS)"
             ),
             Departed { rank, call } => write!(
                 f,

@@ -94,6 +94,49 @@ pub(crate) enum SyncFlag {
     Complete,
 }
 
+/// The bytes `[lo, hi)` of a target's window (offsets, or addresses of a dynamic
+/// window) that some ops touch: the hull of their extents, for the order rule of the
+/// accumulate family across paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ByteSpan {
+    lo: u64,
+    hi: u64,
+}
+
+impl ByteSpan {
+    /// No byte.
+    pub(crate) const EMPTY: ByteSpan = ByteSpan {
+        lo: u64::MAX,
+        hi: 0,
+    };
+
+    /// The bytes an extent spans, from its first to one past its last.
+    pub(crate) fn of(extent: &Extent) -> ByteSpan {
+        ByteSpan {
+            lo: extent.offset,
+            hi: extent.offset.saturating_add(extent.span()),
+        }
+    }
+
+    pub(crate) fn union(self, other: ByteSpan) -> ByteSpan {
+        ByteSpan {
+            lo: self.lo.min(other.lo),
+            hi: self.hi.max(other.hi),
+        }
+    }
+
+    /// Whether a byte lies in both (an empty span overlaps nothing).
+    pub(crate) fn overlaps(self, other: ByteSpan) -> bool {
+        self.lo < other.hi && other.lo < self.hi
+    }
+}
+
+impl Default for ByteSpan {
+    fn default() -> Self {
+        ByteSpan::EMPTY
+    }
+}
+
 /// A target element: one target's operations and per-target epoch state.
 #[derive(Debug, Default)]
 pub(crate) struct TargetElem {
@@ -118,6 +161,12 @@ pub(crate) struct TargetElem {
     /// NIC's, or the provider's) could overtake them. Native ones of the family wait
     /// until [`am_atomics_applied`](Self::am_atomics_applied).
     pub am_atomics: bool,
+    /// The bytes the accumulate-family active messages not yet known applied touch
+    /// (their hull): a native op of the family waits only if it overlaps them.
+    pub am_atomic_span: ByteSpan,
+    /// The bytes the native ops under way touch (their hull): an active message of the
+    /// accumulate family waits only if it overlaps them.
+    pub native_span: ByteSpan,
     /// The op at the head of the queue waits for order (see `am_atomics`); counted once.
     pub held_for_order: bool,
     /// The sync to send when the queue drains.
@@ -138,6 +187,8 @@ impl TargetElem {
         self.puts_since_done = 0;
         self.native_in_flight = 0;
         self.am_atomics = false;
+        self.am_atomic_span = ByteSpan::EMPTY;
+        self.native_span = ByteSpan::EMPTY;
         self.held_for_order = false;
         self.sync = SyncFlag::None;
         self.acks_awaited = 0;
@@ -174,6 +225,44 @@ impl TargetElem {
     /// RMA_DONE after applying what came before it).
     pub(crate) fn am_atomics_applied(&self) -> bool {
         !self.am_atomics || (self.am_since_done == 0 && self.acks_awaited == 0)
+    }
+    /// Whether a native op of the accumulate family on `span` may go now: every active
+    /// message of the family before it is known applied, or none touches its bytes (MPI
+    /// orders the family per location: accumulate_ordering's default, rar, raw, war and
+    /// waw, is of accesses "to the same memory location").
+    pub(crate) fn native_atomic_may_go(&self, span: ByteSpan) -> bool {
+        self.am_atomics_applied() || !self.am_atomic_span.overlaps(span)
+    }
+    /// Whether an active message of the accumulate family on `span` may go now: no
+    /// native op under way touches its bytes.
+    pub(crate) fn am_atomic_may_go(&self, span: ByteSpan) -> bool {
+        self.native_in_flight == 0 || !self.native_span.overlaps(span)
+    }
+    /// An accumulate-family active message on `span` is about to go (before the counts
+    /// that say whether it is applied change).
+    pub(crate) fn am_atomic_sent(&mut self, span: ByteSpan) {
+        self.am_atomic_span = if self.am_atomics_applied() {
+            span
+        } else {
+            self.am_atomic_span.union(span)
+        };
+        self.am_atomics = true;
+    }
+    /// A native op on `span` is under way.
+    pub(crate) fn native_issued(&mut self, span: ByteSpan) {
+        self.native_span = if self.native_in_flight == 0 {
+            span
+        } else {
+            self.native_span.union(span)
+        };
+        self.native_in_flight += 1;
+    }
+    /// A native op completed (or failed).
+    pub(crate) fn native_completed(&mut self) {
+        self.native_in_flight = self.native_in_flight.saturating_sub(1);
+        if self.native_in_flight == 0 {
+            self.native_span = ByteSpan::EMPTY;
+        }
     }
     /// Every op is locally complete.
     pub(crate) fn ops_complete(&self) -> bool {

@@ -969,6 +969,14 @@ pub trait Transport: Send + Sync {
 
     /// Appends what happened since the last call. Returns how many events were added.
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError>;
+    /// What the backend holds toward its peers (queued requests, backlogs, peers known
+    /// gone), in one line, for the warning a timed-out call logs: a hang then says
+    /// whether the backend or the engine held the step that never came. Empty by
+    /// default.
+    fn diagnose(&self) -> String {
+        String::new()
+    }
+
     /// A packet of an [`Event::Received`] the engine is done with, for the backend to
     /// fill again: an active message of a large op is a piece of up to the largest
     /// message, and a fresh buffer for each was a fresh mapping to fault in (glibc maps

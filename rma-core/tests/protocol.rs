@@ -1116,6 +1116,55 @@ fn accumulates_keep_their_order_across_the_native_and_message_paths() {
     }
 }
 
+/// The order is per location: a native Sum and a Max by message on bytes of their own
+/// never wait for each other (each wait is a round trip), and the results are exact;
+/// the same ops on shared bytes still wait, every time the path changes.
+#[test]
+fn accumulates_on_disjoint_bytes_never_wait_for_each_other_across_paths() {
+    for seed in 0..8 {
+        run(2, Profile::Rdma, seed, config(), |e| {
+            let win = e.allocate::<u64>(8)?;
+            win.lock_all(Assert::NONE)?;
+            if e.rank() == 0 {
+                let before = win.stats();
+                for k in 1..=50u64 {
+                    // Sum (native) over elements 0..4, Max (message) at 7: disjoint.
+                    win.accumulate(&[1; 4], AccOp::Sum, 1, 0)?;
+                    win.accumulate(&[k], AccOp::Max, 1, 7)?;
+                }
+                win.flush(1)?;
+                let s = win.stats().since(&before);
+                assert_eq!(s.ops_held_for_order, 0, "disjoint bytes waited: {s:?}");
+                // The 50 Max messages and the flush's RMA_DONE: no RMA_DONE asked for
+                // order.
+                let messages = s.total_messages();
+                assert!(messages <= 51, "{messages} messages: {s:?}");
+                assert!(s.ops_native >= 50 && s.ops_active_message >= 50, "{s:?}");
+                let before = win.stats();
+                for k in 1..=20u64 {
+                    // Element 4: Sum (native) then Max (message) on the same bytes.
+                    win.accumulate(&[1], AccOp::Sum, 1, 4)?;
+                    win.accumulate(&[k * 1000], AccOp::Max, 1, 4)?;
+                }
+                win.flush(1)?;
+                let s = win.stats().since(&before);
+                assert!(
+                    s.ops_held_for_order >= 20,
+                    "the same bytes wait at each change of path: {s:?}"
+                );
+                let all = win.get_accumulate(&[0; 8], AccOp::NoOp, 1, 0)?.wait()?;
+                assert_eq!(all[..4], [50; 4], "sums exact");
+                assert_eq!(all[4], 20 * 1000, "the last max is last");
+                assert_eq!(all[7], 50, "max exact");
+            }
+            win.unlock_all()?;
+            e.barrier()?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
 // ----- notified access ----------------------------------------------------------------
 
 /// Issue #28: a notified put is the put's own message (the target counts it after

@@ -285,6 +285,8 @@ struct Inner {
     polls: u64,
     /// Empty polls in a row.
     idle: u64,
+    /// Rounds of keepalives sent (for [`Transport::diagnose`]).
+    keepalive_rounds: u64,
     /// Whether a look at the completion queue right after a post pays.
     post_poll: PostPoll,
 }
@@ -565,6 +567,7 @@ impl VerbsTransport {
             wcs: (0..32).map(|_| ib::empty_wc()).collect(),
             polls: 0,
             idle: 0,
+            keepalive_rounds: 0,
             post_poll: PostPoll::new(env_usize("RMA_VERBS_POLL_AFTER_POST", 1) != 0),
             pending: VecDeque::new(),
             me: rank,
@@ -636,6 +639,7 @@ impl VerbsTransport {
     /// write's retries run out (IBV_WC_RETRY_EXC_ERR) within timeout x (retry_cnt + 1).
     fn send_keepalives(&self, events: &mut Vec<Event>) -> Result<(), TransportError> {
         let mut inner = self.lock();
+        inner.keepalive_rounds += 1;
         for t in (0..self.size).filter(|t| *t != self.rank as usize) {
             let p = &inner.peers[t];
             // Also retires unsignaled sends that no signaled one followed yet.
@@ -1661,6 +1665,37 @@ impl Transport for VerbsTransport {
         // messages (accumulates the device cannot do, dynamic windows, PSCW and fence
         // control) wait for our progress.
         true
+    }
+
+    fn diagnose(&self) -> String {
+        use std::fmt::Write;
+        let inner = self.lock();
+        let mut s = format!(
+            "verbs: {} polls, {} keepalive rounds, {} events pending, {} of {} slots free, \
+             {} idle polls",
+            inner.polls,
+            inner.keepalive_rounds,
+            inner.pending.len(),
+            inner.free.len(),
+            inner.slots.len(),
+            inner.idle
+        );
+        for (t, p) in inner.peers.iter().enumerate() {
+            if p.posted.is_empty() && p.backlog.is_empty() && !p.dead && !p.bye {
+                continue;
+            }
+            let _ = write!(
+                s,
+                "; peer {t}: {} posts, {} posted ({} unsignaled in a row), {} backlogged{}{}",
+                p.next_wr,
+                p.posted.len(),
+                p.unsignaled,
+                p.backlog.len(),
+                if p.dead { ", dead" } else { "" },
+                if p.bye { ", said goodbye" } else { "" }
+            );
+        }
+        s
     }
 
     fn wait_for_traffic(&self, timeout: Duration) -> Result<Wake, TransportError> {

@@ -296,7 +296,7 @@ impl WinState {
             let Some(op) = elem.pending.pop_front() else {
                 break;
             };
-            if op.kind.is_atomic() && Self::must_wait_for_order(elem, op.native) {
+            if op.kind.is_atomic() && Self::must_wait_for_order(elem, &op) {
                 elem.pending.push_front(op);
                 if !std::mem::replace(&mut elem.held_for_order, true) {
                     w.counters.held_for_order();
@@ -369,12 +369,16 @@ impl WinState {
     /// backend: applied at the target); no provider is asked to order atomics against
     /// messages. Ops of one path keep their order by themselves (the wire's sequence, the
     /// queue pair's or endpoint's order). Mixed paths are rare: an (op, type) the backend
-    /// has no atomic for, or one longer than its atomics take.
-    fn must_wait_for_order(elem: &TargetElem, native: bool) -> bool {
-        if native {
-            !elem.am_atomics_applied()
+    /// has no atomic for, or one longer than its atomics take. Only ops whose bytes
+    /// overlap wait: MPI's order is per location, and a wait is a round trip (a verbs
+    /// origin alternating a native Sum with a Max by message on other bytes paid one per
+    /// op, 30 s for 2,000 pairs in the emulated VM).
+    fn must_wait_for_order(elem: &TargetElem, op: &OpElem) -> bool {
+        let span = ByteSpan::of(&op.extent);
+        if op.native {
+            !elem.native_atomic_may_go(span)
         } else {
-            elem.native_in_flight > 0
+            !elem.am_atomic_may_go(span)
         }
     }
 
@@ -434,7 +438,9 @@ impl WinState {
         self.send_encoded(w, rank, kind)?;
         w.counters.op_under_lock(false);
         let elem = self.table.get_mut(rank).expect("target element exists");
-        elem.am_atomics |= op.kind.is_atomic();
+        if op.kind.is_atomic() {
+            elem.am_atomic_sent(ByteSpan::of(&op.extent));
+        }
         if fl & (flags::DONE | flags::UNLOCK | flags::COMPLETE) != 0 {
             elem.done_sent();
         } else {
@@ -486,7 +492,7 @@ impl WinState {
                 w.counters.op_under_lock(true);
                 self.native_index.insert(token, rank);
                 let elem = self.table.get_mut(rank).expect("target element exists");
-                elem.native_in_flight += 1;
+                elem.native_issued(ByteSpan::of(&op.extent));
                 elem.issued.push(op);
             }
             Err(TransportError::Busy) => {

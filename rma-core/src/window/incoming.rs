@@ -324,7 +324,7 @@ impl WinState {
         if token & UNTRACKED != 0 {
             let rank = token as Rank;
             if let Some(elem) = self.table.get_mut(rank) {
-                elem.native_in_flight = elem.native_in_flight.saturating_sub(1);
+                elem.native_completed();
             }
             if let Err(e) = result {
                 self.defer(e);
@@ -337,7 +337,7 @@ impl WinState {
         let Some(elem) = self.table.get_mut(rank) else {
             return;
         };
-        elem.native_in_flight = elem.native_in_flight.saturating_sub(1);
+        elem.native_completed();
         if let Some(i) = elem
             .issued
             .iter()

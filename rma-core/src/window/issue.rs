@@ -88,6 +88,43 @@ impl WinState {
         (w.member_count() == 2).then(|| w.members().find(|&r| r != me))?
     }
 
+    /// What a blocked call's wait consists of, for the warning its timeout logs: the
+    /// epoch, messages not yet sent, window-protocol acks, and every target element that
+    /// is not idle (its queues, counts and sync), so that a hang reported from a run
+    /// says which step never came.
+    pub(super) fn wait_summary(&self) -> String {
+        use std::fmt::Write;
+        let mut s = format!(
+            "epoch {}, outbox {}, window grants {} acks {}",
+            self.epoch.name(),
+            self.outbox.len(),
+            self.window_grants,
+            self.window_acks
+        );
+        for t in self.table.iter().filter(|t| !t.is_idle() || t.needs_done()) {
+            let head = t.pending.front().map(|o| (o.kind, o.native));
+            let _ = write!(
+                s,
+                "; target {}: {:?}, pending {} (head {:?}), issued {}, native in flight {}, \
+                 am since done {}, puts since done {}, acks awaited {}, sync {:?}, \
+                 am atomics {}, held for order {}",
+                t.rank,
+                t.state,
+                t.pending.len(),
+                head,
+                t.issued.len(),
+                t.native_in_flight,
+                t.am_since_done,
+                t.puts_since_done,
+                t.acks_awaited,
+                t.sync,
+                t.am_atomics,
+                t.held_for_order
+            );
+        }
+        s
+    }
+
     /// Fails every op of `rank` still queued or under way with `err` and frees its
     /// target element (its native ops' late completions find nothing and are ignored).
     pub(super) fn abandon_target(&mut self, w: &WindowShared, rank: Rank, err: &Error) {

@@ -30,7 +30,7 @@ use crate::engine::{EngineShared, BLAME_MISMATCH};
 use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEpoch};
 use crate::error::{Error, PeerError, Result, TransportError, UsageError};
 use crate::group::Group;
-use crate::op_table::{OpElem, OpKind, OpTable, SyncFlag, TargetElem};
+use crate::op_table::{ByteSpan, OpElem, OpKind, OpTable, SyncFlag, TargetElem};
 use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};

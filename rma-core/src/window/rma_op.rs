@@ -50,7 +50,8 @@ impl WinState {
         // (An op of the accumulate family after active-message ones not yet known
         // applied queues: ISSUE_OPS_TARGET keeps their order.)
         let elem_state = self.table.get(rank).map(|t| {
-            let clear = t.pending.is_empty() && (!d.kind.is_atomic() || t.am_atomics_applied());
+            let clear = t.pending.is_empty()
+                && (!d.kind.is_atomic() || t.native_atomic_may_go(ByteSpan::of(&d.extent)));
             (t.state, clear)
         });
         let has_elem = elem_state.is_some();
@@ -94,7 +95,7 @@ impl WinState {
                     Ok(Issued::Pending) => {
                         w.counters.op_under_lock(true);
                         let elem = self.target_elem(w, rank).expect("room checked");
-                        elem.native_in_flight += 1;
+                        elem.native_issued(ByteSpan::of(&d.extent));
                         Ok(Step::Done(Posted::Later(None)))
                     }
                     Err(TransportError::Busy) => Ok(Step::Blocked),
@@ -261,7 +262,7 @@ impl WinState {
         let elem = self
             .target_elem(w, d.target)
             .expect("room checked before issue");
-        elem.native_in_flight += 1;
+        elem.native_issued(ByteSpan::of(&d.extent));
         elem.issued.push(op);
         Ok(Step::Done(Posted::Later(request)))
     }

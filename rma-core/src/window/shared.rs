@@ -162,11 +162,21 @@ impl WindowShared {
                 st.departure_error(self, call).map(|()| false)
             })
             .map_err(|e| match e.peer() {
-                Some(&PeerError::Timeout { call, rank: None }) => PeerError::Timeout {
-                    call,
-                    rank: self.lock_state().awaited_rank(self),
+                Some(&PeerError::Timeout { call, rank: None }) => {
+                    let st = self.lock_state();
+                    tracing::warn!(
+                        call,
+                        win = self.id,
+                        state = %st.wait_summary(),
+                        backend = %self.engine.transport.diagnose(),
+                        "timed out"
+                    );
+                    PeerError::Timeout {
+                        call,
+                        rank: st.awaited_rank(self),
+                    }
+                    .into()
                 }
-                .into(),
                 _ => e,
             })
     }
