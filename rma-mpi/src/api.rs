@@ -1410,7 +1410,14 @@ mpi_and_pmpi! {
         win: MPI_Win,
     ) -> c_int {
         on_window("MPI_Fetch_and_op", win, |w| {
-            let flat = datatype::flat(datatype)?;
+            let derived;
+            let flat = match datatype::predefined_flat(datatype) {
+                Some(f) => f,
+                None => {
+                    derived = datatype::flat(datatype)?;
+                    &*derived
+                }
+            };
             let op = acc_op(op_code(op))?;
             if target_rank == proc_null() {
                 return Ok(());
@@ -1419,7 +1426,7 @@ mpi_and_pmpi! {
             w.fetch_and_op(
                 origin_addr.cast(),
                 result.cast(),
-                &flat,
+                flat,
                 op,
                 rank_of(target_rank)?,
                 target_disp as i64,
@@ -1439,7 +1446,14 @@ mpi_and_pmpi! {
         win: MPI_Win,
     ) -> c_int {
         on_window("MPI_Compare_and_swap", win, |w| {
-            let flat = datatype::flat(datatype)?;
+            let derived;
+            let flat = match datatype::predefined_flat(datatype) {
+                Some(f) => f,
+                None => {
+                    derived = datatype::flat(datatype)?;
+                    &*derived
+                }
+            };
             if target_rank == proc_null() {
                 return Ok(());
             }
@@ -1450,7 +1464,7 @@ mpi_and_pmpi! {
                 origin.cast(),
                 compare.cast(),
                 result.cast(),
-                &flat,
+                flat,
                 rank_of(target_rank)?,
                 target_disp as i64,
             )
