@@ -226,17 +226,19 @@ impl TargetElem {
     pub(crate) fn am_atomics_applied(&self) -> bool {
         !self.am_atomics || (self.am_since_done == 0 && self.acks_awaited == 0)
     }
-    /// Whether a native op of the accumulate family on `span` may go now: every active
+    /// Whether a native op of the accumulate family on `extent` may go now: every active
     /// message of the family before it is known applied, or none touches its bytes (MPI
     /// orders the family per location: accumulate_ordering's default, rar, raw, war and
     /// waw, is of accesses "to the same memory location").
-    pub(crate) fn native_atomic_may_go(&self, span: ByteSpan) -> bool {
-        self.am_atomics_applied() || !self.am_atomic_span.overlaps(span)
+    #[inline]
+    pub(crate) fn native_atomic_may_go(&self, extent: &Extent) -> bool {
+        self.am_atomics_applied() || !self.am_atomic_span.overlaps(ByteSpan::of(extent))
     }
-    /// Whether an active message of the accumulate family on `span` may go now: no
+    /// Whether an active message of the accumulate family on `extent` may go now: no
     /// native op under way touches its bytes.
-    pub(crate) fn am_atomic_may_go(&self, span: ByteSpan) -> bool {
-        self.native_in_flight == 0 || !self.native_span.overlaps(span)
+    #[inline]
+    pub(crate) fn am_atomic_may_go(&self, extent: &Extent) -> bool {
+        self.native_in_flight == 0 || !self.native_span.overlaps(ByteSpan::of(extent))
     }
     /// An accumulate-family active message on `span` is about to go (before the counts
     /// that say whether it is applied change).

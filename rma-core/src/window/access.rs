@@ -374,11 +374,10 @@ impl WinState {
     /// origin alternating a native Sum with a Max by message on other bytes paid one per
     /// op, 30 s for 2,000 pairs in the emulated VM).
     fn must_wait_for_order(elem: &TargetElem, op: &OpElem) -> bool {
-        let span = ByteSpan::of(&op.extent);
         if op.native {
-            !elem.native_atomic_may_go(span)
+            !elem.native_atomic_may_go(&op.extent)
         } else {
-            !elem.am_atomic_may_go(span)
+            !elem.am_atomic_may_go(&op.extent)
         }
     }
 

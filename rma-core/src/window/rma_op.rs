@@ -50,8 +50,8 @@ impl WinState {
         // (An op of the accumulate family after active-message ones not yet known
         // applied queues: ISSUE_OPS_TARGET keeps their order.)
         let elem_state = self.table.get(rank).map(|t| {
-            let clear = t.pending.is_empty()
-                && (!d.kind.is_atomic() || t.native_atomic_may_go(ByteSpan::of(&d.extent)));
+            let clear =
+                t.pending.is_empty() && (!d.kind.is_atomic() || t.native_atomic_may_go(&d.extent));
             (t.state, clear)
         });
         let has_elem = elem_state.is_some();
