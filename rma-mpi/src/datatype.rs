@@ -281,9 +281,6 @@ fn type_error(message: impl Into<String>) -> MpiError {
     MpiError::new(int!(MPI_ERR_TYPE), message)
 }
 
-/// What `datatype` means, for an operation (predefined, or derived and committed).
-///
-/// A predefined datatype seen before is the hot path, inline; everything else is in
 /// The flat of a predefined datatype seen before, without a [`FlatRef`] to drop: the
 /// lookup of the common call's datatype.
 #[inline(always)]
@@ -291,6 +288,9 @@ pub fn predefined_flat(datatype: MPI_Datatype) -> Option<&'static Flat> {
     predefined().find(datatype_key(datatype))
 }
 
+/// What `datatype` means, for an operation (predefined, or derived and committed).
+///
+/// A predefined datatype seen before is the hot path, inline; everything else is in
 /// [`flat_of_others`], out of line: its locals (a typemap, a set) made every call save
 /// and restore a large frame, a third of the lookup.
 #[inline(always)]
