@@ -187,6 +187,14 @@ impl Region {
         unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }
     }
 
+    /// The 8-byte-aligned word at `offset`, checked here once, for a caller that
+    /// reaches the same word on every call (a lock word): [`Word::get`] checks nothing.
+    pub fn word_u64(&self, offset: usize) -> Word {
+        Word {
+            ptr: std::ptr::from_ref(self.atomic_u64(offset)),
+        }
+    }
+
     /// The 4-byte-aligned word at `offset` as an atomic (a futex word).
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         assert!(
@@ -290,5 +298,30 @@ mod tests {
         assert_eq!(&out[8..16], &[2; 8]);
         assert_eq!(&out[16..56], &[9; 40]);
         assert!(!r.contains(60, 8) && r.contains(56, 8) && !r.is_empty());
+    }
+}
+
+/// An 8-byte word of a [`Region`], in range and aligned (checked by
+/// [`Region::word_u64`]), valid while the Region's memory is (its constructor's
+/// contract).
+#[derive(Debug, Clone, Copy)]
+pub struct Word {
+    ptr: *const AtomicU64,
+}
+
+// SAFETY: as for Region: an address in shared memory, only ever accessed atomically.
+unsafe impl Send for Word {}
+// SAFETY: as above.
+unsafe impl Sync for Word {}
+
+impl Word {
+    /// The word as an atomic.
+    #[inline(always)]
+    pub fn get(&self) -> &AtomicU64 {
+        // SAFETY: in range and aligned (checked when made from the Region), mapped as
+        // long as the Region's memory (Region::new's contract, which covers everything
+        // derived from it); AtomicU64 has u64's layout and every process touches the
+        // word atomically only.
+        unsafe { &*self.ptr }
     }
 }

@@ -63,7 +63,7 @@ use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, Tra
 
 use directory::{Directory, Entry, DIRECTORY_BYTES};
 use ring::Ring;
-use rma_backend::{process_alive, Collectives, PeerWatch, Region};
+use rma_backend::{process_alive, Collectives, PeerWatch, Region, Word};
 use sys::Mapping;
 
 /// Lock words per process (one per live window segment), 64 bytes apart; the last slot
@@ -248,7 +248,11 @@ enum Reached {
 
 struct PeerWindow {
     memory: PeerMemory,
+    /// The peer's words of this window: the lock word, the barrier's, the accumulate
+    /// lock ([`lock_word_at`]).
     lock: Option<Region>,
+    /// The lock word alone, checked once: a lock and an unlock reach it directly.
+    lock_word: Option<Word>,
     /// The peer's lock slot for this window, which also indexes the PSCW notice counters
     /// in both inboxes (None: a dynamic window made without this backend's part, whose
     /// notices go by message).
@@ -655,8 +659,7 @@ impl WindowOps for ShmWindow {
     }
 
     fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
-        let r = self.lock_word(target)?;
-        let word = r.atomic_u64(0);
+        let word = self.checked_lock_word(target)?.get();
         let cur = word.load(Ordering::Acquire);
         if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
             return Ok(false);
@@ -676,7 +679,7 @@ impl WindowOps for ShmWindow {
     }
 
     fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError> {
-        let word = self.lock_word(target)?.atomic_u64(0);
+        let word = self.checked_lock_word(target)?.get();
         // Release: every access of the epoch happens before the lock is seen free (seed
         // 004, passive row: MEM_SYNC by the engine, then PROC_SYNC "lock released").
         if exclusive {
@@ -723,7 +726,16 @@ impl WindowOps for ShmWindow {
 }
 
 impl ShmWindow {
-    /// `target`'s lock word of this window.
+    /// `target`'s lock word of this window, as an atomic checked once.
+    #[inline]
+    fn checked_lock_word(&self, target: Rank) -> Result<&Word, TransportError> {
+        self.peers[target as usize]
+            .lock_word
+            .as_ref()
+            .ok_or(TransportError::Unsupported("native locks"))
+    }
+
+    /// `target`'s lock words of this window.
     #[inline]
     fn lock_word(&self, target: Rank) -> Result<&Region, TransportError> {
         self.peers[target as usize]
@@ -1378,6 +1390,7 @@ impl Transport for ShmTransport {
                 .map(|_| PeerWindow {
                     memory: PeerMemory::None,
                     lock: None,
+                    lock_word: None,
                     slot: None,
                     notices_to: None,
                     notices_from: None,
@@ -1419,6 +1432,7 @@ impl Transport for ShmTransport {
                 peers.push(PeerWindow {
                     memory: PeerMemory::None,
                     lock: None,
+                    lock_word: None,
                     slot: None,
                     notices_to: None,
                     notices_from: None,
@@ -1511,6 +1525,7 @@ impl Transport for ShmTransport {
             };
             peers.push(PeerWindow {
                 memory,
+                lock_word: Some(lock.word_u64(0)),
                 lock: Some(lock),
                 slot: Some(slot),
                 // In `r`'s inbox, at its slot for this window, our counters.

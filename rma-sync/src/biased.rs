@@ -148,18 +148,27 @@ impl<T> Drop for BiasedGuard<'_, T> {
 /// renumbered (an owner that exits is never mistaken for a new thread).
 #[inline]
 pub fn thread_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    thread_local! {
-        static ID: Cell<u64> = const { Cell::new(NO_OWNER) };
+    let me = THREAD_ID.get();
+    if me != NO_OWNER {
+        return me;
     }
-    ID.with(|id| {
-        let mut me = id.get();
-        if me == NO_OWNER {
-            me = NEXT.fetch_add(1, Ordering::Relaxed);
-            id.set(me);
-        }
-        me
-    })
+    first_thread_id()
+}
+
+thread_local! {
+    // Const-initialized, nothing to drop: a plain thread-local load, no lazy
+    // initialization to check on every lock.
+    static THREAD_ID: Cell<u64> = const { Cell::new(NO_OWNER) };
+}
+
+/// A thread's first [`thread_id`]: numbers it.
+#[cold]
+#[inline(never)]
+fn first_thread_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let me = NEXT.fetch_add(1, Ordering::Relaxed);
+    THREAD_ID.set(me);
+    me
 }
 
 #[cfg(test)]

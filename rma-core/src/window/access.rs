@@ -381,6 +381,7 @@ impl WinState {
         }
     }
 
+    #[inline]
     pub(super) fn native_locks(w: &WindowShared, rank: Rank) -> bool {
         w.caps(rank).native_locks
     }

@@ -11,7 +11,53 @@ impl WindowShared {
         if !assert.only(Assert::NOCHECK) {
             return Err(UsageError::BadAssert { call: "lock" }.into());
         }
-        self.check_rank(target)?;
+        // A World rank its public call translated and checked (`world`).
+        debug_assert!(self.check_rank(target).is_ok());
+        if assert.only(Assert::NONE) && self.lock_at_once(lock_type, target) {
+            return Ok(());
+        }
+        self.lock_general(lock_type, target, assert)
+    }
+
+    /// LOCK's hottest path, small enough to stay inline in its call: a native lock free
+    /// at the first try, opening or joining a per-target epoch, of a target with nothing
+    /// outstanding. `false`: nothing was done (the general path's case).
+    #[inline(always)]
+    fn lock_at_once(&self, lock_type: LockType, target: Rank) -> bool {
+        let mut st = self.lock_state();
+        if !(matches!(st.epoch, WindowEpoch::PerTarget | WindowEpoch::Unset)
+            && st.deferred.is_none()
+            && st.table.get(target).is_none()
+            && !st.locks.contains_key(&target)
+            && WinState::native_locks(self, target))
+        {
+            return false;
+        }
+        let exclusive = lock_type == LockType::Exclusive;
+        if !matches!(self.try_lock_word(target, exclusive), Ok(true)) {
+            // Busy (or failed): the general path waits for it (or reports it).
+            return false;
+        }
+        st.epoch = WindowEpoch::PerTarget;
+        st.locks.push(
+            target,
+            LockInfo {
+                exclusive,
+                nocheck: false,
+                granted: true,
+            },
+        );
+        // Granted with nothing of the target outstanding: the epoch's ops go direct
+        // from the first.
+        self.direct.open(target, true);
+        drop(st);
+        self.lock_word_memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
+        true
+    }
+
+    /// LOCK past [`lock_at_once`](Self::lock_at_once).
+    #[inline(never)]
+    fn lock_general(&self, lock_type: LockType, target: Rank, assert: Assert) -> Result<()> {
         let eager = {
             let mut st = self.lock_state();
             match st.epoch {
@@ -30,31 +76,30 @@ impl WindowShared {
             }
             let nocheck = assert.contains(Assert::NOCHECK);
             let exclusive = lock_type == LockType::Exclusive;
-            st.locks.insert(
-                target,
-                LockInfo {
-                    exclusive,
-                    nocheck,
-                    granted: nocheck,
-                },
-            );
-            let state = if nocheck {
-                TargetState::LockGranted
-            } else {
-                TargetState::LockCalled
-            };
-            if let Some(t) = st.table.get_mut(target) {
-                t.state = state;
-            }
-            if !nocheck && WinState::native_locks(self, target) && st.table.get(target).is_none() {
+            if !nocheck && st.table.get(target).is_none() && WinState::native_locks(self, target) {
                 // Native locks cost no message: take the lock now, so the epoch's ops go
                 // straight to the target (seed 004's LOCK, "do PROGRESS_WAIT until I got
                 // the lock", for every target). A free lock is taken at the first try,
                 // still holding the state: nothing else to wait for.
-                if self.try_lock_word(target, exclusive)? {
-                    if let Some(l) = st.locks.get_mut(&target) {
-                        l.granted = true;
+                let granted = match self.try_lock_word(target, exclusive) {
+                    Ok(granted) => granted,
+                    Err(e) => {
+                        // No lock of this call stays behind, nor the epoch it opened.
+                        if st.locks.is_empty() && st.table.active == 0 {
+                            st.epoch = WindowEpoch::Unset;
+                        }
+                        return Err(e.into());
                     }
+                };
+                st.locks.push(
+                    target,
+                    LockInfo {
+                        exclusive,
+                        nocheck,
+                        granted,
+                    },
+                );
+                if granted {
                     // Granted with nothing of the target outstanding: the epoch's ops
                     // go direct from the first.
                     if st.deferred.is_none() {
@@ -65,12 +110,8 @@ impl WindowShared {
                     return Ok(());
                 }
                 drop(st);
-                let mut first = true;
                 self.engine.wait_until("lock", || {
-                    if !first {
-                        self.lock_state().make_progress(self)?;
-                    }
-                    first = false;
+                    self.lock_state().make_progress(self)?;
                     if self.try_lock_word(target, exclusive)? {
                         let mut st = self.lock_state();
                         if let Some(l) = st.locks.get_mut(&target) {
@@ -87,6 +128,22 @@ impl WindowShared {
                 })?;
                 self.lock_word_memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC after PROC_SYNC in WIN_LOCK
                 return Ok(());
+            }
+            st.locks.push(
+                target,
+                LockInfo {
+                    exclusive,
+                    nocheck,
+                    granted: nocheck,
+                },
+            );
+            let state = if nocheck {
+                TargetState::LockGranted
+            } else {
+                TargetState::LockCalled
+            };
+            if let Some(t) = st.table.get_mut(target) {
+                t.state = state;
             }
             !nocheck && st.must_take_lock(self, target)
         };
@@ -112,6 +169,55 @@ impl WindowShared {
 
     pub(super) fn unlock(&self, target: Rank) -> Result<()> {
         let _span = sync_span!(call = "unlock", win = self.id, target);
+        // A World rank its public call translated and checked (`world`).
+        debug_assert!(self.check_rank(target).is_ok());
+        if let Some(done) = self.unlock_settled(target) {
+            return done;
+        }
+        self.unlock_general(target)
+    }
+
+    /// UNLOCK's hottest path, small enough to stay inline in its call: a native lock
+    /// whose target has no element (every op of the epoch went direct, or none was
+    /// made) and nothing waits to be sent. `None`: the general path's case.
+    #[inline(always)]
+    fn unlock_settled(&self, target: Rank) -> Option<Result<()>> {
+        let mut st = self.lock_state();
+        if !(matches!(st.epoch, WindowEpoch::PerTarget)
+            && st.table.get(target).is_none()
+            && st.outbox.is_empty()
+            && WinState::native_locks(self, target))
+        {
+            return None;
+        }
+        // The lock's ops go no more past the state.
+        self.direct.close(target);
+        let Some(info) = st.locks.remove(&target) else {
+            return Some(Err(UsageError::NotLocked { target }.into()));
+        };
+        // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in WIN_UNLOCK (a
+        // NOCHECK lock holds no word whose release would carry it).
+        let released = if info.nocheck || !info.granted {
+            self.engine.transport.memory_sync();
+            Ok(())
+        } else {
+            self.lock_word_memory_sync();
+            self.unlock_word(target, info.exclusive)
+        };
+        if st.locks.is_empty() && st.table.active == 0 {
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+        }
+        Some(match released {
+            Ok(()) => st.deferred.take().map_or(Ok(()), Err),
+            Err(e) => Err(e.into()),
+        })
+    }
+
+    /// UNLOCK past [`unlock_settled`](Self::unlock_settled): ops of the epoch still
+    /// queued or under way, or a lock by message.
+    #[inline(never)]
+    fn unlock_general(&self, target: Rank) -> Result<()> {
         self.unlock_inner(target).inspect_err(|e| {
             if !e.is_usage() {
                 // The lock of `target` is over either way: release what this rank holds
@@ -123,8 +229,7 @@ impl WindowShared {
         })
     }
 
-    pub(super) fn unlock_inner(&self, target: Rank) -> Result<()> {
-        self.check_rank(target)?;
+    fn unlock_inner(&self, target: Rank) -> Result<()> {
         let info = {
             let mut st = self.lock_state();
             // Whatever follows, the lock's ops go no more past the state.

@@ -10,6 +10,28 @@ impl WindowShared {
     /// MEM_SYNC, each lock word held released (PROC_SYNC), the elements freed: no
     /// progress pass, no message. `None`: the full algorithm below is needed.
     fn unlock_all_settled(&self, st: &mut WinState) -> Option<Result<()>> {
+        if matches!(st.epoch, WindowEpoch::LockAllGranted { nocheck: false })
+            && st.window_acks == 0
+            && st.table.active == 0
+            && st.outbox.is_empty()
+            && self.members_lock_natively
+        {
+            // Hottest: every member's native word held (taken at once by `lock_all`, or
+            // by the window protocol over native words) and every op of the epoch
+            // went direct.
+            self.lock_word_memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
+            let mut released = Ok(());
+            for rank in self.members() {
+                released = released.and(self.unlock_word(rank, false));
+            }
+            st.epoch = WindowEpoch::Unset;
+            st.restoring = false;
+            return Some(match (released, st.deferred.take()) {
+                (Err(e), _) => Err(e.into()),
+                (Ok(()), Some(e)) => Err(e),
+                (Ok(()), None) => Ok(()),
+            });
+        }
         let per_target = matches!(
             st.epoch,
             WindowEpoch::LockAllCalled | WindowEpoch::LockAllGranted { nocheck: true }
@@ -19,7 +41,7 @@ impl WindowShared {
         // or progress did): every member's word is held, no message was involved.
         let every_word = matches!(st.epoch, WindowEpoch::LockAllGranted { nocheck: false })
             && st.window_acks == 0
-            && self.members().all(|r| WinState::native_locks(self, r));
+            && self.members_lock_natively;
         let settled = |t: &TargetElem| {
             t.is_idle()
                 && !t.needs_done()
@@ -71,12 +93,13 @@ impl WindowShared {
     /// (and lock words) are CPU atomics of this node, every member has a native lock word,
     /// nothing is left of an earlier epoch, and the members are few enough that one
     /// atomic each costs less than a lazy lock per target touched.
+    #[inline]
     fn takes_every_word_at_once(&self, st: &WinState) -> bool {
         const EAGER_UP_TO: usize = 64;
         self.ops.is_some()
             && self.member_count() <= EAGER_UP_TO
-            && st.table.iter().next().is_none()
-            && self.members().all(|r| WinState::native_locks(self, r))
+            && st.table.active == 0
+            && self.members_lock_natively
     }
 
     pub(super) fn lock_all(&self, assert: Assert) -> Result<()> {
@@ -84,6 +107,48 @@ impl WindowShared {
         if !assert.only(Assert::NOCHECK) {
             return Err(UsageError::BadAssert { call: "lock_all" }.into());
         }
+        if assert.only(Assert::NONE) && self.lock_all_at_once() {
+            return Ok(());
+        }
+        self.lock_all_general(assert)
+    }
+
+    /// LOCK_ALL's hottest path, small enough to stay inline in its call: no epoch and
+    /// nothing left of one, every member's native lock word free at the first try
+    /// ([`takes_every_word_at_once`](Self::takes_every_word_at_once)). `false`: nothing
+    /// was done (a word taken is given back), the general path's case.
+    #[inline(always)]
+    fn lock_all_at_once(&self) -> bool {
+        let mut st = self.lock_state();
+        if !(matches!(st.epoch, WindowEpoch::Unset)
+            && st.deferred.is_none()
+            && self.kind != WindowKind::Shared
+            && self.takes_every_word_at_once(&st))
+        {
+            return false;
+        }
+        for (taken, rank) in self.members().enumerate() {
+            if !matches!(self.try_lock_word(rank, false), Ok(true)) {
+                for rank in self.members().take(taken) {
+                    let _ = self.unlock_word(rank, false);
+                }
+                return false;
+            }
+        }
+        st.epoch = WindowEpoch::LockAllGranted { nocheck: false };
+        // Granted everywhere, nothing queued anywhere: every target is direct.
+        for rank in self.members() {
+            self.direct.open(rank, true);
+        }
+        drop(st);
+        // seed 004 RMA+shm, passive row: LOCK_ALL as LOCK; each lock word carries it.
+        self.lock_word_memory_sync();
+        true
+    }
+
+    /// LOCK_ALL past [`lock_all_at_once`](Self::lock_all_at_once).
+    #[inline(never)]
+    fn lock_all_general(&self, assert: Assert) -> Result<()> {
         let mut st = self.lock_state();
         if !Self::no_access_epoch(&st) {
             return Err(UsageError::EpochConflict {
@@ -97,7 +162,11 @@ impl WindowShared {
         } else {
             WindowEpoch::LockAllCalled
         };
-        for rank in st.table.ranks() {
+        for rank in (st.table.active > 0)
+            .then(|| st.table.ranks())
+            .into_iter()
+            .flatten()
+        {
             let state = if assert.contains(Assert::NOCHECK) {
                 TargetState::Ready
             } else {

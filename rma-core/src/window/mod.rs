@@ -151,6 +151,10 @@ pub(crate) struct WindowShared {
     classes: Vec<crate::transport::Capabilities>,
     /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
     shares_memory: bool,
+    /// Every member of the window has a native lock word toward this process
+    /// ([`Capabilities::native_locks`](crate::transport::Capabilities::native_locks)):
+    /// lock_all may take them all in its call.
+    members_lock_natively: bool,
     /// The backend's native operations bound to this window
     /// ([`Transport::window_ops`](crate::Transport::window_ops)), where it has them.
     pub(crate) ops: Option<Arc<dyn crate::transport::WindowOps>>,
@@ -313,11 +317,10 @@ impl LockTable {
     fn contains_key(&self, rank: &Rank) -> bool {
         self.get(rank).is_some()
     }
-    fn insert(&mut self, rank: Rank, info: LockInfo) {
-        match self.get_mut(&rank) {
-            Some(l) => *l = info,
-            None => self.0.push((rank, info)),
-        }
+    /// Adds `rank`'s lock; `rank` holds none in the table (callers check first).
+    fn push(&mut self, rank: Rank, info: LockInfo) {
+        debug_assert!(!self.contains_key(&rank));
+        self.0.push((rank, info));
     }
     fn remove(&mut self, rank: &Rank) -> Option<LockInfo> {
         let i = self.0.iter().position(|(r, _)| r == rank)?;

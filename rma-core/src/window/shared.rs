@@ -32,9 +32,17 @@ impl WindowShared {
                     }
                 }
             })
-            .collect();
+            .collect::<Vec<u8>>();
         let shares_memory = classes.iter().any(|c| c.shared_memory);
+        let members_lock_natively = match &group {
+            None => classes.iter().all(|c| c.native_locks),
+            Some(g) => g
+                .members()
+                .iter()
+                .all(|&r| classes[routes[r as usize] as usize].native_locks),
+        };
         WindowShared {
+            members_lock_natively,
             ops,
             direct,
             blocks_in_call,
@@ -388,6 +396,7 @@ impl WindowShared {
     }
 
     /// The backend's native capabilities toward `target` on this window.
+    #[inline]
     pub(crate) fn caps(&self, target: Rank) -> &crate::transport::Capabilities {
         &self.classes[self.routes[target as usize] as usize]
     }
