@@ -646,8 +646,11 @@ impl WindowShared {
                 operand,
                 ..
             } => {
+                // At most max_atomic_elements elements, counted without a division (on
+                // the path of every atomic): element sizes are powers of two.
+                debug_assert!(datatype.size().is_power_of_two());
                 caps.has_atomic(op, datatype)
-                    && operand.len() / datatype.size() <= caps.max_atomic_elements
+                    && operand.len() >> datatype.size().trailing_zeros() <= caps.max_atomic_elements
             }
             NativeAtomic::CompareAndSwap { datatype, .. } => caps.has_compare_and_swap(datatype),
         }
