@@ -85,9 +85,7 @@ impl WindowShared {
                     Ok(granted) => granted,
                     Err(e) => {
                         // No lock of this call stays behind, nor the epoch it opened.
-                        if st.locks.is_empty() && st.table.active == 0 {
-                            st.epoch = WindowEpoch::Unset;
-                        }
+                        st.end_epoch_without_locks();
                         return Err(e.into());
                     }
                 };
@@ -204,10 +202,7 @@ impl WindowShared {
             self.lock_word_memory_sync();
             self.unlock_word(target, info.exclusive)
         };
-        if st.locks.is_empty() && st.table.active == 0 {
-            st.epoch = WindowEpoch::Unset;
-            st.restoring = false;
-        }
+        st.end_epoch_without_locks();
         Some(match released {
             Ok(()) => st.deferred.take().map_or(Ok(()), Err),
             Err(e) => Err(e.into()),
@@ -303,10 +298,16 @@ impl WinState {
             Some(l) if Self::native_locks(w, target) => w.unlock_word(target, l.exclusive),
             _ => Ok(()),
         };
+        self.end_epoch_without_locks();
+        Ok(released?)
+    }
+
+    /// Closes the per-target epoch once it has no lock and no target element left.
+    #[inline(always)]
+    pub(super) fn end_epoch_without_locks(&mut self) {
         if self.locks.is_empty() && self.table.active == 0 {
             self.epoch = WindowEpoch::Unset;
             self.restoring = false;
         }
-        Ok(released?)
     }
 }

@@ -24,13 +24,7 @@ impl WindowShared {
             for rank in self.members() {
                 released = released.and(self.unlock_word(rank, false));
             }
-            st.epoch = WindowEpoch::Unset;
-            st.restoring = false;
-            return Some(match (released, st.deferred.take()) {
-                (Err(e), _) => Err(e.into()),
-                (Ok(()), Some(e)) => Err(e),
-                (Ok(()), None) => Ok(()),
-            });
+            return Some(Self::unlock_all_closed(st, released));
         }
         let per_target = matches!(
             st.epoch,
@@ -80,13 +74,23 @@ impl WindowShared {
                 released = released.and(self.unlock_word(rank, false));
             }
         }
+        Some(Self::unlock_all_closed(st, released))
+    }
+
+    /// UNLOCK_ALL's end on its settled paths: no epoch, and the first error of the lock
+    /// words' release or of the epoch (deferred) reported.
+    #[inline(always)]
+    fn unlock_all_closed(
+        st: &mut WinState,
+        released: std::result::Result<(), TransportError>,
+    ) -> Result<()> {
         st.epoch = WindowEpoch::Unset;
         st.restoring = false;
-        Some(match (released, st.deferred.take()) {
+        match (released, st.deferred.take()) {
             (Err(e), _) => Err(e.into()),
             (Ok(()), Some(e)) => Err(e),
             (Ok(()), None) => Ok(()),
-        })
+        }
     }
 
     /// Whether `lock_all` takes every target's lock word in its call: the window's ops
@@ -162,11 +166,7 @@ impl WindowShared {
         } else {
             WindowEpoch::LockAllCalled
         };
-        for rank in (st.table.active > 0)
-            .then(|| st.table.ranks())
-            .into_iter()
-            .flatten()
-        {
+        for rank in st.table.ranks() {
             let state = if assert.contains(Assert::NOCHECK) {
                 TargetState::Ready
             } else {
