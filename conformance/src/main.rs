@@ -864,6 +864,19 @@ fn bad_input(world: &World) -> Result<()> {
         matches!(usage(win.get(peer, 0, 1))?, UsageError::NoEpoch { .. }),
         "an op after the last fence",
     )?;
+    // A fence's epoch leaves every member direct on shared memory; a lock begun from
+    // it (nothing of the fence's epoch queued) grants its own target only.
+    win.fence(Assert::NONE)?;
+    win.put(&[0.0], peer, 1)?;
+    win.lock(LockType::Shared, peer, Assert::NONE)?;
+    if me != peer {
+        check(
+            matches!(usage(win.put(&[0.0], me, 0))?, UsageError::NoEpoch { .. }),
+            "an op toward a target not locked, in a lock epoch begun after a fence",
+        )?;
+    }
+    win.put(&[0.0], peer, 1)?;
+    win.unlock(peer)?;
     win.lock_all(Assert::NONE)?;
     win.put(&[0.0], peer, 0)?;
     win.put(&[0.0], peer, 0)?;

@@ -1033,7 +1033,7 @@ impl<T: Element> Window<T> {
     /// Starts an access epoch to `group` (MPI_Win_start).
     pub fn start(&self, group: &[Rank], assert: Assert) -> Result<()> {
         self.raised("start", || {
-            self.shared.start(&self.shared.world_group(group)?, assert)
+            (self.shared).with_world_group(group, |g| self.shared.start(g, assert))
         })
     }
 
@@ -1045,8 +1045,7 @@ impl<T: Element> Window<T> {
     /// Starts an exposure epoch to `group` (MPI_Win_post).
     pub fn post(&self, group: &[Rank], assert: Assert) -> Result<()> {
         self.raised("post", || {
-            self.shared
-                .post_exposure(&self.shared.world_group(group)?, assert)
+            (self.shared).with_world_group(group, |g| self.shared.post_exposure(g, assert))
         })
     }
 

@@ -18,13 +18,18 @@
 //! completion), no error is deferred, and the window's ops all complete in the call.**
 //!
 //! - Set by the locked path once it finds that so: a native op completed in its call
-//!   toward a settled, granted target ([`rma_op`](super::rma_op)), or a lock taken
-//!   natively in `lock`'s call ([`lock`](super::lock)).
+//!   toward a settled, granted target ([`rma_op`](super::rma_op)), a lock taken
+//!   natively in `lock`'s call ([`lock`](super::lock)), every member at the end of a
+//!   fence that granted them all with nothing outstanding ([`fence`](super::fence)),
+//!   each target whose post is in when `start` opens its epoch ([`pscw`](super::pscw)).
+//!   Fence and PSCW epochs usually hold one op per target: left to the op, every one
+//!   took the locked path.
 //! - Cleared before anything can break it: every op that takes the locked path clears
 //!   its target's bit first (whatever it queues, the next op must not overtake it);
 //!   every synchronization call that ends or changes an epoch (fence, start, complete,
-//!   unlock_all, on entry) clears them all, `unlock` its target's; a deferred error, a
-//!   failed epoch, an abandoned target, a dropped or freed window clear them all.
+//!   unlock_all, on entry; lock and lock_all when they leave a fence's epoch) clears
+//!   them all, `unlock` its target's; a deferred error, a failed epoch, an abandoned
+//!   target, a dropped or freed window clear them all.
 //!
 //! Every check MPI asks for stays on the direct path or is implied by the bit: the
 //! displacement against the target's window (the public call's extent, and the backend's
@@ -92,6 +97,38 @@ impl DirectAccess {
         }
     }
 
+    /// Marks every rank of `members` direct in an active epoch: a fence that granted
+    /// access to every member with nothing of any outstanding. Under the window's state
+    /// lock only. (Each epoch of a fence loop has one op per target: left to the first op
+    /// of each, every op took the locked path.)
+    pub(super) fn open_members(&self, members: impl Iterator<Item = Rank>) {
+        if self.bits.is_empty() {
+            return;
+        }
+        self.passive.store(false, Ordering::Relaxed);
+        let mut word = usize::MAX;
+        let mut mask = 0u64;
+        for rank in members {
+            let (w, bit) = Self::at(rank);
+            if w != word {
+                self.or_word(word, mask);
+                (word, mask) = (w, 0);
+            }
+            mask |= bit;
+        }
+        self.or_word(word, mask);
+    }
+
+    /// Sets `mask`'s bits in word `word` (none past the window).
+    fn or_word(&self, word: usize, mask: u64) {
+        if let Some(w) = self.bits.get(word) {
+            let now = w.load(Ordering::Relaxed);
+            if now | mask != now {
+                w.store(now | mask, Ordering::Release);
+            }
+        }
+    }
+
     /// Takes `rank`'s mark away. Under the window's state lock only.
     #[inline]
     pub(super) fn close(&self, rank: Rank) {
@@ -139,6 +176,10 @@ mod tests {
         );
         d.close_all();
         assert!(!d.allows(129) && !d.allows(64));
+        d.open_members([1, 63, 64, 129, 7].into_iter());
+        assert!(d.allows(1) && d.allows(63) && d.allows(64) && d.allows(129) && d.allows(7));
+        assert!(!d.allows(0) && !d.allows(65) && !d.allows_flush(1));
+        d.close_all();
         // Past the window: never direct, opening it changes nothing.
         d.open(500, true);
         assert!(!d.allows(500));

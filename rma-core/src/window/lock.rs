@@ -62,7 +62,11 @@ impl WindowShared {
             let mut st = self.lock_state();
             match st.epoch {
                 WindowEpoch::PerTarget => {}
-                _ if Self::no_access_epoch(&st) => st.epoch = WindowEpoch::PerTarget,
+                _ if Self::no_access_epoch(&st) => {
+                    // A fence's epoch left every member direct: only locked targets are.
+                    self.direct.close_all();
+                    st.epoch = WindowEpoch::PerTarget;
+                }
                 ref e => {
                     return Err(UsageError::EpochConflict {
                         call: "lock",

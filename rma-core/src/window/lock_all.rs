@@ -161,6 +161,8 @@ impl WindowShared {
             }
             .into());
         }
+        // A fence's epoch left every member direct: a lazy lock must not be overtaken.
+        self.direct.close_all();
         st.epoch = if assert.contains(Assert::NOCHECK) {
             WindowEpoch::LockAllGranted { nocheck: true }
         } else {

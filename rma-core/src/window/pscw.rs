@@ -39,6 +39,7 @@ impl WindowShared {
             // seed 004 RMA+shm, PSCW row: WIN_START has MEM_SYNC after PROC_SYNC; the PROC_SYNC
             // (posts) is awaited lazily per target, so the barrier is taken here, before any op.
             self.engine.transport.memory_sync();
+            st.grant_posted();
             Ok(((), st))
         })
     }
@@ -212,5 +213,39 @@ impl WindowShared {
             self.engine.transport.memory_sync(); // seed 004 RMA+shm, PSCW row: MEM_SYNC after PROC_SYNC in WIN_TEST
         }
         Ok(done)
+    }
+}
+
+impl WinState {
+    /// At start: the targets whose post is in already are granted now (what their first
+    /// op or complete would do), and with nothing of the window outstanding their ops go
+    /// [direct](super::direct) from the first: a PSCW epoch usually has one op per
+    /// target, which otherwise always took the locked path.
+    fn grant_posted(&mut self) {
+        let open = self.deferred.is_none();
+        let WinState {
+            epoch,
+            target,
+            direct,
+            table,
+            ..
+        } = self;
+        let WindowEpoch::Pscw(p) = epoch else {
+            return;
+        };
+        for (i, &rank) in p.group.iter().enumerate() {
+            if !p.granted[i] {
+                match target.posts.get_mut(&rank) {
+                    Some(n) if *n > 0 => {
+                        *n -= 1;
+                        p.granted[i] = true;
+                    }
+                    _ => continue,
+                }
+            }
+            if open && table.get(rank).is_none() {
+                direct.open(rank, false);
+            }
+        }
     }
 }
