@@ -260,15 +260,38 @@ struct PeerWindow {
     /// The PSCW notice counters of this window between the peer and this process: ours
     /// in the peer's inbox (what we notify), the peer's in ours (what we take). Found
     /// once here, so a notice and a wait's poll look nothing up.
-    notices_to: Option<Region>,
-    notices_from: Option<Region>,
+    notices_to: Option<NoticeWords>,
+    notices_from: Option<NoticeWords>,
+}
+
+/// A pair of PSCW notice counters (posts, completes) as words checked once.
+struct NoticeWords {
+    post: Word,
+    complete: Word,
+}
+
+impl NoticeWords {
+    fn of(counters: &Region) -> NoticeWords {
+        NoticeWords {
+            post: counters.word_u64(0),
+            complete: counters.word_u64(8),
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, notice: Notice) -> &AtomicU64 {
+        match notice {
+            Notice::Post => self.post.get(),
+            Notice::Complete => self.complete.get(),
+        }
+    }
 }
 
 struct ShmWindow {
     peers: Vec<PeerWindow>,
     /// The fence barrier's arrival count and generation: two words after the first
     /// member's lock word for this window.
-    barrier: Option<Region>,
+    barrier: Option<BarrierWords>,
     /// Ranks of the window's communicator (the barrier's count).
     members: usize,
     /// This process's rank: what its exclusive holds write into lock words.
@@ -566,7 +589,7 @@ impl WindowOps for ShmWindow {
         let Some(b) = &self.barrier else {
             return Ok(None);
         };
-        let (count, generation) = (b.atomic_u64(0), b.atomic_u64(8));
+        let (count, generation) = (b.count.get(), b.generation.get());
         // The generation before our arrival is the ticket: the barrier is over when it
         // moves. The last to arrive resets the count before moving the generation, so
         // nobody can arrive at the next barrier before the reset (seed 004's PROC_SYNC;
@@ -584,7 +607,7 @@ impl WindowOps for ShmWindow {
             .barrier
             .as_ref()
             .ok_or(TransportError::Unsupported("native barrier"))?;
-        Ok(b.atomic_u64(8).load(Ordering::Acquire) != ticket)
+        Ok(b.generation.get().load(Ordering::Acquire) != ticket)
     }
 
     fn completes_in_call(&self) -> bool {
@@ -700,9 +723,7 @@ impl WindowOps for ShmWindow {
         };
         // Release: the epoch's accesses (made visible by the engine's MEM_SYNC) before
         // the notice (seed 004's PSCW row: PROC_SYNC after MEM_SYNC).
-        counters
-            .atomic_u64(notice_offset(notice))
-            .fetch_add(1, Ordering::Release);
+        counters.get(notice).fetch_add(1, Ordering::Release);
         Ok(true)
     }
 
@@ -714,7 +735,7 @@ impl WindowOps for ShmWindow {
         else {
             return 0;
         };
-        let word = counters.atomic_u64(notice_offset(notice));
+        let word = counters.get(notice);
         // A plain load first: a waiting loop reads without taking the line exclusively.
         if word.load(Ordering::Relaxed) == 0 {
             return 0;
@@ -1529,12 +1550,12 @@ impl Transport for ShmTransport {
                 lock: Some(lock),
                 slot: Some(slot),
                 // In `r`'s inbox, at its slot for this window, our counters.
-                notices_to: Some(notice_counters(
+                notices_to: Some(NoticeWords::of(&notice_counters(
                     &self.inboxes[r],
                     self.size,
                     slot,
                     self.rank as usize,
-                )),
+                ))),
                 notices_from: None,
             });
         }
@@ -1542,12 +1563,12 @@ impl Transport for ShmTransport {
         if let Some(own) = peers.get(self.rank as usize).and_then(|p| p.slot) {
             for (r, peer) in peers.iter_mut().enumerate() {
                 if peer.slot.is_some() {
-                    peer.notices_from = Some(notice_counters(
+                    peer.notices_from = Some(NoticeWords::of(&notice_counters(
                         &self.inboxes[self.rank as usize],
                         self.size,
                         own,
                         r,
-                    ));
+                    )));
                 }
             }
         }
@@ -1803,14 +1824,6 @@ impl Transport for ShmTransport {
     }
 }
 
-/// Where a notice's counter is in a pair of notice counters.
-fn notice_offset(notice: Notice) -> usize {
-    match notice {
-        Notice::Post => 0,
-        Notice::Complete => 8,
-    }
-}
-
 /// The PSCW notice counters (posts, completes) that `from` increments for `slot`'s
 /// window in an inbox mapping of a `size`-rank world.
 fn notice_counters(inbox: &Arc<Mapping>, size: usize, slot: usize, from: usize) -> Region {
@@ -1823,11 +1836,21 @@ fn notice_counters(inbox: &Arc<Mapping>, size: usize, slot: usize, from: usize) 
 }
 
 /// The barrier words (count, generation) of `slot` in an inbox mapping.
-fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> Region {
+fn barrier_words(inbox: &Arc<Mapping>, slot: usize) -> BarrierWords {
     assert!(slot < LOCK_SLOTS);
     // SAFETY: bytes 8..24 of a slot inside the inbox's lock table; inbox mappings live
     // as long as the transport, which outlives its windows.
-    unsafe { Region::new(inbox.ptr().add(slot * 64 + 8), 16) }
+    let words = unsafe { Region::new(inbox.ptr().add(slot * 64 + 8), 16) };
+    BarrierWords {
+        count: words.word_u64(0),
+        generation: words.word_u64(8),
+    }
+}
+
+/// A window's fence barrier: its arrival count and generation, checked once.
+struct BarrierWords {
+    count: Word,
+    generation: Word,
 }
 
 /// Lets peers of this user reach this process by cross-memory attach (Yama's ptrace
