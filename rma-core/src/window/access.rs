@@ -57,6 +57,17 @@ impl WinState {
     }
 
     pub(super) fn advance_barrier(&mut self, w: &WindowShared) -> Result<bool> {
+        // A native barrier alone (shared memory's fences): one load of its generation,
+        // on every turn of the fence's wait.
+        if let (Some(Barrier::Native(ticket)), true) =
+            (&self.barrier, self.background_barriers.is_empty())
+        {
+            let done = w.barrier_done(*ticket)?;
+            if done {
+                self.barrier = None;
+            }
+            return Ok(done);
+        }
         // The dissemination runs over the members' indices.
         let (rank, size) = (w.member_index() as Rank, w.member_count());
         let mut sends = Vec::new();

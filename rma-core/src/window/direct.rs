@@ -51,17 +51,27 @@ pub(crate) struct DirectAccess {
     /// One bit per World rank; empty where the backend's ops do not all complete in
     /// their call (no target is ever direct).
     bits: Box<[AtomicU64]>,
+    /// The window's members, as the bits they have in `bits` (empty with it).
+    members: Box<[u64]>,
     /// The bits were set in a passive epoch (lock, lock_all): a flush may take them.
     passive: AtomicBool,
 }
 
 impl DirectAccess {
-    /// For a window of `ranks` World ranks; `enabled`: every native op of the window's
-    /// backend completes in its call.
-    pub(crate) fn new(ranks: usize, enabled: bool) -> Self {
+    /// For a window of `ranks` World ranks whose members are `members`; `enabled`:
+    /// every native op of the window's backend completes in its call.
+    pub(crate) fn new(ranks: usize, members: impl Iterator<Item = Rank>, enabled: bool) -> Self {
         let words = if enabled { ranks.div_ceil(64) } else { 0 };
+        let mut mask = vec![0u64; words];
+        for rank in members {
+            let (word, bit) = Self::at(rank);
+            if let Some(m) = mask.get_mut(word) {
+                *m |= bit;
+            }
+        }
         DirectAccess {
             bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            members: mask.into(),
             passive: AtomicBool::new(false),
         }
     }
@@ -97,31 +107,16 @@ impl DirectAccess {
         }
     }
 
-    /// Marks every rank of `members` direct in an active epoch: a fence that granted
-    /// access to every member with nothing of any outstanding. Under the window's state
-    /// lock only. (Each epoch of a fence loop has one op per target: left to the first op
-    /// of each, every op took the locked path.)
-    pub(super) fn open_members(&self, members: impl Iterator<Item = Rank>) {
+    /// Marks every member direct: an epoch that granted access to all of them with
+    /// nothing of any outstanding (a fence's, a lock_all's that took every lock word).
+    /// Under the window's state lock only. (Each epoch of a fence loop has one op per
+    /// target: left to the first op of each, every op took the locked path.)
+    pub(super) fn open_members(&self, passive: bool) {
         if self.bits.is_empty() {
             return;
         }
-        self.passive.store(false, Ordering::Relaxed);
-        let mut word = usize::MAX;
-        let mut mask = 0u64;
-        for rank in members {
-            let (w, bit) = Self::at(rank);
-            if w != word {
-                self.or_word(word, mask);
-                (word, mask) = (w, 0);
-            }
-            mask |= bit;
-        }
-        self.or_word(word, mask);
-    }
-
-    /// Sets `mask`'s bits in word `word` (none past the window).
-    fn or_word(&self, word: usize, mask: u64) {
-        if let Some(w) = self.bits.get(word) {
+        self.passive.store(passive, Ordering::Relaxed);
+        for (w, &mask) in self.bits.iter().zip(self.members.iter()) {
             let now = w.load(Ordering::Relaxed);
             if now | mask != now {
                 w.store(now | mask, Ordering::Release);
@@ -161,7 +156,7 @@ mod tests {
 
     #[test]
     fn marks_open_and_close_per_rank_and_all_at_once() {
-        let d = DirectAccess::new(130, true);
+        let d = DirectAccess::new(130, [1, 63, 64, 129, 7].into_iter(), true);
         assert!(!d.allows(0) && !d.allows(129) && !d.allows(130) && !d.allows(u32::MAX));
         d.open(129, true);
         d.open(3, true);
@@ -176,9 +171,11 @@ mod tests {
         );
         d.close_all();
         assert!(!d.allows(129) && !d.allows(64));
-        d.open_members([1, 63, 64, 129, 7].into_iter());
+        d.open_members(false);
         assert!(d.allows(1) && d.allows(63) && d.allows(64) && d.allows(129) && d.allows(7));
         assert!(!d.allows(0) && !d.allows(65) && !d.allows_flush(1));
+        d.open_members(true);
+        assert!(d.allows_flush(129) && !d.allows(2));
         d.close_all();
         // Past the window: never direct, opening it changes nothing.
         d.open(500, true);
@@ -187,7 +184,9 @@ mod tests {
 
     #[test]
     fn a_backend_whose_ops_may_stay_pending_has_no_direct_target() {
-        let d = DirectAccess::new(4, false);
+        let d = DirectAccess::new(4, 0..4, false);
+        d.open_members(true);
+        assert!(!d.allows(2));
         d.open(1, true);
         assert!(!d.allows(1) && !d.allows_flush(1));
     }

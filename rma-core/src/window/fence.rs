@@ -44,8 +44,10 @@ impl WindowShared {
                 .filter(|t| t.needs_done())
                 .map(|t| t.am_since_done);
             t.memory_sync(); // seed 004 RMA+shm, FENCE row: MEM_SYNC before PROC_SYNC
-            for rank in st.table.ranks() {
-                st.free_target(self, rank);
+            if st.table.active != 0 {
+                for rank in st.table.ranks() {
+                    st.free_target(self, rank);
+                }
             }
             st.start_barrier(self)?;
             st.epoch = WindowEpoch::FenceIssued;
@@ -75,7 +77,7 @@ impl WindowShared {
             // Every member is granted and nothing of any is outstanding (each target was
             // freed before the barrier): the epoch's ops may go direct from its first.
             if matches!(st.epoch, WindowEpoch::FenceGranted) && st.table.active == 0 {
-                self.direct.open_members(self.members());
+                self.direct.open_members(false);
             }
             Ok(((), st))
         })

@@ -141,9 +141,7 @@ impl WindowShared {
         }
         st.epoch = WindowEpoch::LockAllGranted { nocheck: false };
         // Granted everywhere, nothing queued anywhere: every target is direct.
-        for rank in self.members() {
-            self.direct.open(rank, true);
-        }
+        self.direct.open_members(true);
         drop(st);
         // seed 004 RMA+shm, passive row: LOCK_ALL as LOCK; each lock word carries it.
         self.lock_word_memory_sync();
@@ -204,9 +202,7 @@ impl WindowShared {
                 st.epoch = WindowEpoch::LockAllGranted { nocheck: false };
                 if st.deferred.is_none() {
                     // Granted everywhere, nothing queued anywhere: every target is direct.
-                    for rank in self.members() {
-                        self.direct.open(rank, true);
-                    }
+                    self.direct.open_members(true);
                 }
             } else {
                 for rank in self.members().take(taken) {

@@ -17,7 +17,11 @@ impl WindowShared {
         let group = comm.as_ref().map(|c| c.group().clone());
         let ops = engine.transport.window_ops(id);
         let blocks_in_call = ops.as_ref().is_some_and(|o| o.completes_in_call());
-        let direct = Arc::new(DirectAccess::new(engine.size, blocks_in_call));
+        let members: Box<dyn Iterator<Item = Rank>> = match &group {
+            Some(g) => Box::new(g.members().iter().copied()),
+            None => Box::new(0..engine.size as Rank),
+        };
+        let direct = Arc::new(DirectAccess::new(engine.size, members, blocks_in_call));
         let state = StateLock::new(WinState::new(&engine, direct.clone()));
         // Capabilities per target, once: a byte per rank and the few distinct classes.
         let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
