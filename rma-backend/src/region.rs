@@ -187,6 +187,17 @@ impl Region {
         unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) }
     }
 
+    /// The 8-byte word at `offset` as an atomic, if it lies inside and is aligned.
+    #[inline]
+    pub fn checked_u64(&self, offset: usize) -> Option<&AtomicU64> {
+        if !(self.contains(offset, 8) && (self.base as usize + offset).is_multiple_of(8)) {
+            return None;
+        }
+        // SAFETY: in range, aligned (checked), mapped for the Region's life; AtomicU64
+        // has the layout of u64 and other processes only touch it atomically.
+        Some(unsafe { AtomicU64::from_ptr(self.base.add(offset).cast()) })
+    }
+
     /// The 8-byte-aligned word at `offset`, checked here once, for a caller that
     /// reaches the same word on every call (a lock word): [`Word::get`] checks nothing.
     pub fn word_u64(&self, offset: usize) -> Word {

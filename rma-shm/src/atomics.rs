@@ -75,6 +75,13 @@ macro_rules! width {
     }};
 }
 
+/// `op` on the one 8-byte element `a` (a fetch_and_op of a u64, a notification
+/// counter's add): its previous value into `old` (8 bytes).
+#[inline]
+pub fn word_accumulate(a: &AtomicU64, op: AccOp, dt: DataType, operand: &[u8], old: &mut [u8]) {
+    width!(AtomicU64, u64, a.as_ptr(), op, dt, operand, old);
+}
+
 /// Applies `op` element-wise at `offset` of `region`; returns the previous values (inline,
 /// with no allocation, when they fit). `None` if an element is misaligned (the caller
 /// falls back to another path).

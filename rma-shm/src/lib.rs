@@ -574,7 +574,25 @@ impl WindowOps for ShmWindow {
                 datatype,
                 operand,
                 ..
-            } => self.accumulate_atomically(target, offset, op, datatype, operand, old)?,
+            } => {
+                // One 8-byte element in mapped memory (fetch_and_op of a u64, a notified
+                // op's counter): its word found with one check.
+                if let (8, 8, 8, PeerMemory::Mapped(region)) = (
+                    operand.len(),
+                    datatype.size(),
+                    old.len(),
+                    &self.peers[target as usize].memory,
+                ) {
+                    if let Some(word) = usize::try_from(offset)
+                        .ok()
+                        .and_then(|at| region.checked_u64(at))
+                    {
+                        atomics::word_accumulate(word, op, datatype, operand, old);
+                        return Ok(true);
+                    }
+                }
+                self.accumulate_atomically(target, offset, op, datatype, operand, old)?
+            }
             NativeAtomic::CompareAndSwap { compare, swap, .. } => {
                 self.with_mapped(target, offset, compare.len(), |region, off| {
                     atomics::compare_and_swap_into(region, off, compare, swap, old)
