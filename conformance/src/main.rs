@@ -66,6 +66,7 @@ fn main() {
         "progress" => progress(&world),
         "fence_then_lock" => fence_then_lock(&world),
         "stress_fetch_and_op" => stress_fetch_and_op(&world),
+        "stress_compare_and_swap" => stress_compare_and_swap(&world),
         "stress_lock_counter" => stress_lock_counter(&world),
         "threads_lock_counter" => threads_lock_counter(&world),
         "stress_overlap" => stress_overlap(&world),
@@ -500,6 +501,45 @@ fn stress_fetch_and_op(world: &World) -> Result<()> {
         check(
             win.local_to_vec()[0] == 100_000 * world.size() as u64,
             "every fetch_and_op counted",
+        )?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+/// Every rank counts to 2,000 on rank 0's word by compare-and-swap alone (read it, swap
+/// it for one more, again from what the swap found when another rank came first): a
+/// swap that found what it compared landed alone, so the word ends at 2,000 per rank,
+/// and each rank's successful swaps found increasing values.
+fn stress_compare_and_swap(world: &World) -> Result<()> {
+    const PER_RANK: u64 = 2_000;
+    let win = world.allocate::<u64>(1)?;
+    win.lock_all(Assert::NONE)?;
+    let mut seen = win.fetch_and_op(0, AccOp::NoOp, 0, 0)?.wait()?;
+    let (mut won, mut last_won, mut lost) = (0u64, None, 0u64);
+    while won < PER_RANK {
+        let found = win.compare_and_swap(seen, seen + 1, 0, 0)?.wait()?;
+        if found == seen {
+            check(
+                last_won.is_none_or(|l| seen > l),
+                "a rank's successful swaps find increasing values",
+            )?;
+            last_won = Some(seen);
+            won += 1;
+            seen += 1;
+        } else {
+            check(found > seen, "the word only grows")?;
+            lost += 1;
+            seen = found;
+        }
+    }
+    win.unlock_all()?;
+    world.barrier()?;
+    if world.rank() == 0 {
+        let total = win.local_to_vec()[0];
+        check(
+            total == PER_RANK * world.size() as u64,
+            &format!("every swap counted once: {total} ({lost} lost here)"),
         )?;
     }
     win.free()?;

@@ -23,6 +23,7 @@ const SPIN_CASES: &[&str] = &[
     "notify",
     "locs",
     "stress_fetch_and_op",
+    "stress_compare_and_swap",
     "stress_lock_counter",
 ];
 
@@ -205,6 +206,11 @@ fn fence_completion_of_seed_001() {
 #[test]
 fn stress_fetch_and_op_counts_every_increment() {
     ok(4, &["stress_fetch_and_op"]);
+}
+
+#[test]
+fn stress_compare_and_swap_counts_every_swap() {
+    ok(4, &["stress_compare_and_swap"]);
 }
 
 #[test]

@@ -381,6 +381,13 @@ pub fn compare_and_swap_into(
     Some(())
 }
 
+/// Compare-and-swap of the one 8-byte element `a` (bitwise comparison): its previous
+/// value into `old`.
+#[inline]
+pub fn word_compare_and_swap(a: &AtomicU64, compare: &[u8], swap: &[u8], old: &mut [u8]) {
+    cas_width!(AtomicU64, u64, a.as_ptr(), compare, swap, old);
+}
+
 macro_rules! update_width {
     ($atomic:ty, $uint:ty, $ptr:expr, $f:expr) => {{
         // SAFETY: as in `width!`: in range and aligned (checked by the caller).

@@ -594,6 +594,21 @@ impl WindowOps for ShmWindow {
                 self.accumulate_atomically(target, offset, op, datatype, operand, old)?
             }
             NativeAtomic::CompareAndSwap { compare, swap, .. } => {
+                // One 8-byte element in mapped memory: as the accumulate's above.
+                if let (8, 8, 8, PeerMemory::Mapped(region)) = (
+                    compare.len(),
+                    swap.len(),
+                    old.len(),
+                    &self.peers[target as usize].memory,
+                ) {
+                    if let Some(word) = usize::try_from(offset)
+                        .ok()
+                        .and_then(|at| region.checked_u64(at))
+                    {
+                        atomics::word_compare_and_swap(word, compare, swap, old);
+                        return Ok(true);
+                    }
+                }
                 self.with_mapped(target, offset, compare.len(), |region, off| {
                     atomics::compare_and_swap_into(region, off, compare, swap, old)
                         .ok_or(TransportError::Unsupported("misaligned atomic"))
