@@ -30,21 +30,25 @@ impl Region {
     }
 
     /// Size in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether it has no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Address of the first byte.
+    #[inline]
     pub fn base(&self) -> *mut u8 {
         self.base
     }
 
     /// Whether `offset..offset+len` lies inside.
+    #[inline]
     pub fn contains(&self, offset: usize, len: usize) -> bool {
         offset.checked_add(len).is_some_and(|end| end <= self.len)
     }
@@ -69,6 +73,7 @@ impl Region {
     }
 
     /// Copies out from `offset` into `dst`.
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         assert!(self.contains(offset, dst.len()), "read outside the region");
         if dst.len() == 8 {
@@ -177,6 +182,7 @@ impl Region {
     }
 
     /// The 8-byte-aligned word at `offset` as an atomic.
+    #[inline]
     pub fn atomic_u64(&self, offset: usize) -> &AtomicU64 {
         assert!(
             self.contains(offset, 8) && (self.base as usize + offset).is_multiple_of(8),
@@ -207,6 +213,7 @@ impl Region {
     }
 
     /// The 4-byte-aligned word at `offset` as an atomic (a futex word).
+    #[inline]
     pub fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
         assert!(
             self.contains(offset, 4) && (self.base as usize + offset).is_multiple_of(4),
@@ -218,6 +225,7 @@ impl Region {
     }
 
     /// Pointer to `offset`, checked for `len` bytes.
+    #[inline]
     pub fn at(&self, offset: usize, len: usize) -> *mut u8 {
         assert!(self.contains(offset, len), "access outside the region");
         // SAFETY: in range (checked).
