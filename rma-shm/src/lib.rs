@@ -577,16 +577,8 @@ impl WindowOps for ShmWindow {
             } => {
                 // One 8-byte element in mapped memory (fetch_and_op of a u64, a notified
                 // op's counter): its word found with one check.
-                if let (8, 8, 8, PeerMemory::Mapped(region)) = (
-                    operand.len(),
-                    datatype.size(),
-                    old.len(),
-                    &self.peers[target as usize].memory,
-                ) {
-                    if let Some(word) = usize::try_from(offset)
-                        .ok()
-                        .and_then(|at| region.checked_u64(at))
-                    {
+                if (operand.len(), datatype.size(), old.len()) == (8, 8, 8) {
+                    if let Some(word) = self.mapped_word(target, offset) {
                         atomics::word_accumulate(word, op, datatype, operand, old);
                         return Ok(true);
                     }
@@ -595,16 +587,8 @@ impl WindowOps for ShmWindow {
             }
             NativeAtomic::CompareAndSwap { compare, swap, .. } => {
                 // One 8-byte element in mapped memory: as the accumulate's above.
-                if let (8, 8, 8, PeerMemory::Mapped(region)) = (
-                    compare.len(),
-                    swap.len(),
-                    old.len(),
-                    &self.peers[target as usize].memory,
-                ) {
-                    if let Some(word) = usize::try_from(offset)
-                        .ok()
-                        .and_then(|at| region.checked_u64(at))
-                    {
+                if (compare.len(), swap.len(), old.len()) == (8, 8, 8) {
+                    if let Some(word) = self.mapped_word(target, offset) {
                         atomics::word_compare_and_swap(word, compare, swap, old);
                         return Ok(true);
                     }
@@ -780,6 +764,16 @@ impl WindowOps for ShmWindow {
 }
 
 impl ShmWindow {
+    /// The 8-byte word at `offset` of `target`'s window where that memory is mapped here
+    /// and the word lies inside it, aligned (`None` otherwise: the general path decides).
+    #[inline]
+    fn mapped_word(&self, target: Rank, offset: u64) -> Option<&AtomicU64> {
+        let PeerMemory::Mapped(region) = &self.peers[target as usize].memory else {
+            return None;
+        };
+        region.checked_u64(usize::try_from(offset).ok()?)
+    }
+
     /// `target`'s lock word of this window, as an atomic checked once.
     #[inline]
     fn checked_lock_word(&self, target: Rank) -> Result<&Word, TransportError> {
