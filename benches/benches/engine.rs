@@ -21,7 +21,7 @@ use rma_core::sim::{self, Network, Profile};
 use rma_core::transport::{
     Capabilities, Event, Fetched, Issued, NativeAtomic, Segment, UserMemory,
 };
-use rma_core::wire::{self, flags, Body, Encoder, Kind};
+use rma_core::wire::{self, flags, Body, Departure, Encoder, Kind};
 use rma_core::{
     AccOp, Assert, Config, Engine, GlobalPool, LocalPool, Rank, Transport, TransportError, Window,
 };
@@ -82,7 +82,7 @@ struct EchoState {
 /// Rank 0 of a job of `size` ranks in which no other rank exists: whatever is sent to a
 /// peer is answered at once, as that peer's target side would answer it (acks for
 /// RMA_DONE and UNLOCK, responses of zeros for fetching ops, lock grants, and barrier
-/// messages sent straight back). Messages to itself are delivered as they are.
+/// and `free` messages sent straight back). Messages to itself are delivered as they are.
 ///
 /// With `native`, puts and gets are native operations (as RDMA writes and reads are) that
 /// complete at the next poll: what the engine costs on such a backend, the wire excluded.
@@ -202,6 +202,15 @@ impl Transport for Echo {
                     enc.start(Kind::Barrier, 0, p.win, 0)
                         .u32(*seq)
                         .u8(*round)
+                        .finish(),
+                )
+            }
+            (None, Body::Depart { what, seq }) if *what == Departure::Free => {
+                // `free`'s exchange: every member says it frees the window.
+                Some(
+                    enc.start(Kind::Depart, 0, p.win, 0)
+                        .u8(Departure::Free as u8)
+                        .u32(*seq)
                         .finish(),
                 )
             }

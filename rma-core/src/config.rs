@@ -55,7 +55,9 @@ impl PartialEq for AgentStart {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Size of each window's slot array (`RMA_SLOTS`; rounded up to a power of two).
+    /// Initial size of each window's slot array (`RMA_SLOTS`; rounded up to a power of
+    /// two). The array doubles whenever more targets hold an element at once than it
+    /// has slots, so that finding a target's element stays one step.
     pub slots: usize,
     /// Operation elements in each window's local pool (`RMA_OP_POOL_LOCAL`).
     pub op_pool_local: usize,

@@ -1,8 +1,16 @@
-//! The operation table (seed 004, "Data structures"): a fixed-size slot array of target
-//! lists, each target element holding that target's operation elements.
+//! The operation table (seed 004, "Data structures"): a slot array of target lists, each
+//! target element holding that target's operation elements.
 //!
-//! Nothing here grows with the number of processes: the slot array is fixed, and target
-//! and operation elements come from bounded [pools](crate::pool).
+//! Nothing here grows with the number of processes. Target and operation elements come
+//! from bounded [pools](crate::pool), and the slot array starts at the configured size
+//! ([`Config::slots`](crate::Config::slots)) and grows only with the number of targets
+//! that hold an element at once. Seed 004 keeps the array fixed and accepts a lookup
+//! linear in the targets that share a slot ("can cause overhead" with many active
+//! targets); here the array doubles whenever the active targets outnumber its slots, so
+//! a lookup walks about one element however many targets are active (an op toward one
+//! of 4,096 active targets cost 7x one toward one of 256 with 64 fixed slots). The array
+//! is then as large as the most targets active at once, which the target pool bounds:
+//! memory follows what a process talks to, never the job's size.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -272,16 +280,82 @@ impl TargetElem {
     }
 }
 
+/// No position in [`OpTable::occupied`].
+const UNLISTED: u32 = u32::MAX;
+
+/// One slot's target list. Its first element sits in the slot itself, so a lookup of a
+/// target alone in its slot (the usual case once the array has grown to the active
+/// targets) reads the slot array and the element, and no list buffer between them.
+#[derive(Debug, Default)]
+struct Slot {
+    /// `None` only while the slot is empty (then `more` is empty too).
+    first: Option<Box<TargetElem>>,
+    #[allow(clippy::vec_box)] // boxes come from the element pools and go back to them
+    more: Vec<Box<TargetElem>>,
+}
+
+impl Slot {
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+    fn iter(&self) -> impl Iterator<Item = &TargetElem> {
+        self.first.iter().chain(&self.more).map(|b| &**b)
+    }
+    #[inline]
+    fn get(&self, rank: Rank) -> Option<&TargetElem> {
+        match &self.first {
+            Some(e) if e.rank == rank => Some(e),
+            _ => self.more.iter().find(|t| t.rank == rank).map(|b| &**b),
+        }
+    }
+    #[inline]
+    fn get_mut(&mut self, rank: Rank) -> Option<&mut TargetElem> {
+        match &mut self.first {
+            Some(e) if e.rank == rank => Some(e),
+            _ => self
+                .more
+                .iter_mut()
+                .find(|t| t.rank == rank)
+                .map(|b| &mut **b),
+        }
+    }
+    /// Adds `elem` last; returns it.
+    fn push(&mut self, elem: Box<TargetElem>) -> &mut TargetElem {
+        if self.first.is_none() {
+            debug_assert!(self.more.is_empty());
+            return self.first.insert(elem);
+        }
+        self.more.push(elem);
+        self.more.last_mut().expect("just pushed")
+    }
+    fn remove(&mut self, rank: Rank) -> Option<Box<TargetElem>> {
+        if self.first.as_ref().is_some_and(|e| e.rank == rank) {
+            // The last of the others (if any) takes the slot's own place.
+            return std::mem::replace(&mut self.first, self.more.pop());
+        }
+        let i = self.more.iter().position(|t| t.rank == rank)?;
+        Some(self.more.swap_remove(i))
+    }
+    fn take_all(&mut self) -> impl Iterator<Item = Box<TargetElem>> {
+        self.first
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.more))
+    }
+}
+
 /// The slot array.
 #[derive(Debug)]
 pub(crate) struct OpTable {
-    #[allow(clippy::vec_box)] // boxes come from the element pools and go back to them
-    slots: Vec<Vec<Box<TargetElem>>>,
+    slots: Vec<Slot>,
     /// Number of target elements in the table.
     pub active: usize,
     /// Indices of the non-empty slots (seed 004 keeps their count on the window so that
     /// ISSUE_OPS and CLEANUP_OPS need not walk every slot; we keep the list).
     occupied: Vec<usize>,
+    /// Per slot, its index in `occupied` ([`UNLISTED`] while empty): a slot that empties
+    /// leaves the list in constant time, however many are listed.
+    listed_at: Vec<u32>,
     /// Round-robin start for ISSUE_OPS_WIN.
     pub next_slot: usize,
 }
@@ -290,14 +364,19 @@ impl OpTable {
     /// A table of `slots` slots, rounded up to a power of two (a rank's slot is then a
     /// mask of it, not a division: the lookup runs several times per op).
     pub(crate) fn new(slots: usize) -> Self {
+        let n = slots.max(1).next_power_of_two();
         OpTable {
-            slots: (0..slots.max(1).next_power_of_two())
-                .map(|_| Vec::new())
-                .collect(),
+            slots: (0..n).map(|_| Slot::default()).collect(),
             active: 0,
             occupied: Vec::new(),
+            listed_at: vec![UNLISTED; n],
             next_slot: 0,
         }
+    }
+    /// Number of slots (a power of two).
+    #[cfg(test)]
+    fn slot_count(&self) -> usize {
+        self.slots.len()
     }
     #[inline]
     fn slot(&self, rank: Rank) -> usize {
@@ -305,39 +384,59 @@ impl OpTable {
     }
     #[inline]
     pub(crate) fn get(&self, rank: Rank) -> Option<&TargetElem> {
-        self.slots[self.slot(rank)]
-            .iter()
-            .find(|t| t.rank == rank)
-            .map(|b| &**b)
+        self.slots[self.slot(rank)].get(rank)
     }
+    #[inline]
     pub(crate) fn get_mut(&mut self, rank: Rank) -> Option<&mut TargetElem> {
         let s = self.slot(rank);
-        self.slots[s]
-            .iter_mut()
-            .find(|t| t.rank == rank)
-            .map(|b| &mut **b)
+        self.slots[s].get_mut(rank)
     }
     pub(crate) fn insert(&mut self, elem: Box<TargetElem>) -> &mut TargetElem {
-        let s = self.slot(elem.rank);
+        if self.active >= self.slots.len() {
+            self.grow();
+        }
         self.active += 1;
+        let s = self.list(elem.rank);
+        self.slots[s].push(elem)
+    }
+    /// The slot of `rank`, listed among the occupied ones if it was empty (its element
+    /// is about to be pushed).
+    fn list(&mut self, rank: Rank) -> usize {
+        let s = self.slot(rank);
         if self.slots[s].is_empty() {
+            self.listed_at[s] = self.occupied.len() as u32;
             self.occupied.push(s);
         }
-        self.slots[s].push(elem);
-        self.slots[s].last_mut().expect("just pushed")
+        s
+    }
+    /// Doubles the slot array and spreads the elements over it. Each element keeps its
+    /// place relative to the others of its new slot (ops are per target, so the order
+    /// across targets carries no meaning); ISSUE_OPS_WIN's round robin starts over.
+    #[cold]
+    fn grow(&mut self) {
+        let n = self.slots.len() * 2;
+        let mut old = std::mem::replace(&mut self.slots, (0..n).map(|_| Slot::default()).collect());
+        let listed = std::mem::take(&mut self.occupied);
+        self.listed_at = vec![UNLISTED; n];
+        self.next_slot = 0;
+        for s in listed {
+            for elem in old[s].take_all() {
+                let to = self.list(elem.rank);
+                self.slots[to].push(elem);
+            }
+        }
     }
     pub(crate) fn remove(&mut self, rank: Rank) -> Option<Box<TargetElem>> {
         let s = self.slot(rank);
-        let i = self.slots[s].iter().position(|t| t.rank == rank)?;
+        let elem = self.slots[s].remove(rank)?;
         self.active -= 1;
-        let elem = self.slots[s].swap_remove(i);
         if self.slots[s].is_empty() {
-            let k = self
-                .occupied
-                .iter()
-                .position(|x| *x == s)
-                .expect("slot listed");
+            let k = std::mem::replace(&mut self.listed_at[s], UNLISTED) as usize;
+            debug_assert_eq!(self.occupied[k], s, "slot listed where it says");
             self.occupied.swap_remove(k);
+            if let Some(&moved) = self.occupied.get(k) {
+                self.listed_at[moved] = k as u32;
+            }
         }
         Some(elem)
     }
@@ -366,7 +465,7 @@ impl OpTable {
         // Plain loops: this runs on every progress pass, and the iterator-adapter chain
         // (flat_map, filter, map into extend) cost several times as many instructions.
         for i in (start..n).chain(0..start) {
-            for t in &self.slots[self.occupied[i]] {
+            for t in self.slots[self.occupied[i]].iter() {
                 if keep(t) {
                     out.push(t.rank);
                 }
@@ -385,8 +484,97 @@ impl OpTable {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {
-        self.occupied
-            .iter()
-            .flat_map(|s| self.slots[*s].iter().map(|b| &**b))
+        self.occupied.iter().flat_map(|s| self.slots[*s].iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elem(rank: Rank) -> Box<TargetElem> {
+        let mut e = Box::<TargetElem>::default();
+        e.reset(rank, TargetState::default());
+        e
+    }
+
+    /// The longest list of any slot.
+    fn longest_chain(t: &OpTable) -> usize {
+        t.slots.iter().map(|s| s.iter().count()).max().unwrap_or(0)
+    }
+
+    fn sorted_ranks(t: &mut OpTable) -> Vec<Rank> {
+        let mut r = t.ranks();
+        r.sort_unstable();
+        r
+    }
+
+    #[test]
+    fn the_slot_array_grows_with_the_active_targets_so_every_lookup_stays_short() {
+        let mut t = OpTable::new(64);
+        for r in 1..=4096 {
+            t.insert(elem(r));
+            assert_eq!(t.active, r as usize);
+            assert!(
+                t.slot_count() >= t.active,
+                "one slot or more per active target"
+            );
+        }
+        // Ranks are spread by their low bits: consecutive ranks get a slot each.
+        assert_eq!(longest_chain(&t), 1);
+        assert_eq!(t.slot_count(), 4096);
+        for r in 1..=4096 {
+            assert_eq!(t.get(r).map(|e| e.rank), Some(r));
+        }
+        assert!(t.get(0).is_none() && t.get(4097).is_none());
+        assert_eq!(sorted_ranks(&mut t), (1..=4096).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_array_stays_at_its_configured_size_while_few_targets_are_active() {
+        let mut t = OpTable::new(64);
+        // 64 targets, 16 of them sharing slot 0: no growth, lists of up to 16.
+        for r in (0..16).map(|i| i * 64).chain(1..49) {
+            t.insert(elem(r));
+        }
+        assert_eq!(t.slot_count(), 64);
+        assert_eq!(longest_chain(&t), 16);
+        assert!(t.get(15 * 64).is_some() && t.get(16 * 64).is_none());
+        // The 65th grows the array; every element is still found.
+        t.insert(elem(5000));
+        assert_eq!(t.slot_count(), 128);
+        for r in (0..16).map(|i| i * 64).chain(1..49).chain([5000]) {
+            assert_eq!(t.get_mut(r).map(|e| e.rank), Some(r));
+        }
+    }
+
+    #[test]
+    fn removing_in_any_order_keeps_the_occupied_list_exact() {
+        let mut t = OpTable::new(4);
+        let ranks: Vec<Rank> = (0..300).map(|i| (i * 37) % 1000).collect();
+        for &r in &ranks {
+            t.insert(elem(r));
+        }
+        // A fixed shuffle: every 7th of what is left.
+        let mut left = ranks.clone();
+        let mut k = 0;
+        while !left.is_empty() {
+            k = (k + 7) % left.len();
+            let r = left.swap_remove(k);
+            assert_eq!(t.remove(r).map(|e| e.rank), Some(r));
+            assert!(t.remove(r).is_none(), "removed once");
+            let mut want = left.clone();
+            want.sort_unstable();
+            assert_eq!(sorted_ranks(&mut t), want);
+            assert_eq!(t.active, left.len());
+            assert_eq!(
+                t.occupied.len(),
+                t.slots.iter().filter(|s| !s.is_empty()).count()
+            );
+            for (i, &s) in t.occupied.iter().enumerate() {
+                assert_eq!(t.listed_at[s] as usize, i);
+            }
+        }
+        assert!(t.occupied.is_empty());
     }
 }
