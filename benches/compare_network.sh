@@ -10,7 +10,7 @@
 # (MPIR_CVAR_NOLOCAL=1, FI_PROVIDER=tcp). 8-byte latencies in microseconds, medians of
 # REPS interleaved rounds. Last, put + flush beside libfabric's own delivery-complete
 # write round trip timed in the same run (`--reference`), and 1 MiB bandwidth beside
-# benches/mpi/rma_bw.c under MPICH.
+# benches/mpi/rma_bw.c under MPICH; then start-up (World::init beside MPICH 5's MPI_Init).
 #
 # usage: bash benches/compare_network.sh [REPS] [ITERS]    (defaults 3, 3000)
 #   VENVS=dir (default target/peer-venvs) holds the MPICH venv; needs python3 and PyPI.
@@ -79,6 +79,21 @@ for op in put get; do
   echo "  $op: rma 1.17 $(median <<<"${c[a]}"), rma 2.5.1 $(median <<<"${c[c]}"), MPICH 5.0.2 $(median <<<"${c[m]}")"
   unset c
 done
+echo
+echo "start-up, 2 ranks, us per process (mean over the ranks; medians of $reps): World::init"
+echo "(benches rma_init, under rma-run) beside MPI_Init (benches/scripts/mpi_init.c) of MPICH 5.0.2:"
+"$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich_init" benches/scripts/mpi_init.c
+declare -A c=()
+for _ in $(seq "$reps"); do
+  c[a]+=" $(RMA_BACKEND=ofi timeout 300 target/release/rma-run -n 2 target/release/rma_init | awk '/nprocs/ {print $(NF-1)}')"
+  c[c]+=" $(RMA_BACKEND=ofi LD_LIBRARY_PATH=$wheel_fabric timeout 300 target/release/rma-run -n 2 target/release/rma_init | awk '/nprocs/ {print $(NF-1)}')"
+  c[m]+=" $(MPICH_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp timeout 300 \
+    "$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich_init" | awk '/nprocs/ {print $(NF-1)}')"
+done
+echo "  rma 1.17 $(median <<<"${c[a]}"), rma 2.5.1 $(median <<<"${c[c]}"), MPICH 5.0.2 ch4:ofi (2.5.1) $(median <<<"${c[m]}")"
+echo "  (libfabric 1.17's verbs provider reads /proc/kallsyms twice in every fi_getinfo's first"
+echo "  call, whatever FI_PROVIDER says: most of rma's time on 1.17; 2.x has no such cost here)"
+unset c
 echo
 echo "flush litmus (benches/mpi/flush_litmus.c, 3 ranks, 2000 rounds): reads by a third process"
 echo "older than a put its origin flushed (MPI asks for 0):"
