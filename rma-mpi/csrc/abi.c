@@ -190,6 +190,7 @@ MPI_Status *rmampi_status_at(MPI_Status *array, int i) {
  * sys.rs's Constants. */
 struct rmampi_constants {
     int c_MPI_COMBINER_CONTIGUOUS;
+    int c_MPI_COMBINER_DARRAY;
     int c_MPI_COMBINER_DUP;
     int c_MPI_COMBINER_HINDEXED;
     int c_MPI_COMBINER_HINDEXED_BLOCK;
@@ -201,6 +202,10 @@ struct rmampi_constants {
     int c_MPI_COMBINER_STRUCT;
     int c_MPI_COMBINER_SUBARRAY;
     int c_MPI_COMBINER_VECTOR;
+    int c_MPI_DISTRIBUTE_BLOCK;
+    int c_MPI_DISTRIBUTE_CYCLIC;
+    int c_MPI_DISTRIBUTE_DFLT_DARG;
+    int c_MPI_DISTRIBUTE_NONE;
     int c_MPI_ERR_ARG;
     int c_MPI_ERR_ASSERT;
     int c_MPI_ERR_COMM;
@@ -248,6 +253,7 @@ struct rmampi_constants {
 };
 const struct rmampi_constants rmampi_constants = {
     MPI_COMBINER_CONTIGUOUS,
+    MPI_COMBINER_DARRAY,
     MPI_COMBINER_DUP,
     MPI_COMBINER_HINDEXED,
     MPI_COMBINER_HINDEXED_BLOCK,
@@ -259,6 +265,10 @@ const struct rmampi_constants rmampi_constants = {
     MPI_COMBINER_STRUCT,
     MPI_COMBINER_SUBARRAY,
     MPI_COMBINER_VECTOR,
+    MPI_DISTRIBUTE_BLOCK,
+    MPI_DISTRIBUTE_CYCLIC,
+    MPI_DISTRIBUTE_DFLT_DARG,
+    MPI_DISTRIBUTE_NONE,
     MPI_ERR_ARG,
     MPI_ERR_ASSERT,
     MPI_ERR_COMM,

@@ -591,9 +591,183 @@ fn decode(
             }
             Ok(())
         }
+        c if c == int!(MPI_COMBINER_DARRAY) => {
+            let (size, rank, dims) = (n(0)?, n(1)?, n(2)?);
+            let field = |k: usize, d: usize| ints.get(3 + k * dims + d).copied().ok_or_else(bad);
+            let mut psizes = Vec::with_capacity(dims);
+            for d in 0..dims {
+                psizes.push(usize::try_from(field(3, d)?).map_err(|_| bad())?);
+            }
+            if psizes.iter().product::<usize>() != size || rank >= size {
+                return Err(bad());
+            }
+            // The process grid is row-major whatever the array's order (MPI-4.1 5.1.13).
+            let coords = grid_coords(rank, &psizes);
+            let mut owned = Vec::with_capacity(dims);
+            let mut gsizes = Vec::with_capacity(dims);
+            for d in 0..dims {
+                let g = usize::try_from(field(0, d)?).map_err(|_| bad())?;
+                gsizes.push(g);
+                let distribution = match field(1, d)? {
+                    x if x == int!(MPI_DISTRIBUTE_NONE) => Distribution::NotDistributed,
+                    x if x == int!(MPI_DISTRIBUTE_BLOCK) => Distribution::Block,
+                    x if x == int!(MPI_DISTRIBUTE_CYCLIC) => Distribution::Cyclic,
+                    _ => return Err(bad()),
+                };
+                let darg = match field(2, d)? {
+                    x if x == int!(MPI_DISTRIBUTE_DFLT_DARG) => None,
+                    x => Some(usize::try_from(x).map_err(|_| bad())?),
+                };
+                owned.push(
+                    darray_owned(g, psizes[d], coords[d], distribution, darg).ok_or_else(bad)?,
+                );
+            }
+            let order = field(4, 0)?;
+            let e = ext(t0)?;
+            // The array's elements this process owns, in storage order: the slowest
+            // dimension first (the first for C order, the last for Fortran's).
+            let dims_order: Vec<usize> = if order == int!(MPI_ORDER_C) {
+                (0..dims).collect()
+            } else {
+                (0..dims).rev().collect()
+            };
+            let mut pos = vec![0usize; dims];
+            if owned.iter().any(Vec::is_empty) {
+                return Ok(());
+            }
+            loop {
+                let mut linear = 0usize;
+                for &d in &dims_order {
+                    linear = linear * gsizes[d] + owned[d][pos[d]];
+                }
+                repeat(t0, base + linear as isize * e, 1, out)?;
+                let mut carry = true;
+                for &d in dims_order.iter().rev() {
+                    pos[d] += 1;
+                    if pos[d] < owned[d].len() {
+                        carry = false;
+                        break;
+                    }
+                    pos[d] = 0;
+                }
+                if carry {
+                    return Ok(());
+                }
+            }
+        }
         _ => Err(MpiError::new(
             int!(MPI_ERR_TYPE),
-            "a datatype combiner librma-mpi does not decode (darray or Fortran types)",
+            "a datatype combiner librma-mpi does not decode (Fortran's parameterized types)",
         )),
+    }
+}
+
+/// How a darray spreads one dimension over the processes of the grid's dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Distribution {
+    /// Every index (the grid's dimension must be 1).
+    NotDistributed,
+    /// One block of `darg` indices (default: the indices over the processes, rounded up).
+    Block,
+    /// Blocks of `darg` indices (default 1) dealt round robin.
+    Cyclic,
+}
+
+/// The coordinates of `rank` in a row-major process grid of `psizes`.
+fn grid_coords(rank: usize, psizes: &[usize]) -> Vec<usize> {
+    let mut coords = vec![0; psizes.len()];
+    let mut r = rank;
+    for d in (0..psizes.len()).rev() {
+        coords[d] = r % psizes[d];
+        r /= psizes[d];
+    }
+    coords
+}
+
+/// The indices of a dimension of `g` that the process at `coord` of `p` owns, in
+/// increasing order (MPI-4.1 5.1.13); `None` for arguments MPI would have refused.
+fn darray_owned(
+    g: usize,
+    p: usize,
+    coord: usize,
+    distribution: Distribution,
+    darg: Option<usize>,
+) -> Option<Vec<usize>> {
+    if p == 0 || coord >= p {
+        return None;
+    }
+    match distribution {
+        Distribution::NotDistributed => (p == 1).then(|| (0..g).collect()),
+        Distribution::Block => {
+            let b = darg.unwrap_or(g.div_ceil(p));
+            if b == 0 || b.checked_mul(p)? < g {
+                return None;
+            }
+            let lo = (coord * b).min(g);
+            Some((lo..(lo + b).min(g)).collect())
+        }
+        Distribution::Cyclic => {
+            let b = darg.unwrap_or(1);
+            if b == 0 {
+                return None;
+            }
+            let mut owned = Vec::new();
+            let mut start = coord * b;
+            while start < g {
+                owned.extend(start..(start + b).min(g));
+                start += p * b;
+            }
+            Some(owned)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn darray_dimensions_follow_the_standard_distributions() {
+        use Distribution::*;
+        // 10 indices over 3 processes: default blocks of 4 (4, 4, 2).
+        assert_eq!(darray_owned(10, 3, 0, Block, None), Some(vec![0, 1, 2, 3]));
+        assert_eq!(darray_owned(10, 3, 2, Block, None), Some(vec![8, 9]));
+        // Blocks of 5 over 3: the last process owns nothing.
+        assert_eq!(darray_owned(10, 3, 2, Block, Some(5)), Some(vec![]));
+        // Blocks too small to cover the dimension: MPI refuses the type.
+        assert_eq!(darray_owned(10, 3, 0, Block, Some(3)), None);
+        // Cyclic(1) and cyclic(2) over 3: round robin, the last block cut at the end.
+        assert_eq!(darray_owned(10, 3, 1, Cyclic, None), Some(vec![1, 4, 7]));
+        assert_eq!(
+            darray_owned(10, 3, 0, Cyclic, Some(2)),
+            Some(vec![0, 1, 6, 7])
+        );
+        assert_eq!(darray_owned(10, 3, 2, Cyclic, Some(2)), Some(vec![4, 5]));
+        assert_eq!(
+            darray_owned(5, 1, 0, NotDistributed, None),
+            Some(vec![0, 1, 2, 3, 4])
+        );
+        assert_eq!(darray_owned(5, 2, 0, NotDistributed, None), None);
+        // Every index owned exactly once, whatever the distribution.
+        for (dist, darg) in [
+            (Block, None),
+            (Cyclic, None),
+            (Cyclic, Some(3)),
+            (Block, Some(7)),
+        ] {
+            let mut all: Vec<usize> = (0..4)
+                .flat_map(|c| darray_owned(25, 4, c, dist, darg).unwrap())
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..25).collect::<Vec<_>>(), "{dist:?} {darg:?}");
+        }
+    }
+
+    #[test]
+    fn the_process_grid_of_a_darray_is_row_major() {
+        assert_eq!(grid_coords(0, &[2, 3]), vec![0, 0]);
+        assert_eq!(grid_coords(1, &[2, 3]), vec![0, 1]);
+        assert_eq!(grid_coords(3, &[2, 3]), vec![1, 0]);
+        assert_eq!(grid_coords(5, &[2, 3]), vec![1, 2]);
     }
 }

@@ -78,6 +78,7 @@ pub fn datatype_key(datatype: MPI_Datatype) -> u64 {
 #[allow(non_snake_case)]
 pub struct Constants {
     pub MPI_COMBINER_CONTIGUOUS: c_int,
+    pub MPI_COMBINER_DARRAY: c_int,
     pub MPI_COMBINER_DUP: c_int,
     pub MPI_COMBINER_HINDEXED: c_int,
     pub MPI_COMBINER_HINDEXED_BLOCK: c_int,
@@ -89,6 +90,10 @@ pub struct Constants {
     pub MPI_COMBINER_STRUCT: c_int,
     pub MPI_COMBINER_SUBARRAY: c_int,
     pub MPI_COMBINER_VECTOR: c_int,
+    pub MPI_DISTRIBUTE_BLOCK: c_int,
+    pub MPI_DISTRIBUTE_CYCLIC: c_int,
+    pub MPI_DISTRIBUTE_DFLT_DARG: c_int,
+    pub MPI_DISTRIBUTE_NONE: c_int,
     pub MPI_ERR_ARG: c_int,
     pub MPI_ERR_ASSERT: c_int,
     pub MPI_ERR_COMM: c_int,

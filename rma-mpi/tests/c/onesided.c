@@ -2,8 +2,8 @@
  * create, dynamic, allocate_shared) x every synchronization mode (fence, PSCW, lock,
  * lock_all), on MPI_COMM_WORLD and on a split communicator in reversed rank order; put,
  * get, accumulate, get_accumulate, fetch_and_op, compare_and_swap and the request forms,
- * with contiguous, vector, indexed, struct, resized and subarray datatypes on either
- * side; attributes, group, info, name, shared_query, MPI_PROC_NULL. Every result is
+ * with contiguous, vector, indexed, struct, resized, subarray and darray datatypes on
+ * either side; attributes, group, info, name, shared_query, MPI_PROC_NULL. Every result is
  * checked exactly; prints " No Errors" on rank 0 when all hold. Runs on 2 or 4 ranks. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -588,6 +588,78 @@ static void adjacent_regions(MPI_Comm comm) {
     free(mem);
 }
 
+/* Darray datatypes (MPI_Type_create_darray) at the target: a 7x9 array of ints over a
+ * 2 x size/2 process grid, block-cyclic, in C and in Fortran order. Every rank puts its
+ * part into every rank's copy, accumulates 1 onto it and reads it back; MPI's own
+ * MPI_Pack of the same type says which elements each part holds. */
+static void distributed_array(MPI_Comm comm) {
+    enum { ROWS = 7, COLS = 9, ALL = ROWS * COLS };
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if (size % 2) return;
+    int gsizes[2] = {ROWS, COLS}, psizes[2] = {2, size / 2};
+    int orders[2] = {MPI_ORDER_C, MPI_ORDER_FORTRAN};
+    for (int o = 0; o < 2; o++) {
+        int distribs[2] = {MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_BLOCK};
+        int dargs[2] = {2, MPI_DISTRIBUTE_DFLT_DARG};
+        if (o == 1) {
+            distribs[0] = MPI_DISTRIBUTE_BLOCK;
+            distribs[1] = MPI_DISTRIBUTE_CYCLIC;
+            dargs[0] = MPI_DISTRIBUTE_DFLT_DARG;
+            dargs[1] = MPI_DISTRIBUTE_DFLT_DARG;
+        }
+        MPI_Datatype part[16];
+        int count[16];
+        /* index[r][i]: the array element of the i-th int of rank r's part (MPI_Pack). */
+        int index[16][ALL], iota[ALL];
+        for (int k = 0; k < ALL; k++) iota[k] = k;
+        for (int r = 0; r < size && r < 16; r++) {
+            OK(MPI_Type_create_darray(size, r, 2, gsizes, distribs, dargs, psizes, orders[o],
+                                      MPI_INT, &part[r]));
+            OK(MPI_Type_commit(&part[r]));
+            int bytes, pos = 0;
+            MPI_Type_size(part[r], &bytes);
+            count[r] = bytes / (int)sizeof(int);
+            OK(MPI_Pack(iota, 1, part[r], index[r], sizeof(index[r]), &pos, comm));
+        }
+        int *mem;
+        MPI_Win win;
+        OK(MPI_Win_allocate(ALL * sizeof(int), sizeof(int), MPI_INFO_NULL, comm, &mem, &win));
+        for (int k = 0; k < ALL; k++) mem[k] = -1;
+        int mine[ALL], ones[ALL], back[ALL];
+        for (int i = 0; i < count[rank]; i++) {
+            mine[i] = 1000 * (rank + 1) + index[rank][i];
+            ones[i] = 1;
+            back[i] = -1;
+        }
+        OK(MPI_Win_fence(0, win));
+        for (int t = 0; t < size; t++)
+            OK(MPI_Put(mine, count[rank], MPI_INT, t, 0, 1, part[rank], win));
+        OK(MPI_Win_fence(0, win));
+        for (int t = 0; t < size; t++)
+            OK(MPI_Accumulate(ones, count[rank], MPI_INT, t, 0, 1, part[rank], MPI_SUM, win));
+        OK(MPI_Win_fence(0, win));
+        int right = (rank + 1) % size, seen[ALL] = {0};
+        OK(MPI_Get(back, count[rank], MPI_INT, right, 0, 1, part[rank], win));
+        OK(MPI_Win_fence(0, win));
+        for (int r = 0; r < size; r++)
+            for (int i = 0; i < count[r]; i++) {
+                int k = index[r][i];
+                CHECK(k >= 0 && k < ALL && mem[k] == 1000 * (r + 1) + k + 1,
+                      "darray (order %d): element %d of rank %d's part is %d", o, k, r,
+                      k >= 0 && k < ALL ? mem[k] : -1);
+                if (k >= 0 && k < ALL) seen[k]++;
+            }
+        for (int k = 0; k < ALL; k++) CHECK(seen[k] == 1, "darray: element %d in %d parts", k, seen[k]);
+        for (int i = 0; i < count[rank]; i++)
+            CHECK(back[i] == 1000 * (rank + 1) + index[rank][i] + 1,
+                  "darray (order %d): got %d at %d", o, back[i], i);
+        OK(MPI_Win_free(&win));
+        for (int r = 0; r < size && r < 16; r++) MPI_Type_free(&part[r]);
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -652,6 +724,7 @@ int main(int argc, char **argv) {
     requests_and_flushes(MPI_COMM_WORLD);
     requests_and_flushes(split);
     adjacent_regions(MPI_COMM_WORLD);
+    distributed_array(MPI_COMM_WORLD);
     MPI_Comm_free(&split);
     int total = 0;
     MPI_Reduce(&errors, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
