@@ -205,6 +205,57 @@ impl<R> Request<R> {
     }
 }
 
+impl Request<Fetched> {
+    /// Blocks (making progress) until the operation completes, and copies its bytes into
+    /// `dst`, which must be as long as they are. A result the backend handed over on the
+    /// heap goes back to it ([`Transport::recycle_fetched`]) for the next get.
+    ///
+    /// [`Transport::recycle_fetched`]: crate::transport::Transport::recycle_fetched
+    pub(crate) fn wait_into(self, dst: &mut [u8]) -> Result<()> {
+        let short = || {
+            Err(crate::error::TransportError::Failed("get returned a short reply".into()).into())
+        };
+        match self.inner {
+            Inner::Joined(pieces) => {
+                // Each piece straight into its part: no concatenation first.
+                let mut at = 0;
+                for p in pieces {
+                    let bytes = p.wait()?;
+                    let Some(part) = dst.get_mut(at..at + bytes.len()) else {
+                        return short();
+                    };
+                    part.copy_from_slice(&bytes);
+                    at += bytes.len();
+                }
+                if at != dst.len() {
+                    return short();
+                }
+                Ok(())
+            }
+            Inner::Pending { ref window, .. } => {
+                let transport = Arc::clone(&window.engine.transport);
+                let bytes = self.wait()?;
+                if bytes.len() != dst.len() {
+                    return short();
+                }
+                dst.copy_from_slice(&bytes);
+                if let Fetched::Heap(v) = bytes {
+                    transport.recycle_fetched(v);
+                }
+                Ok(())
+            }
+            _ => {
+                let bytes = self.wait()?;
+                if bytes.len() != dst.len() {
+                    return short();
+                }
+                dst.copy_from_slice(&bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@
 const SIM_MAX_WINDOW: usize = 1 << 30;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -224,6 +224,8 @@ pub struct Network {
     collective_cv: Condvar,
     dead: Vec<AtomicBool>,
     seed: u64,
+    /// Fetched buffers the engines gave back ([`Transport::recycle_fetched`]).
+    fetched_recycled: AtomicU64,
 }
 
 impl Network {
@@ -246,7 +248,14 @@ impl Network {
             collective_cv: Condvar::new(),
             dead: (0..size).map(|_| AtomicBool::new(false)).collect(),
             seed,
+            fetched_recycled: AtomicU64::new(0),
         })
+    }
+
+    /// How many fetched buffers the engines of this network gave back after copying them
+    /// to their callers ([`Transport::recycle_fetched`]).
+    pub fn fetched_recycled(&self) -> u64 {
+        self.fetched_recycled.load(Ordering::Relaxed)
     }
 
     /// Marks `rank` dead: peers' next polls report [`Event::PeerFailed`].
@@ -356,6 +365,10 @@ impl SimTransport {
 impl Transport for SimTransport {
     fn rank(&self) -> Rank {
         self.rank
+    }
+    fn recycle_fetched(&self, bytes: Vec<u8>) {
+        drop(bytes);
+        self.net.fetched_recycled.fetch_add(1, Ordering::Relaxed);
     }
     fn size(&self) -> usize {
         self.net.size

@@ -985,6 +985,15 @@ pub trait Transport: Send + Sync {
         drop(packet);
     }
 
+    /// The bytes of an [`Event::Completed`] (a get's result on the heap) the engine has
+    /// copied into the caller's buffer, for the backend's next get to read into: a fresh
+    /// result buffer per get was fresh pages to fault in and zero (glibc gives freed
+    /// memory back to the kernel once enough is free at the heap's top, which a burst
+    /// of gets in flight frees at once). By default dropped.
+    fn recycle_fetched(&self, bytes: Vec<u8>) {
+        drop(bytes);
+    }
+
     /// Whether peers' operations on this process need this process's progress (lock
     /// requests, active messages, replies, connections to accept): where they do, the
     /// engine runs a progress agent by default ([`AsyncProgress`](crate::AsyncProgress)).

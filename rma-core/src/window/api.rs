@@ -1623,12 +1623,7 @@ impl<'b, T: Element> GetInto<'b, T> {
     #[inline]
     pub fn wait(self) -> Result<&'b mut [T]> {
         if let Some(r) = self.pending {
-            let bytes = r.wait()?;
-            let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut *self.buf);
-            if bytes.len() != dst.len() {
-                return Err(TransportError::Failed("get returned a short reply".into()).into());
-            }
-            dst.copy_from_slice(&bytes);
+            r.wait_into(bytemuck::cast_slice_mut(&mut *self.buf))?;
         }
         Ok(self.buf)
     }
