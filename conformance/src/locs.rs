@@ -6,8 +6,12 @@
 //! one some rank wrote (its value the one its location names), never half of two, and
 //! every pair swapped in must come out exactly once (fetched by a swap, or left last):
 //! a swap that is not whole loses or doubles one.
+//!
+//! Complex numbers (MPI_C_DOUBLE_COMPLEX) too: sums and products from every rank at
+//! once (multiplications by i, exact in floating point: a lost one leaves a power of i
+//! other than 1), swaps read whole (every number swapped in has im = -re).
 
-use rma::{AccOp, Assert, Element, LocF64, LocI32, Rank, Result, Window, World};
+use rma::{AccOp, Assert, ComplexF64, Element, LocF64, LocI32, Rank, Result, Window, World};
 
 use crate::{check, reps};
 
@@ -146,12 +150,73 @@ fn run<P: Pair>(world: &World, fence: bool) -> Result<()> {
     Ok(())
 }
 
+/// Complex numbers at rank 0, every rank at once: slot 0 summed (1 + 2i per op), slot
+/// 1 multiplied by i (4 per round, so the product of all is 1), slot 2 swapped and read
+/// (each number swapped in has im = -re).
+fn complex(world: &World) -> Result<()> {
+    let rounds = reps(1_000);
+    let (me, n) = (world.rank() as u64, world.size() as u64);
+    let win: Window<ComplexF64> = world.allocate::<ComplexF64>(3)?;
+    let start = ComplexF64::new(3.0, -5.0);
+    win.write_local(
+        0,
+        &[ComplexF64::default(), start, ComplexF64::new(1.0, -1.0)],
+    )?;
+    world.barrier()?;
+    win.lock_all(Assert::NONE)?;
+    let i = ComplexF64::new(0.0, 1.0);
+    let mut torn = 0u64;
+    for k in 0..rounds {
+        win.accumulate(&[ComplexF64::new(1.0, 2.0)], AccOp::Sum, 0, 0)?;
+        for _ in 0..4 {
+            win.accumulate(&[i], AccOp::Prod, 0, 1)?;
+        }
+        let v = (me * rounds + k) as f64 + 2.0;
+        let old = win
+            .fetch_and_op(ComplexF64::new(v, -v), AccOp::Replace, 0, 2)?
+            .wait()?;
+        let seen = win
+            .get_accumulate(&[ComplexF64::default()], AccOp::NoOp, 0, 2)?
+            .wait()?;
+        for z in [old, seen[0]] {
+            if z.im != -z.re {
+                torn += 1;
+            }
+        }
+    }
+    win.flush_all()?;
+    win.unlock_all()?;
+    check(
+        torn == 0,
+        "every complex number read is one a rank wrote whole",
+    )?;
+    world.barrier()?;
+    if me == 0 {
+        let got = win.local_to_vec();
+        let ops = (n * rounds) as f64;
+        check(
+            got[0] == ComplexF64::new(ops, 2.0 * ops),
+            "the sum of every rank's complex numbers",
+        )?;
+        check(
+            got[1] == start,
+            "a product of 4 x ranks x rounds factors i: none lost",
+        )?;
+        check(
+            got[2].im == -got[2].re,
+            "the last number swapped in is whole",
+        )?;
+    }
+    win.free()?;
+    Ok(())
+}
+
 /// The case: 16-byte pairs (LocF64, MPI_DOUBLE_INT) and 8-byte 4-aligned ones (LocI32,
-/// MPI_2INT), passive and fence epochs.
+/// MPI_2INT), passive and fence epochs; then complex numbers.
 pub fn locs(world: &World) -> Result<()> {
     for fence in [false, true] {
         run::<LocF64>(world, fence)?;
         run::<LocI32>(world, fence)?;
     }
-    Ok(())
+    complex(world)
 }

@@ -121,8 +121,8 @@ fn notified_access_natively_and_by_message() {
     }
 }
 
-/// MINLOC and MAXLOC on (value, location) pairs of 16 and 8 bytes (issue #29), whole
-/// under contention: natively under the target window's accumulate lock and as active
+/// MINLOC and MAXLOC on (value, location) pairs of 16 and 8 bytes, and sums, products
+/// and swaps of complex numbers (issue #29), whole under contention: natively under the target window's accumulate lock and as active
 /// messages applied by the target under the same lock (`RMA_NATIVE=0`).
 #[test]
 fn minloc_maxloc_pairs_whole_natively_and_by_message() {

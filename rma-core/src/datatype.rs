@@ -34,6 +34,10 @@ pub enum DataType {
     LongDouble,
     /// [`LocLongDouble`] (MPI_LONG_DOUBLE_INT).
     LocLongDouble,
+    /// [`ComplexF32`]: two `f32` (C's `float _Complex`, MPI_C_FLOAT_COMPLEX).
+    ComplexF32,
+    /// [`ComplexF64`]: two `f64` (C's `double _Complex`, MPI_C_DOUBLE_COMPLEX).
+    ComplexF64,
 }
 
 impl DataType {
@@ -44,22 +48,30 @@ impl DataType {
             DataType::U16 | DataType::I16 => 2,
             DataType::U32 | DataType::I32 | DataType::F32 => 4,
             DataType::U64 | DataType::I64 | DataType::F64 => 8,
-            DataType::LocF32 | DataType::LocI32 | DataType::LocI16 => 8,
-            DataType::LocF64 | DataType::LocI64 | DataType::LongDouble => 16,
+            DataType::LocF32 | DataType::LocI32 | DataType::LocI16 | DataType::ComplexF32 => 8,
+            DataType::LocF64 | DataType::LocI64 | DataType::LongDouble | DataType::ComplexF64 => 16,
             DataType::LocLongDouble => 32,
         }
     }
 
     /// Whether bitwise and logical operations are defined (integers only).
     pub const fn is_integer(self) -> bool {
-        !matches!(self, DataType::F32 | DataType::F64 | DataType::LongDouble) && !self.is_loc()
+        !matches!(self, DataType::F32 | DataType::F64 | DataType::LongDouble)
+            && !self.is_loc()
+            && !self.is_complex()
     }
 
     /// Whether no CPU or network atomic takes the element (a MINLOC/MAXLOC pair, a long
-    /// double): it is updated whole under a lock
+    /// double, a complex number): it is updated whole under a lock
     /// ([`Capabilities::locked_atomics`](crate::Capabilities::locked_atomics)).
     pub const fn updated_whole(self) -> bool {
-        self.is_loc() || matches!(self, DataType::LongDouble)
+        self.is_loc() || self.is_complex() || matches!(self, DataType::LongDouble)
+    }
+
+    /// Whether the type is a complex number ([`ComplexF32`], [`ComplexF64`]): summed and
+    /// multiplied as complex numbers, updated whole.
+    pub const fn is_complex(self) -> bool {
+        matches!(self, DataType::ComplexF32 | DataType::ComplexF64)
     }
 
     /// Whether the type is a (value, location) pair of MINLOC and MAXLOC: an element
@@ -97,6 +109,8 @@ impl DataType {
             15 => LocI16,
             16 => LongDouble,
             17 => LocLongDouble,
+            18 => ComplexF32,
+            19 => ComplexF64,
             _ => return None,
         })
     }
@@ -132,7 +146,58 @@ macro_rules! element {
 element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
     i64 => I64, f32 => F32, f64 => F64, LocF32 => LocF32, LocF64 => LocF64, LocI64 => LocI64,
     LocI32 => LocI32, LocI16 => LocI16, LongDouble => LongDouble,
-    LocLongDouble => LocLongDouble);
+    LocLongDouble => LocLongDouble, ComplexF32 => ComplexF32, ComplexF64 => ComplexF64);
+
+macro_rules! complex_type {
+    ($(#[$doc:meta])* $name:ident, $part:ty) => {
+        $(#[$doc])*
+        ///
+        /// Accumulated with [`AccOp::Sum`], [`AccOp::Prod`] (complex multiplication),
+        /// [`AccOp::Replace`] and [`AccOp::NoOp`], atomically as a whole (no CPU atomic
+        /// takes it: under the target's accumulate lock, or as one active message).
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+        pub struct $name {
+            /// The real part.
+            pub re: $part,
+            /// The imaginary part.
+            pub im: $part,
+        }
+
+        impl $name {
+            /// `re + im i`.
+            pub const fn new(re: $part, im: $part) -> Self {
+                $name { re, im }
+            }
+        }
+
+        impl Complex for $name {
+            fn op(self, op: AccOp, o: Self) -> Self {
+                match op {
+                    AccOp::Sum => $name::new(self.re + o.re, self.im + o.im),
+                    AccOp::Prod => $name::new(
+                        self.re * o.re - self.im * o.im,
+                        self.re * o.im + self.im * o.re,
+                    ),
+                    AccOp::Replace => o,
+                    // Nothing else is valid for complex numbers (`valid_for`).
+                    _ => self,
+                }
+            }
+        }
+    };
+}
+
+complex_type!(
+    /// A complex number of two `f32`: C's `float _Complex` (MPI_C_FLOAT_COMPLEX, and
+    /// Fortran's COMPLEX where REAL is 4 bytes).
+    ComplexF32, f32
+);
+complex_type!(
+    /// A complex number of two `f64`: C's `double _Complex` (MPI_C_DOUBLE_COMPLEX, and
+    /// Fortran's DOUBLE COMPLEX).
+    ComplexF64, f64
+);
 
 /// x86-64's `long double` (C's, MPI_LONG_DOUBLE): 80-bit extended precision, stored in
 /// 16 bytes (the top 6 padding). Rust has no such type: the bytes are carried as they
@@ -359,6 +424,13 @@ impl AccOp {
                 AccOp::Sum | AccOp::Prod | AccOp::Min | AccOp::Max | AccOp::Replace | AccOp::NoOp
             );
         }
+        if datatype.is_complex() {
+            // MPI-4.1 6.9.2: complex numbers take the arithmetic ops, not the ordering ones.
+            return matches!(
+                self,
+                AccOp::Sum | AccOp::Prod | AccOp::Replace | AccOp::NoOp
+            );
+        }
         match self {
             AccOp::Band | AccOp::Bor | AccOp::Bxor | AccOp::Land | AccOp::Lor | AccOp::Lxor => {
                 datatype.is_integer()
@@ -447,7 +519,9 @@ macro_rules! each_element {
             | DataType::LocI32
             | DataType::LocI16
             | DataType::LongDouble
-            | DataType::LocLongDouble => {}
+            | DataType::LocLongDouble
+            | DataType::ComplexF32
+            | DataType::ComplexF64 => {}
         }
     }};
     (@run $ty:ty, $target:expr, $origin:expr, $t:ident, $a:ident, $b:ident, $body:expr) => {{
@@ -487,6 +561,8 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
             // Refused for plain numbers (`valid_for`).
             _ => {}
         },
+        _ if datatype == DataType::ComplexF32 => complexes::<ComplexF32>(op, target, origin),
+        _ if datatype == DataType::ComplexF64 => complexes::<ComplexF64>(op, target, origin),
         _ if datatype == DataType::LongDouble => {
             // Checked before (`computable`); without arithmetic nothing can be done.
             if let Some(f) = long_double_arithmetic() {
@@ -507,6 +583,23 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
             float_apply!(T, op, a, b)
         ),
     }
+}
+
+/// `op` on complex numbers of type `C`, number by number.
+fn complexes<C: Complex>(op: AccOp, target: &mut [u8], origin: &[u8]) {
+    let n = std::mem::size_of::<C>();
+    for (tc, oc) in target.chunks_exact_mut(n).zip(origin.chunks_exact(n)) {
+        let (t, o): (C, C) = (
+            bytemuck::pod_read_unaligned(tc),
+            bytemuck::pod_read_unaligned(oc),
+        );
+        tc.copy_from_slice(bytemuck::bytes_of(&t.op(op, o)));
+    }
+}
+
+/// The complex element types' arithmetic, for [`complexes`].
+trait Complex: bytemuck::Pod {
+    fn op(self, op: AccOp, o: Self) -> Self;
 }
 
 /// MINLOC or MAXLOC of (value, location) pairs of type `L`, pair by pair: the smaller
@@ -707,6 +800,69 @@ mod tests {
             DataType::LocLongDouble.size()
         );
         assert_eq!(std::mem::offset_of!(LocLongDouble, index), 16);
+    }
+
+    #[test]
+    fn complex_numbers_sum_and_multiply_as_complex_numbers() {
+        let z = |re, im| ComplexF64::new(re, im);
+        let mut t = bytemuck::bytes_of(&[z(1.0, 2.0), z(-3.0, 0.5)]).to_vec();
+        let o = bytemuck::bytes_of(&[z(0.5, -1.0), z(2.0, 4.0)]).to_vec();
+        accumulate(AccOp::Sum, DataType::ComplexF64, &mut t, &o);
+        let got: Vec<ComplexF64> = bytemuck::pod_collect_to_vec(&t);
+        assert_eq!(got, [z(1.5, 1.0), z(-1.0, 4.5)]);
+        // (1.5 + 1i)(0.5 - 1i) = 0.75 + 1 + (-1.5 + 0.5)i; (-1 + 4.5i)(2 + 4i) = -2 - 18 + (-4 + 9)i
+        accumulate(AccOp::Prod, DataType::ComplexF64, &mut t, &o);
+        let got: Vec<ComplexF64> = bytemuck::pod_collect_to_vec(&t);
+        assert_eq!(got, [z(1.75, -1.0), z(-20.0, 5.0)]);
+        let w = |re, im| ComplexF32::new(re, im);
+        let mut t = bytemuck::bytes_of(&w(0.0, 1.0)).to_vec();
+        accumulate(
+            AccOp::Prod,
+            DataType::ComplexF32,
+            &mut t,
+            bytemuck::bytes_of(&w(0.0, 1.0)),
+        );
+        assert_eq!(
+            bytemuck::pod_read_unaligned::<ComplexF32>(&t),
+            w(-1.0, 0.0),
+            "i * i"
+        );
+        accumulate(
+            AccOp::Replace,
+            DataType::ComplexF32,
+            &mut t,
+            bytemuck::bytes_of(&w(7.0, 8.0)),
+        );
+        accumulate(
+            AccOp::NoOp,
+            DataType::ComplexF32,
+            &mut t,
+            bytemuck::bytes_of(&w(9.0, 9.0)),
+        );
+        assert_eq!(bytemuck::pod_read_unaligned::<ComplexF32>(&t), w(7.0, 8.0));
+        for dt in [DataType::ComplexF32, DataType::ComplexF64] {
+            assert!(dt.updated_whole() && !dt.is_integer() && !dt.is_loc());
+            for op in [
+                AccOp::Min,
+                AccOp::Max,
+                AccOp::Band,
+                AccOp::Lor,
+                AccOp::MinLoc,
+            ] {
+                assert!(!op.valid_for(dt), "{op:?} {dt:?}");
+            }
+            for op in [AccOp::Sum, AccOp::Prod, AccOp::Replace, AccOp::NoOp] {
+                assert!(op.valid_for(dt) && computable(op, dt), "{op:?} {dt:?}");
+            }
+        }
+        assert_eq!(
+            std::mem::size_of::<ComplexF32>(),
+            DataType::ComplexF32.size()
+        );
+        assert_eq!(
+            std::mem::size_of::<ComplexF64>(),
+            DataType::ComplexF64.size()
+        );
     }
 
     #[test]

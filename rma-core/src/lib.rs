@@ -100,9 +100,9 @@ pub use bootstrap::{exchange_hellos, Bootstrap, Hello};
 pub use comm::{Comm, LocOp};
 pub use config::{AsyncProgress, Config};
 pub use datatype::{
-    accumulate as apply_accumulate, set_long_double_arithmetic, AccOp, DataType, Element, LocF32,
-    LocF64, LocI16, LocI32, LocI64, LocLongDouble, LongDouble, LongDoubleArithmetic,
-    LongDoubleOrder,
+    accumulate as apply_accumulate, set_long_double_arithmetic, AccOp, ComplexF32, ComplexF64,
+    DataType, Element, LocF32, LocF64, LocI16, LocI32, LocI64, LocLongDouble, LongDouble,
+    LongDoubleArithmetic, LongDoubleOrder,
 };
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};

@@ -1066,7 +1066,7 @@ mod tests {
             ..with
         };
         for op in (1..=14).filter_map(AccOp::from_code) {
-            for dt in (1..=17).filter_map(DataType::from_code) {
+            for dt in (1..=19).filter_map(DataType::from_code) {
                 let pairs = dt.updated_whole() || matches!(op, AccOp::MinLoc | AccOp::MaxLoc);
                 assert_eq!(with.has_atomic(op, dt), op.valid_for(dt), "{op:?} {dt:?}");
                 if pairs {

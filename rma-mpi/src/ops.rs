@@ -264,20 +264,30 @@ macro_rules! by_element {
                 let $v = &$w.views.loc_long_double;
                 $body
             }
+            18 => {
+                type $t = rma::ComplexF32;
+                let $v = &$w.views.complex_f32;
+                $body
+            }
+            19 => {
+                type $t = rma::ComplexF64;
+                let $v = &$w.views.complex_f64;
+                $body
+            }
             _ => Err(MpiError::new(
                 int!(MPI_ERR_TYPE),
-                "accumulate on a datatype whose elements rma has no type for (complex) or \
-                 of mixed types",
+                "accumulate on a datatype whose elements rma has no type for (long double \
+                 complex) or of mixed types",
             )),
         }
     };
 }
 
 /// The element code for `op` on data of code `code`: MPI_REPLACE and MPI_NO_OP move
-/// bits, so a datatype rma has no element type for (0: long double, complex, pair
-/// types) moves as the widest unsigned integers that tile it, where one word holds a
-/// whole basic element. A wider one (`wide`: long double, double complex, MPI_LONG_INT,
-/// MPI_DOUBLE_INT, ...) would go as several words, each atomic alone, and a reader
+/// bits, so a datatype rma has no element type for (0: long double complex, Fortran's
+/// CHARACTER and LOGICAL, mixed types) moves as the widest unsigned integers that tile
+/// it, where one word holds a whole basic element. A wider one (`wide`: long double
+/// complex) would go as several words, each atomic alone, and a reader
 /// racing a writer could see half of each (MPICH's atomic_get tests saw pairs whose
 /// halves came from different writers): a wrong answer is worse than a refusal, so it is
 /// MPI_ERR_TYPE.
@@ -311,8 +321,8 @@ fn would_tear() -> MpiError {
     MpiError::new(
         int!(MPI_ERR_TYPE),
         "MPI_REPLACE or MPI_NO_OP on a basic datatype wider than 8 bytes that rma has no \
-         atomic element for (long double, double complex, pairs of 16 bytes and more): it \
-         cannot be updated atomically yet, and is refused rather than torn",
+         atomic element for (long double complex): it cannot be updated atomically yet, \
+         and is refused rather than torn",
     )
 }
 

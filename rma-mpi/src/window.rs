@@ -42,6 +42,10 @@ pub struct Views {
     pub long_double: Elements<rma::LongDouble>,
     /// MPI_LONG_DOUBLE_INT.
     pub loc_long_double: Elements<rma::LocLongDouble>,
+    /// MPI_C_FLOAT_COMPLEX (and Fortran's COMPLEX of 4-byte REALs).
+    pub complex_f32: Elements<rma::ComplexF32>,
+    /// MPI_C_DOUBLE_COMPLEX (and Fortran's DOUBLE COMPLEX).
+    pub complex_f64: Elements<rma::ComplexF64>,
 }
 
 impl Views {
@@ -64,6 +68,8 @@ impl Views {
             loc_i16: w.elements(),
             long_double: w.elements(),
             loc_long_double: w.elements(),
+            complex_f32: w.elements(),
+            complex_f64: w.elements(),
         }
     }
 }

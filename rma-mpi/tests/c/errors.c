@@ -168,6 +168,52 @@ int main(int argc, char **argv) {
         fprintf(stderr, "[%d] long double sum read back %.21Lg\n", rank, ld_out);
         errors++;
     }
+    /* Complex numbers are rma's ComplexF64 and ComplexF32: summed and multiplied as
+     * complex numbers, whole; MPI_MAX is not defined for them; long double complex has
+     * no rma element and is refused rather than moved in pieces. */
+    double dc[2] = {1.0, 2.0}, dc_i[2] = {0.0, 1.0}, dc_out[2] = {0, 0};
+    EXPECT(MPI_Accumulate(dc, 1, MPI_C_DOUBLE_COMPLEX, right, 0, 1, MPI_C_DOUBLE_COMPLEX,
+                          MPI_REPLACE, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(dc, 1, MPI_C_DOUBLE_COMPLEX, right, 0, 1, MPI_C_DOUBLE_COMPLEX,
+                          MPI_SUM, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(dc_i, 1, MPI_C_DOUBLE_COMPLEX, right, 0, 1, MPI_C_DOUBLE_COMPLEX,
+                          MPI_PROD, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Fetch_and_op(NULL, dc_out, MPI_C_DOUBLE_COMPLEX, right, 0, MPI_NO_OP, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (dc_out[0] != -4.0 || dc_out[1] != 2.0) { /* (1 + 2i) * 2 * i */
+        fprintf(stderr, "[%d] MPI_C_DOUBLE_COMPLEX sum and product gave %g%+gi\n", rank,
+                dc_out[0], dc_out[1]);
+        errors++;
+    }
+    EXPECT(MPI_Accumulate(dc, 1, MPI_C_DOUBLE_COMPLEX, right, 0, 1, MPI_C_DOUBLE_COMPLEX,
+                          MPI_MAX, win),
+           MPI_ERR_OP);
+    float fc[2] = {3.0f, -1.0f}, fc_out[2] = {0, 0};
+    EXPECT(MPI_Accumulate(fc, 1, MPI_C_FLOAT_COMPLEX, right, 0, 1, MPI_C_FLOAT_COMPLEX,
+                          MPI_REPLACE, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(fc, 1, MPI_C_FLOAT_COMPLEX, right, 0, 1, MPI_C_FLOAT_COMPLEX,
+                          MPI_PROD, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Get_accumulate(fc, 1, MPI_C_FLOAT_COMPLEX, fc_out, 1, MPI_C_FLOAT_COMPLEX, right,
+                              0, 1, MPI_C_FLOAT_COMPLEX, MPI_NO_OP, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (fc_out[0] != 8.0f || fc_out[1] != -6.0f) { /* (3 - i)^2 */
+        fprintf(stderr, "[%d] MPI_C_FLOAT_COMPLEX product gave %g%+gi\n", rank, fc_out[0],
+                fc_out[1]);
+        errors++;
+    }
+    long double ldc[2] = {1.0L, 1.0L};
+    EXPECT(MPI_Accumulate(ldc, 1, MPI_C_LONG_DOUBLE_COMPLEX, right, 0, 1,
+                          MPI_C_LONG_DOUBLE_COMPLEX, MPI_REPLACE, win),
+           MPI_ERR_TYPE);
     MPI_Datatype pairs;
     MPI_Type_contiguous(2, MPI_LONG_INT, &pairs);
     MPI_Type_commit(&pairs);

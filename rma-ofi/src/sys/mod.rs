@@ -273,10 +273,13 @@ fn datatype(dt: DataType) -> ffi::fi_datatype {
         | DataType::LocI64
         | DataType::LocI32
         | DataType::LocI16
-        // Nor long double: FI_LONG_DOUBLE exists, but providers' support differs, and a
-        // native atomic of it would not meet the CPU's under one lock at the target.
+        // Nor long double and complex numbers: FI_LONG_DOUBLE and FI_FLOAT_COMPLEX,
+        // FI_DOUBLE_COMPLEX exist, but providers' support differs, and a native atomic
+        // of them would not meet the CPU's under one lock at the target.
         | DataType::LongDouble
-        | DataType::LocLongDouble => ffi::fi_datatype_FI_DATATYPE_LAST,
+        | DataType::LocLongDouble
+        | DataType::ComplexF32
+        | DataType::ComplexF64 => ffi::fi_datatype_FI_DATATYPE_LAST,
     }
 }
 
