@@ -38,7 +38,8 @@ fn mpi_running() -> bool {
     initialized != 0 && finalized == 0
 }
 
-/// rma's own duplicate of MPI_COMM_WORLD, with its rank and size: freed only while MPI
+/// rma's own duplicate of MPI_COMM_WORLD (or of a communicator with spawned members),
+/// with its rank and size: freed only while MPI
 /// runs (a bootstrap may outlive MPI_Finalize).
 pub struct Duplicate {
     comm: MPI_Comm,
@@ -72,14 +73,21 @@ impl Drop for Duplicate {
 /// A bootstrap over a duplicate of MPI_COMM_WORLD (collective over it). MPI must be
 /// initialized and not finalized.
 pub fn over_comm_world() -> Result<OverCollectives<Duplicate>, TransportError> {
+    // SAFETY: a predefined handle, returned by value.
+    over_comm(unsafe { sys::rmampi_comm_world() })
+}
+
+/// A bootstrap over a duplicate of `comm`, an intracommunicator (collective over it):
+/// for a World of processes that are not all in this MPI_COMM_WORLD (spawned ones, and
+/// their parents, after MPI_Intercomm_merge). MPI must be initialized and not finalized.
+pub fn over_comm(comm: MPI_Comm) -> Result<OverCollectives<Duplicate>, TransportError> {
     if !mpi_running() {
         return Err(failed("MPI is not initialized (or already finalized)"));
     }
-    // SAFETY: a predefined handle, returned by value.
-    let world = unsafe { sys::rmampi_comm_world() };
     let mut dup = std::mem::MaybeUninit::<MPI_Comm>::uninit();
-    // SAFETY: MPI runs; the out pointer is ours and written on success.
-    let rc = unsafe { sys::PMPI_Comm_dup(world, dup.as_mut_ptr()) };
+    // SAFETY: MPI runs; the out pointer is ours and written on success; MPI checks
+    // `comm`.
+    let rc = unsafe { sys::PMPI_Comm_dup(comm, dup.as_mut_ptr()) };
     check(rc, "MPI_Comm_dup")?;
     let mut comm = Duplicate {
         // SAFETY: written by the successful MPI_Comm_dup.

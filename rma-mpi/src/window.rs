@@ -129,6 +129,9 @@ pub struct WinInfo {
     /// The info hints in force (MPI_Win_get_info), as set at creation or by
     /// MPI_Win_set_info; none changes what rma does.
     pub hints: Mutex<Vec<(&'static str, String)>>,
+    /// The window's own World, when some member is not in this MPI_COMM_WORLD
+    /// (`rma_comm`): kept until the window is freed (last field: dropped after the rest).
+    pub own_world: Option<rma::World>,
 }
 
 impl Win {
@@ -203,9 +206,23 @@ pub fn world() -> &'static Mutex<Option<rma::World>> {
     WORLD.get_or_init(|| Mutex::new(None))
 }
 
+/// The rma communicator of a window over `comm`, with the members of `comm` in its
+/// order.
+struct WindowComm {
+    comm: rma::Comm,
+    group: Handle<MPI_Group>,
+    size: usize,
+    rank: usize,
+    /// A World of the window's own, when some member is not in this MPI_COMM_WORLD.
+    own_world: Option<rma::World>,
+}
+
 /// The rma communicator with the members of `comm` in its order, its group, and this
-/// process's rank in it.
-fn rma_comm(comm: MPI_Comm) -> MpiResult<(rma::Comm, Handle<MPI_Group>, usize, usize)> {
+/// process's rank in it. Members outside this process's MPI_COMM_WORLD (processes of
+/// MPI_Comm_spawn and their parents, joined by MPI_Intercomm_merge) are not in the World
+/// librma-mpi made at MPI_Init: the window then gets a World of its own over `comm`,
+/// built through MPI's collectives on it as the first one was on MPI_COMM_WORLD.
+fn rma_comm(comm: MPI_Comm) -> MpiResult<WindowComm> {
     let world_comm = world()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -246,22 +263,38 @@ fn rma_comm(comm: MPI_Comm) -> MpiResult<(rma::Comm, Handle<MPI_Group>, usize, u
         let mut g = world_group;
         sys::PMPI_Group_free(&mut g);
     }
-    if world_ranks.iter().any(|&r| r < 0) {
-        return Err(MpiError::new(
-            int!(MPI_ERR_COMM),
-            "a member of the communicator is not in MPI_COMM_WORLD (spawned processes are \
-             not supported by librma-mpi)",
-        ));
-    }
-    let world_ranks: Vec<Rank> = world_ranks.iter().map(|&r| r as Rank).collect();
-    let identity = world_ranks.len() == world_comm.size() as usize
-        && world_ranks.iter().enumerate().all(|(i, &r)| i as Rank == r);
-    let c = if identity {
-        world_comm
+    // Whether every member is in MPI_COMM_WORLD is the same answer on every member (the
+    // group is the same): all take the same way.
+    let (c, own_world) = if world_ranks.iter().any(|&r| r < 0) {
+        let world = rma::Config::from_env()
+            .and_then(|config| {
+                let bootstrap = crate::bootstrap::over_comm(comm)?;
+                rma::World::from_bootstrap(std::sync::Arc::new(bootstrap), config)
+            })
+            .inspect_err(|_| {
+                let mut g = group;
+                // SAFETY: the group taken above, freed once on this path.
+                unsafe { sys::PMPI_Group_free(&mut g) };
+            })?;
+        (world.comm(), Some(world))
     } else {
-        world_comm.create(&world_ranks)?
+        let world_ranks: Vec<Rank> = world_ranks.iter().map(|&r| r as Rank).collect();
+        let identity = world_ranks.len() == world_comm.size() as usize
+            && world_ranks.iter().enumerate().all(|(i, &r)| i as Rank == r);
+        let c = if identity {
+            world_comm
+        } else {
+            world_comm.create(&world_ranks)?
+        };
+        (c, None)
     };
-    Ok((c, Handle(group), n as usize, rank as usize))
+    Ok(WindowComm {
+        comm: c,
+        group: Handle(group),
+        size: n as usize,
+        rank: rank as usize,
+        own_world,
+    })
 }
 
 /// How a window's memory comes, with the sizes as the application gave them (checked
@@ -334,7 +367,13 @@ pub fn create(
     disp_unit: i64,
     info: sys::MPI_Info,
 ) -> MpiResult<(MPI_Win, *mut c_void)> {
-    let (c, group, size, rank) = rma_comm(comm)?;
+    let WindowComm {
+        comm: c,
+        group,
+        size,
+        rank,
+        own_world,
+    } = rma_comm(comm)?;
     let requested = flavor.bytes();
     let mine = if requested < 0 {
         int!(MPI_ERR_SIZE)
@@ -424,6 +463,7 @@ pub fn create(
             attrs: Mutex::new(HashMap::new()),
             name: Mutex::new(String::new()),
             hints: Mutex::new(default_hints(flavor_code)),
+            own_world,
         },
     };
     w.apply_info(info);
@@ -488,7 +528,11 @@ pub fn free(handle: MPI_Win) -> MpiResult<()> {
         table().fill(index, w);
         return Err(e);
     }
-    let Win { rma, views, info } = *w;
+    let Win {
+        rma,
+        views,
+        mut info,
+    } = *w;
     drop(views);
     match rma.free() {
         Ok(_) => {
@@ -496,6 +540,11 @@ pub fn free(handle: MPI_Win) -> MpiResult<()> {
             let mut g = info.group.0;
             // SAFETY: the group librma-mpi took at creation, freed once.
             unsafe { sys::PMPI_Group_free(&mut g) };
+            if let Some(world) = info.own_world.take() {
+                // Every member is done with the window before any leaves its World (a
+                // departure seen inside `free` would be taken for a failure).
+                world.barrier()?;
+            }
             Ok(())
         }
         Err(refused) => {

@@ -395,3 +395,31 @@ fn notified_access_under_both_spellings() {
         }
     }
 }
+
+/// Windows over processes of more than one MPI_COMM_WORLD (issue #29): the job's ranks
+/// spawn two more, merge with them and make windows over the result, which librma-mpi
+/// serves with a World of the window's own. Debian's MPICH 4.0.2 (over UCX) cannot spawn
+/// at all (MPI_Comm_spawn fails without librma-mpi too): the program says so, and only
+/// that MPI may.
+#[test]
+fn windows_over_spawned_processes_give_exact_results() {
+    let which = which_mpi();
+    let spawn_less = !open_mpi() && mpich_launcher() == Path::new("mpiexec.mpich");
+    for linked in [false, true] {
+        let exe = compile("spawn.c", linked);
+        for ranks in [2, 3] {
+            let out = launch(&exe, ranks, !linked);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let how = if linked { "-lrma_mpi" } else { "LD_PRELOAD" };
+            if spawn_less && out.status.success() && stdout.contains(" Spawn unavailable") {
+                eprintln!("spawn.c: {which} ({}) cannot spawn; skipped", mpicc());
+                return;
+            }
+            assert!(
+                out.status.success() && stdout.contains(" No Errors"),
+                "spawn.c under {which} on {ranks} ranks with {how}: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
