@@ -9,9 +9,15 @@
 //!
 //! Complex numbers (MPI_C_DOUBLE_COMPLEX) too: sums and products from every rank at
 //! once (multiplications by i, exact in floating point: a lost one leaves a power of i
-//! other than 1), swaps read whole (every number swapped in has im = -re).
+//! other than 1), swaps read whole (every number swapped in has im = -re). Long doubles
+//! (MPI_LONG_DOUBLE, 16 bytes) swapped and read whole the same way. And ops across two
+//! regions attached side by side to a dynamic window (MPICH's win_dynamic_rma_flush_get
+//! runs them): puts, sums and gets that start in one region and end in the next.
 
-use rma::{AccOp, Assert, ComplexF64, Element, LocF64, LocI32, Rank, Result, Window, World};
+use rma::{
+    AccOp, Assert, ComplexF64, Element, LocF64, LocI32, LockType, LongDouble, Rank, Result,
+    UserMemory, Window, World,
+};
 
 use crate::{check, reps};
 
@@ -211,12 +217,127 @@ fn complex(world: &World) -> Result<()> {
     Ok(())
 }
 
+/// A long double whose two 8-byte halves name each other (the second the first's
+/// complement): a read that pairs halves of two writes is seen.
+fn long_double_of(k: u64) -> LongDouble {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&k.to_le_bytes());
+    b[8..].copy_from_slice(&(!k).to_le_bytes());
+    LongDouble(b)
+}
+
+/// The `k` of [`long_double_of`], if the value is whole.
+fn long_double_k(v: &LongDouble) -> Option<u64> {
+    let lo = u64::from_le_bytes(v.0[..8].try_into().expect("8 bytes"));
+    let hi = u64::from_le_bytes(v.0[8..].try_into().expect("8 bytes"));
+    (hi == !lo).then_some(lo)
+}
+
+/// Every rank swaps long doubles into rank 0's one and reads it: always whole, and every
+/// one swapped in comes out exactly once.
+fn long_doubles(world: &World) -> Result<()> {
+    let rounds = reps(1_000);
+    let (me, n) = (world.rank() as u64, world.size() as u64);
+    let win: Window<LongDouble> = world.allocate::<LongDouble>(1)?;
+    win.write_local(0, &[long_double_of(0)])?;
+    world.barrier()?;
+    win.lock_all(Assert::NONE)?;
+    let (mut torn, mut out) = (0u64, 0u64);
+    for k in 0..rounds {
+        let mine = long_double_of(me * rounds + k + 1);
+        let old = win.fetch_and_op(mine, AccOp::Replace, 0, 0)?.wait()?;
+        let seen = win
+            .get_accumulate(&[long_double_of(0)], AccOp::NoOp, 0, 0)?
+            .wait()?;
+        match (long_double_k(&old), long_double_k(&seen[0])) {
+            (Some(k), Some(_)) => out += k,
+            _ => torn += 1,
+        }
+    }
+    win.flush_all()?;
+    win.unlock_all()?;
+    check(
+        torn == 0,
+        "every long double read is one a rank wrote whole",
+    )?;
+    world.barrier()?;
+    let out = world.comm().allreduce(&[out], AccOp::Sum)?[0];
+    if me == 0 {
+        let last = long_double_k(&win.local_to_vec()[0]);
+        check(last.is_some(), "the last long double swapped in is whole")?;
+        // In: 0 and every rank's 1..=n x rounds; out: every swap's and the last one.
+        let swapped_in: u64 = (1..=n * rounds).sum();
+        check(
+            out + last.unwrap_or(0) == swapped_in,
+            "every long double swapped in came out exactly once",
+        )?;
+    }
+    win.free()?;
+    Ok(())
+}
+
+/// Memory of the program attached in place: one half of a buffer that lives as long as
+/// the process.
+struct Half(&'static mut [u8]);
+
+impl UserMemory for Half {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.0
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// Ops across two regions attached side by side: 16 bytes from 8 before the boundary,
+/// put, summed and read back by the left neighbour under an exclusive lock, summed again
+/// under fence; the bytes around them untouched.
+fn across_regions(world: &World) -> Result<()> {
+    const HALF: usize = 32;
+    let (me, n) = (world.rank(), world.size() as Rank);
+    let right = (me + 1) % n;
+    let win: Window<u8> = world.create_dynamic::<u8>()?;
+    let (lo, hi) = Vec::leak(vec![0u8; 2 * HALF]).split_at_mut(HALF);
+    let a = win.attach_memory(Box::new(Half(lo)))?;
+    let b = win.attach_memory(Box::new(Half(hi)))?;
+    check(b == a + HALF as u64, "the halves are attached side by side")?;
+    let at = world.comm().allgather(&[a + HALF as u64 - 8])?[right as usize];
+    let mine: Vec<u8> = (0..16).map(|i| 50 * (me % 4) as u8 + i).collect();
+    win.lock(LockType::Exclusive, right, Assert::NONE)?;
+    win.put(&mine, right, at)?;
+    win.flush(right)?;
+    win.accumulate(&[1u8; 16], AccOp::Sum, right, at)?;
+    win.flush(right)?;
+    let back = win.get(right, at, 16)?.wait()?;
+    win.unlock(right)?;
+    let plus = |k: u8| mine.iter().map(|v| v + k).collect::<Vec<u8>>();
+    check(back == plus(1), "put and sum across the regions, read back")?;
+    win.fence(Assert::NONE)?;
+    win.accumulate(&[1u8; 16], AccOp::Sum, right, at)?;
+    win.fence(Assert::NONE)?;
+    win.lock(LockType::Shared, right, Assert::NONE)?;
+    let around = win.get(right, at - 1, 18)?.wait()?;
+    win.unlock(right)?;
+    check(
+        around[1..17] == plus(2)[..] && around[0] == 0 && around[17] == 0,
+        "a second sum under fence; the bytes around untouched",
+    )?;
+    world.barrier()?;
+    win.detach_memory(a)?;
+    win.detach_memory(b)?;
+    win.free()?;
+    Ok(())
+}
+
 /// The case: 16-byte pairs (LocF64, MPI_DOUBLE_INT) and 8-byte 4-aligned ones (LocI32,
-/// MPI_2INT), passive and fence epochs; then complex numbers.
+/// MPI_2INT), passive and fence epochs; then complex numbers, long doubles and ops across
+/// adjacent regions.
 pub fn locs(world: &World) -> Result<()> {
     for fence in [false, true] {
         run::<LocF64>(world, fence)?;
         run::<LocI32>(world, fence)?;
     }
-    complex(world)
+    complex(world)?;
+    long_doubles(world)?;
+    across_regions(world)
 }

@@ -127,6 +127,7 @@ int rmampi_predefined_code(MPI_Datatype t) {
 }
 
 int rmampi_is_datatype_null(MPI_Datatype t) { return t == MPI_DATATYPE_NULL; }
+int rmampi_is_win_null(MPI_Win w) { return w == MPI_WIN_NULL; }
 
 /* The pair types of MINLOC and MAXLOC (a value and an int, C struct layout). */
 int rmampi_is_pair(MPI_Datatype t) {

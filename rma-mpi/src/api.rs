@@ -622,21 +622,36 @@ mpi_and_pmpi! {
         name: *mut c_char,
         len: *mut c_int,
     ) -> c_int {
+        // MPI-4.1 7.8: the null handle's name is its own.
+        // SAFETY: a comparison with a constant of the ABI layer.
+        if unsafe { sys::rmampi_is_win_null(win) } != 0 {
+            // SAFETY: a constant of the ABI layer.
+            let comm_self = unsafe { sys::rmampi_comm_self() };
+            return on_comm("MPI_Win_get_name", comm_self, || {
+                write_name(name, len, "MPI_WIN_NULL")
+            });
+        }
         on_window("MPI_Win_get_name", win, |w| {
-            let name = out_ptr(name, "name")?;
-            let len = out_ptr(len, "resultlen")?;
             let s = w.name.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let max = int!(MPI_MAX_OBJECT_NAME) as usize - 1;
-            let bytes = &s.as_bytes()[..s.len().min(max)];
-            // SAFETY: MPI's contract: `name` has MPI_MAX_OBJECT_NAME bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), bytes.len());
-                *name.add(bytes.len()) = 0;
-                *len = bytes.len() as c_int;
-            }
-            Ok(())
+            write_name(name, len, &s)
         })
     }
+}
+
+/// An object's name into MPI_*_get_name's `name` (MPI_MAX_OBJECT_NAME bytes, cut to fit
+/// with its terminating zero) and its length into `len`.
+fn write_name(name: *mut c_char, len: *mut c_int, s: &str) -> MpiResult<()> {
+    let name = out_ptr(name, "name")?;
+    let len = out_ptr(len, "resultlen")?;
+    let max = int!(MPI_MAX_OBJECT_NAME) as usize - 1;
+    let bytes = &s.as_bytes()[..s.len().min(max)];
+    // SAFETY: MPI's contract: `name` has MPI_MAX_OBJECT_NAME bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), name.cast::<u8>(), bytes.len());
+        *name.add(bytes.len()) = 0;
+        *len = bytes.len() as c_int;
+    }
+    Ok(())
 }
 
 mpi_and_pmpi! {

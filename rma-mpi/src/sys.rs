@@ -28,6 +28,7 @@ extern "C" {
     pub fn rmampi_max_requests() -> c_int;
     pub fn rmampi_predefined_code(datatype: MPI_Datatype) -> c_int;
     pub fn rmampi_is_datatype_null(datatype: MPI_Datatype) -> c_int;
+    pub fn rmampi_is_win_null(win: MPI_Win) -> c_int;
     pub fn rmampi_is_pair(datatype: MPI_Datatype) -> c_int;
     pub fn rmampi_op_code(op: MPI_Op) -> c_int;
     pub fn rmampi_comm_world() -> MPI_Comm;

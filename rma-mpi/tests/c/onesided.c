@@ -13,23 +13,10 @@
 #include <string.h>
 
 #define N 128 /* ints per rank */
-static int errors = 0;
 static int world_rank;
 
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            if (errors < 20) {                                                    \
-                fprintf(stderr, "[%d] %s:%d: check failed: %s: ", world_rank,     \
-                        __FILE__, __LINE__, #cond);                               \
-                fprintf(stderr, __VA_ARGS__);                                     \
-                fprintf(stderr, "\n");                                            \
-            }                                                                     \
-            errors++;                                                             \
-        }                                                                         \
-    } while (0)
-
-#define OK(call) CHECK((call) == MPI_SUCCESS, "%s", #call)
+#define CHECK_RANK world_rank
+#include "check.h"
 
 enum flavor { ALLOCATE, CREATE, DYNAMIC, SHARED, FLAVORS };
 /* The flavors run: all but SHARED over the network (RMA_BACKEND=ofi), whose ranks share
@@ -415,6 +402,9 @@ static void attributes(MPI_Comm comm) {
         int len;
         OK(MPI_Win_get_name(w.win, name, &len));
         CHECK(strcmp(name, "rma window") == 0 && len == 10, "name %s", name);
+        /* MPI-4.1: the null handle's name is its own. */
+        OK(MPI_Win_get_name(MPI_WIN_NULL, name, &len));
+        CHECK(strcmp(name, "MPI_WIN_NULL") == 0 && len == 12, "name of MPI_WIN_NULL: %s", name);
         /* A user attribute and its keyval. */
         int key;
         OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, MPI_WIN_NULL_DELETE_FN, &key, NULL));

@@ -13,23 +13,10 @@
 #include <string.h>
 
 #define CHILDREN 2
-static int errors = 0;
 static int rank;
 
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            if (errors < 20) {                                                \
-                fprintf(stderr, "[%d] %s:%d: check failed: %s: ", rank,       \
-                        __FILE__, __LINE__, #cond);                           \
-                fprintf(stderr, __VA_ARGS__);                                 \
-                fprintf(stderr, "\n");                                        \
-            }                                                                 \
-            errors++;                                                         \
-        }                                                                     \
-    } while (0)
-
-#define OK(call) CHECK((call) == MPI_SUCCESS, "%s", #call)
+#define CHECK_RANK rank
+#include "check.h"
 
 /* Every member puts 100 + its rank into slot `rank` of every member's window (fence),
  * adds rank + 1 to rank 0's slot `size` (lock_all), fetches its right neighbour's
