@@ -539,6 +539,14 @@ pub trait Segment: Send + Sync + Any {
     fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
         self.update(offset, len, f)
     }
+    /// Whether no native atomic of any process ever touches this memory (only the
+    /// engine's active messages reach it, applied one at a time under the window's state
+    /// lock): an accumulate's elements may then be updated as one block, in one
+    /// [`update`](Self::update) of all their bytes, where elsewhere each is updated alone
+    /// to stay atomic against peers' native atomics. By default false.
+    fn only_messages_reach(&self) -> bool {
+        false
+    }
     /// What a peer needs to reach this memory natively (address, key); exchanged at
     /// window creation.
     fn descriptor(&self) -> Vec<u8>;

@@ -149,6 +149,11 @@ impl Segment for LocalSegment {
         // engine's window lock) or a misaligned element: through a copy.
         self.region.update_through_copy(offset, len, f);
     }
+    fn only_messages_reach(&self) -> bool {
+        // The application's memory (not mapped by peers): peers reach it by cross-memory
+        // attach for puts and gets, and by active messages for every accumulate.
+        self.mapping.is_none()
+    }
     fn update_locked(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
         match &self.lock_words {
             Some(words) => {
