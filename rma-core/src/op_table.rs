@@ -80,6 +80,12 @@ impl OpElem {
     pub(crate) fn needs_done(&self, ordered: bool) -> bool {
         !self.native || ordered && self.kind == OpKind::Put
     }
+    /// Whether this queued op, once issued, is an active message that changes the
+    /// target's memory and gets no response (a put or an accumulate): nothing that comes
+    /// back says when the target applied it.
+    pub(crate) fn unanswered_am(&self) -> bool {
+        !self.native && !self.kind.has_response()
+    }
 }
 
 impl Default for Extent {
@@ -162,6 +168,11 @@ pub(crate) struct TargetElem {
     /// once a message after them is delivered there, so like active messages they need
     /// one (not counted on the wire: the target never sees them).
     pub puts_since_done: u32,
+    /// An active message that changes the target's memory and gets no response (see
+    /// [`OpElem::unanswered_am`]) went since the last RMA_DONE: only an acknowledgement
+    /// says the target's CPU applied it, and until then a native op (the provider's)
+    /// could overtake it.
+    pub am_unanswered: bool,
     /// Native ops under way (an RMA_DONE may only follow once they are complete).
     pub native_in_flight: u32,
     /// Ops of the accumulate family went as active messages and no ack after them has
@@ -193,6 +204,7 @@ impl TargetElem {
         self.state = state;
         self.am_since_done = 0;
         self.puts_since_done = 0;
+        self.am_unanswered = false;
         self.native_in_flight = 0;
         self.am_atomics = false;
         self.am_atomic_span = ByteSpan::EMPTY;
@@ -220,6 +232,7 @@ impl TargetElem {
     pub(crate) fn done_sent(&mut self) {
         self.am_since_done = 0;
         self.puts_since_done = 0;
+        self.am_unanswered = false;
     }
     /// Something to issue or send: pending ops, a sync, a lock to retry.
     pub(crate) fn has_work(&self) -> bool {

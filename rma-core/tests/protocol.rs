@@ -269,6 +269,51 @@ fn a_two_member_fence_completes_its_ops_with_the_barrier_message() {
     }
 }
 
+/// A two-member fence after ops the target's engine applies (active messages: here
+/// accumulates with no native form) must not let the origin reach the target natively
+/// before they are applied: the other member's barrier message may leave before it took
+/// ours in, so a native get or put of the next epoch could overtake them (a get read
+/// the value before the sum, a put was summed over). Such a pair is flushed as any
+/// target is; a pair with ordered native puts alone keeps its unacknowledged fence.
+#[test]
+fn a_two_member_fence_applies_active_messages_before_the_next_native_op() {
+    for (profile, seed) in [Profile::OrderedPuts, Profile::Rdma]
+        .into_iter()
+        .flat_map(|p| (40..46).map(move |s| (p, s)))
+    {
+        run(2, profile, seed, config(), |e| {
+            let win = e.allocate::<u64>(2)?;
+            win.fence(Assert::NOPRECEDE)?;
+            for round in 1..=30u64 {
+                if e.rank() == 0 {
+                    // Max has no native form on either profile: an active message.
+                    win.accumulate(&[round * 10], AccOp::Max, 1, 0)?;
+                    win.accumulate(&[round], AccOp::Max, 1, 1)?;
+                }
+                win.fence(Assert::NONE)?;
+                if e.rank() == 0 {
+                    let got = win.get(1, 0, 1)?;
+                    win.put(&[0], 1, 1)?;
+                    win.fence(Assert::NONE)?;
+                    assert_eq!(got.wait()?, vec![round * 10], "round {round}: get");
+                } else {
+                    win.fence(Assert::NONE)?;
+                    assert_eq!(
+                        win.local_to_vec(),
+                        vec![round * 10, 0],
+                        "round {round}: the put came after the max"
+                    );
+                }
+                // The next round's ops may not touch the memory until it is read.
+                win.fence(Assert::NONE)?;
+            }
+            win.fence(Assert::NOSUCCEED)?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
 /// With three members a third could read the target before it took in the puts (the
 /// dissemination barrier does not pass through every pair), so each target is flushed
 /// before the barrier: the RMA_DONE rides on the last put, and the target acknowledges.

@@ -456,6 +456,7 @@ impl WinState {
             elem.done_sent();
         } else {
             elem.am_since_done += 1;
+            elem.am_unanswered |= !op.kind.has_response();
         }
         if op.kind.has_response() {
             op.native = false;

@@ -32,8 +32,10 @@ impl WindowShared {
             let pair = st.fence_pair(self);
             let settled = st.barrier.is_none()
                 && st.outbox.is_empty()
-                && (st.table.iter())
-                    .all(|t| t.is_idle() && (!t.needs_done() || pair == Some(t.rank)));
+                && (st.table.iter()).all(|t| {
+                    t.is_idle()
+                        && (!t.needs_done() || pair == Some(t.rank) && self.pair_completes(t))
+                });
             if !settled {
                 drop(st);
                 self.fence_complete_epoch(pair)?;
@@ -116,7 +118,7 @@ impl WindowShared {
             for rank in st.table.ranks() {
                 let ordered = self.caps(rank).ordered_puts;
                 let t = st.table.get_mut(rank).expect("listed");
-                if pair == Some(rank) {
+                if pair == Some(rank) && self.pair_completes(t) {
                     if !t.pending.is_empty() {
                         st.force_issue(self, rank)?;
                     }
@@ -126,6 +128,23 @@ impl WindowShared {
             }
         }
         self.wait_for("fence", |st| Ok(st.table.iter().all(|t| t.is_idle())))
+    }
+
+    /// Whether the barrier message to the other member of a two-member fence completes
+    /// the ops to it (see [`WinState::fence_pair`]): it does for what the target's
+    /// provider places in order (ordered native puts) and for active messages as long as
+    /// every later op reaches the target through its engine too. Once an active message
+    /// that changes the target's memory and gets no response went and the target is
+    /// reachable natively, it does not: the other member's barrier message may leave
+    /// before it took ours in, we would leave the fence, and a native get or put of the
+    /// next epoch could be served by its provider before its engine applied the message
+    /// (a get read the value before an accumulate; a put was summed over). Such a pair
+    /// is flushed as any target is (an RMA_DONE and its acknowledgement).
+    fn pair_completes(&self, t: &TargetElem) -> bool {
+        let caps = self.caps(t.rank);
+        let native =
+            caps.rdma_write || caps.rdma_read || caps.atomics != 0 || caps.compare_and_swap != 0;
+        !native || !t.am_unanswered && !t.pending.iter().any(|o| o.unanswered_am())
     }
 
     /// From FENCE_GRANTED with nothing queued, other epochs may begin directly.
