@@ -47,7 +47,8 @@
 //!   after the target's acknowledgement of the UNLOCK that followed the data; a
 //!   two-member fence returns at the target after the barrier message that followed the
 //!   data (with more members, where a third process could read the target natively
-//!   before the data is taken in, the engine flushes each target first, as before).
+//!   before the data is taken in, the engine flushes each target first, as before; and
+//!   with two, once an active message that changes memory went: see rma-core's fence).
 //!   A flush of puts alone waits for the puts' own delivery-complete completions
 //!   (`ordered_puts_delivered`): a flush of one put costs what it did, one provider round
 //!   trip. The endpoint is opened without `FI_ATOMIC` then: ofi_rxm drops
