@@ -65,8 +65,8 @@
 //!   call. From 16 KiB rather than the gets' 128 KiB since the copy into our slot cost
 //!   the origin more than the kernel's own copy into the socket (perf at 64 KiB: a
 //!   fifth of its time in memmove); put bandwidth over tcp (libfabric 2.5.1, medians
-//!   of 5 interleaved): 64 KiB 2.24 -> 2.69 GB/s (MPICH 5.0.2 2.70), 16 KiB 1.13 ->
-//!   1.19, 4 KiB unchanged (copied, below the bound).
+//!   of 5 interleaved, two sets): 64 KiB 2.03-2.24 -> 2.53-2.69 GB/s (MPICH 5.0.2
+//!   2.70), 32 KiB 1.43 -> 2.05, 16 KiB 1.13 -> 1.19, 4 KiB unchanged (copied).
 //!   A flush that needs their delivery reads one byte behind the last of them (reads
 //!   follow writes in the stream, `FI_ORDER_RAW`). 1 MiB put bandwidth 2.5 -> 3.7 GB/s.
 //!   A peer that stops reading without dying holds such a call until the library's
@@ -549,19 +549,18 @@ impl OfiTransport {
                 query_atomics(&mut inner.ep)
             };
         let rma = env_usize("RMA_OFI_DISABLE_RMA", 0) != 1 && inner.ep.offer.rma();
-        let zero_copy_min = match env_usize("RMA_OFI_ZERO_COPY", 128 * 1024) {
+        // A size bound from the environment, 0 meaning never.
+        let bound = |name, default| match env_usize(name, default) {
             0 => usize::MAX,
             n => n,
         };
+        let zero_copy_min = bound("RMA_OFI_ZERO_COPY", 128 * 1024);
         // RMA_OFI_ZERO_COPY alone sets both bounds, as it did before puts had their own.
         let put_default = match std::env::var_os("RMA_OFI_ZERO_COPY") {
             Some(_) => zero_copy_min,
             None => 16 * 1024,
         };
-        let zero_copy_put_min = match env_usize("RMA_OFI_ZERO_COPY_PUT", put_default) {
-            0 => usize::MAX,
-            n => n,
-        };
+        let zero_copy_put_min = bound("RMA_OFI_ZERO_COPY_PUT", put_default);
         let native = Capabilities {
             rdma_write: rma,
             rdma_read: rma,
