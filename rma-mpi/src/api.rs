@@ -1512,171 +1512,177 @@ unsafe fn any_ours(reqs: *mut MPI_Request, n: c_int) -> bool {
     (0..n.max(0) as usize).any(|i| request::ours(unsafe { *reqs.add(i) }).is_some())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
-    // SAFETY: the application's request pointer (MPI checks it on its path).
-    match unsafe { ours_at(req) } {
-        // SAFETY: the application's pointers.
-        Some(i) => on_request("MPI_Wait", || unsafe { request::wait(i, req, status) }),
-        // SAFETY: passed on.
-        None => unsafe { sys::PMPI_Wait(req, status) },
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Test(
-    req: *mut MPI_Request,
-    flag: *mut c_int,
-    status: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: as in MPI_Wait.
-    match unsafe { ours_at(req) } {
-        Some(i) => on_request("MPI_Test", || {
-            let flag = out_ptr(flag, "flag")?;
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+        // SAFETY: the application's request pointer (MPI checks it on its path).
+        match unsafe { ours_at(req) } {
             // SAFETY: the application's pointers.
-            let done = unsafe { request::test_one(i, req, status)? };
-            // SAFETY: checked non-null.
-            unsafe { *flag = c_int::from(done) };
-            Ok(())
-        }),
-        // SAFETY: passed on.
-        None => unsafe { sys::PMPI_Test(req, flag, status) },
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Request_free(req: *mut MPI_Request) -> c_int {
-    // SAFETY: as in MPI_Wait.
-    match unsafe { ours_at(req) } {
-        Some(i) => {
-            request::free(i);
-            // SAFETY: the application's pointer; a constant of the ABI layer.
-            unsafe { *req = sys::rmampi_request_null() };
-            SUCCESS
+            Some(i) => on_request("MPI_Wait", || unsafe { request::wait(i, req, status) }),
+            // SAFETY: passed on.
+            None => unsafe { sys::next::PMPI_Wait(req, status) },
         }
-        // SAFETY: passed on.
-        None => unsafe { sys::PMPI_Request_free(req) },
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Request_get_status(
-    req: MPI_Request,
-    flag: *mut c_int,
-    status: *mut MPI_Status,
-) -> c_int {
-    match request::ours(req) {
-        Some(i) => on_request("MPI_Request_get_status", || {
-            let flag = out_ptr(flag, "flag")?;
-            let done = request::is_complete(i)?;
-            // SAFETY: the application's pointers.
-            unsafe {
-                *flag = c_int::from(done);
-                if done {
-                    sys::rmampi_empty_status(status);
-                }
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Test(
+        req: *mut MPI_Request,
+        flag: *mut c_int,
+        status: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: as in MPI_Wait.
+        match unsafe { ours_at(req) } {
+            Some(i) => on_request("MPI_Test", || {
+                let flag = out_ptr(flag, "flag")?;
+                // SAFETY: the application's pointers.
+                let done = unsafe { request::test_one(i, req, status)? };
+                // SAFETY: checked non-null.
+                unsafe { *flag = c_int::from(done) };
+                Ok(())
+            }),
+            // SAFETY: passed on.
+            None => unsafe { sys::next::PMPI_Test(req, flag, status) },
+        }
+    }
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Request_free(req: *mut MPI_Request) -> c_int {
+        // SAFETY: as in MPI_Wait.
+        match unsafe { ours_at(req) } {
+            Some(i) => {
+                request::free(i);
+                // SAFETY: the application's pointer; a constant of the ABI layer.
+                unsafe { *req = sys::rmampi_request_null() };
+                SUCCESS
             }
-            Ok(())
-        }),
-        // SAFETY: passed on.
-        None => unsafe { sys::PMPI_Request_get_status(req, flag, status) },
+            // SAFETY: passed on.
+            None => unsafe { sys::next::PMPI_Request_free(req) },
+        }
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Waitall(
-    n: c_int,
-    reqs: *mut MPI_Request,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: MPI's contract: `n` requests at `reqs`.
-    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
-        // SAFETY: passed on.
-        return unsafe { sys::PMPI_Waitall(n, reqs, statuses) };
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Request_get_status(
+        req: MPI_Request,
+        flag: *mut c_int,
+        status: *mut MPI_Status,
+    ) -> c_int {
+        match request::ours(req) {
+            Some(i) => on_request("MPI_Request_get_status", || {
+                let flag = out_ptr(flag, "flag")?;
+                let done = request::is_complete(i)?;
+                // SAFETY: the application's pointers.
+                unsafe {
+                    *flag = c_int::from(done);
+                    if done {
+                        sys::rmampi_empty_status(status);
+                    }
+                }
+                Ok(())
+            }),
+            // SAFETY: passed on.
+            None => unsafe { sys::next::PMPI_Request_get_status(req, flag, status) },
+        }
     }
-    on_request("MPI_Waitall", || {
-        for i in 0..n {
-            // SAFETY: `i < n`: the application's arrays (statuses may be IGNORE).
-            unsafe {
-                let r = reqs.add(i as usize);
-                let s = sys::rmampi_status_at(statuses, i);
-                match request::ours(*r) {
-                    Some(k) => request::wait(k, r, s)?,
-                    None => {
-                        let rc = sys::PMPI_Wait(r, s);
-                        if rc != SUCCESS {
-                            return Err(MpiError::new(rc, "MPI_Wait of a request in MPI_Waitall"));
+}
+
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Waitall(
+        n: c_int,
+        reqs: *mut MPI_Request,
+        statuses: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: MPI's contract: `n` requests at `reqs`.
+        if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+            // SAFETY: passed on.
+            return unsafe { sys::next::PMPI_Waitall(n, reqs, statuses) };
+        }
+        on_request("MPI_Waitall", || {
+            for i in 0..n {
+                // SAFETY: `i < n`: the application's arrays (statuses may be IGNORE).
+                unsafe {
+                    let r = reqs.add(i as usize);
+                    let s = sys::rmampi_status_at(statuses, i);
+                    match request::ours(*r) {
+                        Some(k) => request::wait(k, r, s)?,
+                        None => {
+                            let rc = sys::next::PMPI_Wait(r, s);
+                            if rc != SUCCESS {
+                                return Err(MpiError::new(rc, "MPI_Wait of a request in MPI_Waitall"));
+                            }
                         }
                     }
                 }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testall(
-    n: c_int,
-    reqs: *mut MPI_Request,
-    flag: *mut c_int,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: MPI's contract: `n` requests at `reqs`.
-    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
-        // SAFETY: passed on.
-        return unsafe { sys::PMPI_Testall(n, reqs, flag, statuses) };
-    }
-    on_request("MPI_Testall", || {
-        let flag = out_ptr(flag, "flag")?;
-        // All or nothing: ours first (they complete without being freed), then MPI's,
-        // which MPI frees only when all of them are complete.
-        // SAFETY: `i < n` in each access: the application's arrays.
-        unsafe {
-            for i in 0..n as usize {
-                if let Some(k) = request::ours(*reqs.add(i)) {
-                    if !request::is_complete(k)? {
-                        *flag = 0;
-                        return Ok(());
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Testall(
+        n: c_int,
+        reqs: *mut MPI_Request,
+        flag: *mut c_int,
+        statuses: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: MPI's contract: `n` requests at `reqs`.
+        if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+            // SAFETY: passed on.
+            return unsafe { sys::next::PMPI_Testall(n, reqs, flag, statuses) };
+        }
+        on_request("MPI_Testall", || {
+            let flag = out_ptr(flag, "flag")?;
+            // All or nothing: ours first (they complete without being freed), then MPI's,
+            // which MPI frees only when all of them are complete.
+            // SAFETY: `i < n` in each access: the application's arrays.
+            unsafe {
+                for i in 0..n as usize {
+                    if let Some(k) = request::ours(*reqs.add(i)) {
+                        if !request::is_complete(k)? {
+                            *flag = 0;
+                            return Ok(());
+                        }
                     }
                 }
-            }
-            let theirs: Vec<usize> = (0..n as usize)
-                .filter(|&i| request::ours(*reqs.add(i)).is_none())
-                .collect();
-            let mut their_reqs: Vec<MPI_Request> = theirs.iter().map(|&i| *reqs.add(i)).collect();
-            let mut their_statuses: Vec<MPI_Status> = vec![std::mem::zeroed(); theirs.len()];
-            let mut done: c_int = 0;
-            let rc = sys::PMPI_Testall(
-                theirs.len() as c_int,
-                their_reqs.as_mut_ptr(),
-                &mut done,
-                their_statuses.as_mut_ptr(),
-            );
-            if rc != SUCCESS {
-                return Err(MpiError::new(rc, "MPI_Testall of MPI's requests"));
-            }
-            if done == 0 {
-                *flag = 0;
-                return Ok(());
-            }
-            for (j, &i) in theirs.iter().enumerate() {
-                *reqs.add(i) = their_reqs[j];
-                let s = sys::rmampi_status_at(statuses, i as c_int);
-                if s != sys::rmampi_status_ignore() {
-                    *s = their_statuses[j];
+                let theirs: Vec<usize> = (0..n as usize)
+                    .filter(|&i| request::ours(*reqs.add(i)).is_none())
+                    .collect();
+                let mut their_reqs: Vec<MPI_Request> = theirs.iter().map(|&i| *reqs.add(i)).collect();
+                let mut their_statuses: Vec<MPI_Status> = vec![std::mem::zeroed(); theirs.len()];
+                let mut done: c_int = 0;
+                let rc = sys::next::PMPI_Testall(
+                    theirs.len() as c_int,
+                    their_reqs.as_mut_ptr(),
+                    &mut done,
+                    their_statuses.as_mut_ptr(),
+                );
+                if rc != SUCCESS {
+                    return Err(MpiError::new(rc, "MPI_Testall of MPI's requests"));
                 }
-            }
-            for i in 0..n {
-                let r = reqs.add(i as usize);
-                if let Some(k) = request::ours(*r) {
-                    request::wait(k, r, sys::rmampi_status_at(statuses, i))?;
+                if done == 0 {
+                    *flag = 0;
+                    return Ok(());
                 }
+                for (j, &i) in theirs.iter().enumerate() {
+                    *reqs.add(i) = their_reqs[j];
+                    let s = sys::rmampi_status_at(statuses, i as c_int);
+                    if s != sys::rmampi_status_ignore() {
+                        *s = their_statuses[j];
+                    }
+                }
+                for i in 0..n {
+                    let r = reqs.add(i as usize);
+                    if let Some(k) = request::ours(*r) {
+                        request::wait(k, r, sys::rmampi_status_at(statuses, i))?;
+                    }
+                }
+                *flag = 1;
             }
-            *flag = 1;
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
 /// One pass over `reqs` for the any/some calls: the indices complete now (ours
@@ -1716,7 +1722,7 @@ unsafe fn complete_some(
                 }
                 None => {
                     let mut flag = 0;
-                    let rc = sys::PMPI_Test(r, &mut flag, s);
+                    let rc = sys::next::PMPI_Test(r, &mut flag, s);
                     if rc != SUCCESS {
                         return Err(MpiError::new(rc, "MPI_Test of one of MPI's requests"));
                     }
@@ -1730,41 +1736,42 @@ unsafe fn complete_some(
     Ok(active.then_some(done))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Waitany(
-    n: c_int,
-    reqs: *mut MPI_Request,
-    index: *mut c_int,
-    status: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: MPI's contract: `n` requests at `reqs`.
-    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
-        // SAFETY: passed on.
-        return unsafe { sys::PMPI_Waitany(n, reqs, index, status) };
-    }
-    on_request("MPI_Waitany", || {
-        let index = out_ptr(index, "index")?;
-        loop {
-            // A status for one request: the same pointer whatever the index.
-            // SAFETY: the application's arrays; `status` is one status.
-            match unsafe { complete_some_one(n, reqs, status)? } {
-                None => {
-                    // SAFETY: checked non-null.
-                    unsafe {
-                        *index = int!(MPI_UNDEFINED);
-                        sys::rmampi_empty_status(status);
-                    }
-                    return Ok(());
-                }
-                Some(Some(i)) => {
-                    // SAFETY: checked non-null.
-                    unsafe { *index = i };
-                    return Ok(());
-                }
-                Some(None) => std::thread::yield_now(),
-            }
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Waitany(
+        n: c_int,
+        reqs: *mut MPI_Request,
+        index: *mut c_int,
+        status: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: MPI's contract: `n` requests at `reqs`.
+        if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+            // SAFETY: passed on.
+            return unsafe { sys::next::PMPI_Waitany(n, reqs, index, status) };
         }
-    })
+        on_request("MPI_Waitany", || {
+            let index = out_ptr(index, "index")?;
+            loop {
+                // A status for one request: the same pointer whatever the index.
+                // SAFETY: the application's arrays; `status` is one status.
+                match unsafe { complete_some_one(n, reqs, status)? } {
+                    None => {
+                        // SAFETY: checked non-null.
+                        unsafe {
+                            *index = int!(MPI_UNDEFINED);
+                            sys::rmampi_empty_status(status);
+                        }
+                        return Ok(());
+                    }
+                    Some(Some(i)) => {
+                        // SAFETY: checked non-null.
+                        unsafe { *index = i };
+                        return Ok(());
+                    }
+                    Some(None) => std::thread::yield_now(),
+                }
+            }
+        })
+    }
 }
 
 /// One pass for the any calls: `None` all inactive, `Some(None)` none complete yet,
@@ -1780,42 +1787,43 @@ unsafe fn complete_some_one(
     Ok(done.map(|d| d.first().copied()))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testany(
-    n: c_int,
-    reqs: *mut MPI_Request,
-    index: *mut c_int,
-    flag: *mut c_int,
-    status: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: MPI's contract: `n` requests at `reqs`.
-    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
-        // SAFETY: passed on.
-        return unsafe { sys::PMPI_Testany(n, reqs, index, flag, status) };
-    }
-    on_request("MPI_Testany", || {
-        let index = out_ptr(index, "index")?;
-        let flag = out_ptr(flag, "flag")?;
-        // SAFETY: the application's arrays and out pointers.
-        unsafe {
-            match complete_some_one(n, reqs, status)? {
-                None => {
-                    *index = int!(MPI_UNDEFINED);
-                    *flag = 1;
-                    sys::rmampi_empty_status(status);
-                }
-                Some(Some(i)) => {
-                    *index = i;
-                    *flag = 1;
-                }
-                Some(None) => {
-                    *index = int!(MPI_UNDEFINED);
-                    *flag = 0;
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Testany(
+        n: c_int,
+        reqs: *mut MPI_Request,
+        index: *mut c_int,
+        flag: *mut c_int,
+        status: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: MPI's contract: `n` requests at `reqs`.
+        if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+            // SAFETY: passed on.
+            return unsafe { sys::next::PMPI_Testany(n, reqs, index, flag, status) };
+        }
+        on_request("MPI_Testany", || {
+            let index = out_ptr(index, "index")?;
+            let flag = out_ptr(flag, "flag")?;
+            // SAFETY: the application's arrays and out pointers.
+            unsafe {
+                match complete_some_one(n, reqs, status)? {
+                    None => {
+                        *index = int!(MPI_UNDEFINED);
+                        *flag = 1;
+                        sys::rmampi_empty_status(status);
+                    }
+                    Some(Some(i)) => {
+                        *index = i;
+                        *flag = 1;
+                    }
+                    Some(None) => {
+                        *index = int!(MPI_UNDEFINED);
+                        *flag = 0;
+                    }
                 }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
 unsafe fn some(
@@ -1853,38 +1861,40 @@ unsafe fn some(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Waitsome(
-    n: c_int,
-    reqs: *mut MPI_Request,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: MPI's contract: `n` requests at `reqs`.
-    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
-        // SAFETY: passed on.
-        return unsafe { sys::PMPI_Waitsome(n, reqs, outcount, indices, statuses) };
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Waitsome(
+        n: c_int,
+        reqs: *mut MPI_Request,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: MPI's contract: `n` requests at `reqs`.
+        if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+            // SAFETY: passed on.
+            return unsafe { sys::next::PMPI_Waitsome(n, reqs, outcount, indices, statuses) };
+        }
+        // SAFETY: the application's arguments.
+        unsafe { some("MPI_Waitsome", true, n, reqs, outcount, indices, statuses) }
     }
-    // SAFETY: the application's arguments.
-    unsafe { some("MPI_Waitsome", true, n, reqs, outcount, indices, statuses) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Testsome(
-    n: c_int,
-    reqs: *mut MPI_Request,
-    outcount: *mut c_int,
-    indices: *mut c_int,
-    statuses: *mut MPI_Status,
-) -> c_int {
-    // SAFETY: MPI's contract: `n` requests at `reqs`.
-    if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
-        // SAFETY: passed on.
-        return unsafe { sys::PMPI_Testsome(n, reqs, outcount, indices, statuses) };
+mpi_and_pmpi! {
+    pub unsafe extern "C" fn MPI_Testsome(
+        n: c_int,
+        reqs: *mut MPI_Request,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut MPI_Status,
+    ) -> c_int {
+        // SAFETY: MPI's contract: `n` requests at `reqs`.
+        if reqs.is_null() || !unsafe { any_ours(reqs, n) } {
+            // SAFETY: passed on.
+            return unsafe { sys::next::PMPI_Testsome(n, reqs, outcount, indices, statuses) };
+        }
+        // SAFETY: the application's arguments.
+        unsafe { some("MPI_Testsome", false, n, reqs, outcount, indices, statuses) }
     }
-    // SAFETY: the application's arguments.
-    unsafe { some("MPI_Testsome", false, n, reqs, outcount, indices, statuses) }
 }
 
 // ---- datatypes ------------------------------------------------------------------------------

@@ -16,15 +16,20 @@
 //!
 //! Everything else a definition here is not for goes on to the MPI's own, found with
 //! `dlsym(RTLD_NEXT)` (the next definition after librma-mpi's, preloaded or linked
-//! first). Not reached from Fortran: MPI_WIN_CREATE_KEYVAL's keyvals under Open MPI
-//! (its Fortran layer makes them internally), and RMA requests (MPI_Rput and the
-//! others) waited for from Fortran, whose waits go to the MPI's own `PMPI_Wait`.
+//! first). RMA requests (MPI_RPUT and the others) are waited for from Fortran through
+//! the completion calls' `PMPI_` names, which librma-mpi defines beside the `MPI_` ones
+//! (MPICH's `use mpi_f08` and all of Open MPI's Fortran call those), and under Open MPI
+//! through its request handle conversions, defined here like the windows'. Not reached
+//! from Fortran: MPI_WIN_CREATE_KEYVAL's keyvals under Open MPI (its Fortran layer makes
+//! them internally).
 
 use std::os::raw::{c_int, c_void};
 
 use crate::api::MPI_Win_get_attr;
 #[cfg(mpich_abi)]
 use crate::api::MPI_Win_set_attr;
+#[cfg(open_mpi)]
+use crate::sys::MPI_Request;
 use crate::sys::{self, int, mpi_own, MPI_Aint, MPI_Win};
 
 /// Whether `win` is one of librma-mpi's windows.
@@ -228,6 +233,64 @@ pub extern "C" fn MPI_Win_f2c(handle: c_int) -> MPI_Win {
 #[no_mangle]
 pub extern "C" fn PMPI_Win_f2c(handle: c_int) -> MPI_Win {
     win_f2c(handle)
+}
+
+/// Fortran handles of librma-mpi's requests (MPI_RPUT and the others) under Open MPI:
+/// this plus the request's index, past its windows' range.
+#[cfg(open_mpi)]
+pub const FORTRAN_REQUESTS: c_int = 0x1400_0000;
+
+/// A request's Fortran handle. Open MPI's Fortran layer converts every request it
+/// returns or takes (MPI_RPUT, MPI_WAIT, MPI_TESTALL, ...) through these two, then calls
+/// the `PMPI_` completion calls, which librma-mpi defines for its requests.
+#[cfg(open_mpi)]
+fn request_c2f(req: MPI_Request) -> c_int {
+    // SAFETY: a plain function of a handle value.
+    let index = unsafe { sys::rmampi_request_index(req) };
+    if index >= 0 {
+        return FORTRAN_REQUESTS + index;
+    }
+    let next = mpi_own!(c"PMPI_Request_c2f" as unsafe extern "C" fn(MPI_Request) -> c_int);
+    // SAFETY: Open MPI's definition of this very function.
+    unsafe { next(req) }
+}
+
+/// The request of a Fortran handle.
+#[cfg(open_mpi)]
+fn request_f2c(handle: c_int) -> MPI_Request {
+    // SAFETY: a plain function.
+    let count = unsafe { sys::rmampi_max_requests() };
+    if (FORTRAN_REQUESTS..FORTRAN_REQUESTS.saturating_add(count)).contains(&handle) {
+        // SAFETY: a plain function of an index in the reserved range.
+        return unsafe { sys::rmampi_request_handle(handle - FORTRAN_REQUESTS) };
+    }
+    let next = mpi_own!(c"PMPI_Request_f2c" as unsafe extern "C" fn(c_int) -> MPI_Request);
+    // SAFETY: Open MPI's definition of this very function.
+    unsafe { next(handle) }
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn MPI_Request_c2f(req: MPI_Request) -> c_int {
+    request_c2f(req)
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn PMPI_Request_c2f(req: MPI_Request) -> c_int {
+    request_c2f(req)
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn MPI_Request_f2c(handle: c_int) -> MPI_Request {
+    request_f2c(handle)
+}
+
+#[cfg(open_mpi)]
+#[no_mangle]
+pub extern "C" fn PMPI_Request_f2c(handle: c_int) -> MPI_Request {
+    request_f2c(handle)
 }
 
 /// Open MPI's Fortran MPI_WIN_GET_ATTR (gfortran's convention: every argument by

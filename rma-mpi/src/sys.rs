@@ -186,5 +186,82 @@ macro_rules! mpi_own {
         // `$ty` (its mpi.h, or its Fortran layer's convention).
         unsafe { std::mem::transmute::<usize, $ty>(f) }
     }};
+    // The name as any expression of type `&'static CStr`.
+    ($name:expr => $ty:ty) => {{
+        static NEXT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let f = $crate::sys::next_definition($name, &NEXT);
+        // SAFETY: as above.
+        unsafe { std::mem::transmute::<usize, $ty>(f) }
+    }};
 }
 pub(crate) use mpi_own;
+
+/// The MPI's own completion calls. librma-mpi defines these names as well as the `MPI_`
+/// ones (Fortran layers call `PMPI_Wait` and the others: Open MPI's always, MPICH's
+/// from `use mpi_f08`), so a call by name from here would come back to librma-mpi's:
+/// requests that are not ours go on to these, the next definitions.
+#[allow(non_snake_case)]
+pub mod next {
+    use super::{MPI_Request, MPI_Status};
+    use std::os::raw::c_int;
+
+    macro_rules! next_calls {
+        ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+            /// The MPI library's own definition, with the caller's arguments.
+            ///
+            /// # Safety
+            /// The contract of the MPI call of this name.
+            pub unsafe fn $name($($arg: $ty),*) -> c_int {
+                let f = super::mpi_own!(
+                    $crate::sys::cstr_of!($name) => unsafe extern "C" fn($($ty),*) -> c_int
+                );
+                // SAFETY: the MPI's definition of this call; the caller's arguments.
+                unsafe { f($($arg),*) }
+            }
+        )*};
+    }
+
+    next_calls! {
+        PMPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status);
+        PMPI_Test(req: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status);
+        PMPI_Request_free(req: *mut MPI_Request);
+        PMPI_Request_get_status(req: MPI_Request, flag: *mut c_int, status: *mut MPI_Status);
+        PMPI_Waitall(n: c_int, reqs: *mut MPI_Request, statuses: *mut MPI_Status);
+        PMPI_Testall(n: c_int, reqs: *mut MPI_Request, flag: *mut c_int, statuses: *mut MPI_Status);
+        PMPI_Waitany(n: c_int, reqs: *mut MPI_Request, index: *mut c_int, status: *mut MPI_Status);
+        PMPI_Testany(
+            n: c_int,
+            reqs: *mut MPI_Request,
+            index: *mut c_int,
+            flag: *mut c_int,
+            status: *mut MPI_Status
+        );
+        PMPI_Waitsome(
+            n: c_int,
+            reqs: *mut MPI_Request,
+            outcount: *mut c_int,
+            indices: *mut c_int,
+            statuses: *mut MPI_Status
+        );
+        PMPI_Testsome(
+            n: c_int,
+            reqs: *mut MPI_Request,
+            outcount: *mut c_int,
+            indices: *mut c_int,
+            statuses: *mut MPI_Status
+        );
+    }
+}
+
+/// `c"NAME"` of an identifier.
+macro_rules! cstr_of {
+    ($name:ident) => {
+        const {
+            match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(s) => s,
+                Err(_) => panic!("a name without NUL"),
+            }
+        }
+    };
+}
+pub(crate) use cstr_of;

@@ -1,15 +1,19 @@
 ! librma-mpi from Fortran: one program, compiled three ways (-DMPIF_H: include 'mpif.h';
 ! default: use mpi; -DF08: use mpi_f08). Windows of MPI_WIN_ALLOCATE and MPI_WIN_CREATE,
 ! their attributes, puts and sum accumulates in a fence epoch, gets under a shared lock,
-! fetch_and_op under lock_all, an exclusive lock over the application's memory; every
-! result checked exactly. With the argument "rma", every window must be librma-mpi's:
+! fetch_and_op under lock_all, requests (MPI_RPUT, MPI_RGET, MPI_RGET_ACCUMULATE) waited
+! for with MPI_WAIT, MPI_WAITALL and MPI_TEST, an exclusive lock over the application's
+! memory; every result checked exactly. With the argument "rma", every window must be librma-mpi's:
 ! its Fortran handle in librma-mpi's range (0x13000000 + index, under MPICH and Open MPI
-! alike). Prints " No Errors" on rank 0 when all hold. Runs on 2 or 4 ranks.
+! alike), and so every request (0x400000 + index under MPICH, 0x14000000 + index under
+! Open MPI). Prints " No Errors" on rank 0 when all hold. Runs on 2 or 4 ranks.
 #ifdef F08
 #define WIN_T type(MPI_Win)
+#define REQ_T type(MPI_Request)
 #define HANDLE(w) w%MPI_VAL
 #else
 #define WIN_T integer
+#define REQ_T integer
 #define HANDLE(w) w
 #endif
 program onesided
@@ -25,6 +29,9 @@ program onesided
 #endif
   integer :: ierr, rank, nprocs, left, right, errors, total, val, got, one, old, r
   WIN_T :: win, win2
+  REQ_T :: req, reqs(2)
+  integer, asynchronous :: vals(2), gots(2)
+  logical :: done
   integer(kind=MPI_ADDRESS_KIND) :: wsize, tdisp, attr
   logical :: flag, check_rma
   character(len=16) :: arg
@@ -105,6 +112,54 @@ program onesided
     call expect(buf(4), nprocs, 'fetch_and_op count at rank 0')
     call MPI_Win_unlock(0, win, ierr)
   end if
+
+  ! Requests, in one lock_all epoch: an MPI_RPUT of two integers to the right waited for
+  ! with MPI_WAIT, two MPI_RGETs of them back with MPI_WAITALL, an MPI_RGET_ACCUMULATE
+  ! (sum) on the first polled with MPI_TEST. Fortran's completion calls reach the MPI's
+  ! PMPI_ names (and, under Open MPI, its handle conversions) before librma-mpi's.
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  call MPI_Win_lock_all(0, win, ierr)
+  vals = [300 + rank, 400 + rank]
+  tdisp = 0
+  call MPI_Rput(vals, 2, MPI_INTEGER, right, tdisp, 2, MPI_INTEGER, win, req, ierr)
+  call expect(ierr, MPI_SUCCESS, 'rput ierr')
+  call our_request(HANDLE(req), 'rput')
+  call MPI_Wait(req, MPI_STATUS_IGNORE, ierr)
+  call expect(ierr, MPI_SUCCESS, 'wait ierr')
+  call expect_true(req == MPI_REQUEST_NULL, 'wait left the request null')
+  call MPI_Win_flush(right, win, ierr)
+  gots = -1
+  tdisp = 0
+  call MPI_Rget(gots(1), 1, MPI_INTEGER, right, tdisp, 1, MPI_INTEGER, win, reqs(1), ierr)
+  tdisp = 1
+  call MPI_Rget(gots(2), 1, MPI_INTEGER, right, tdisp, 1, MPI_INTEGER, win, reqs(2), ierr)
+  call our_request(HANDLE(reqs(2)), 'rget')
+  call MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE, ierr)
+  call expect(ierr, MPI_SUCCESS, 'waitall ierr')
+  call expect_true(reqs(1) == MPI_REQUEST_NULL .and. reqs(2) == MPI_REQUEST_NULL, &
+    'waitall left the requests null')
+  call expect(gots(1), 300 + rank, 'rget of the first integer put')
+  call expect(gots(2), 400 + rank, 'rget of the second integer put')
+  one = 5
+  old = -1
+  tdisp = 0
+  call MPI_Rget_accumulate(one, 1, MPI_INTEGER, old, 1, MPI_INTEGER, right, tdisp, 1, &
+    MPI_INTEGER, MPI_SUM, win, req, ierr)
+  call our_request(HANDLE(req), 'rget_accumulate')
+  done = .false.
+  do while (.not. done)
+    call MPI_Test(req, done, MPI_STATUS_IGNORE, ierr)
+    call expect(ierr, MPI_SUCCESS, 'test ierr')
+    if (ierr /= MPI_SUCCESS) exit
+  end do
+  call expect(old, 300 + rank, 'rget_accumulate fetched the value put')
+  call MPI_Win_unlock_all(win, ierr)
+  call MPI_Barrier(MPI_COMM_WORLD, ierr)
+  call MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win, ierr)
+  call expect(buf(1), 305 + left, 'put then summed by the left neighbour')
+  call expect(buf(2), 400 + left, 'second integer put by the left neighbour')
+  call MPI_Win_unlock(rank, win, ierr)
+
   call MPI_Win_free(win, ierr)
   call expect(ierr, MPI_SUCCESS, 'win_free ierr')
 
@@ -162,6 +217,18 @@ contains
     character(len=*), intent(in) :: what
     if (check_rma .and. (h < 318767104 .or. h >= 318767104 + 65536)) then
       write (0, '(a,i0,a,a,a,i0)') '[', rank, '] ', what, ' made a window not librma-mpi''s: ', h
+      call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
+    end if
+  end subroutine
+
+  ! The request is librma-mpi's: its Fortran handle in librma-mpi's range under MPICH
+  ! (0x400000 + index) or under Open MPI (0x14000000 + index).
+  subroutine our_request(h, what)
+    integer, intent(in) :: h
+    character(len=*), intent(in) :: what
+    if (check_rma .and. .not. ((h >= 4194304 .and. h < 8388608) .or. &
+        (h >= 335544320 .and. h < 339738624))) then
+      write (0, '(a,i0,a,a,a,i0)') '[', rank, '] ', what, ' made a request not librma-mpi''s: ', h
       call MPI_Abort(MPI_COMM_WORLD, 2, ierr)
     end if
   end subroutine
