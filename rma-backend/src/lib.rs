@@ -27,6 +27,6 @@ mod sys;
 
 pub use link::{check_message, depart, send, Link};
 pub use memory::LocalMemory;
-pub use peers::{env_usize, process_alive, Collectives, PeerWatch};
+pub use peers::{env_usize, oversubscribed, process_alive, Collectives, PeerWatch};
 pub use region::{Region, Word};
 pub use segment::{split_descriptor, Memory, Registration, SegmentRegistration, WindowSegment};

@@ -51,6 +51,8 @@ pub(crate) struct EngineShared {
     pub config: Config,
     pub rank: Rank,
     pub size: usize,
+    /// [`Transport::yields_while_waiting`], asked once.
+    yields_while_waiting: bool,
     windows: RwLock<Vec<Arc<WindowShared>>>,
     /// The id this process proposes for its next window: ids are agreed by the members
     /// of a window (the largest proposal), so that each is new to every member.
@@ -150,6 +152,7 @@ impl Engine {
         let shared = Arc::new(EngineShared {
             rank: transport.rank(),
             size: transport.size(),
+            yields_while_waiting: transport.yields_while_waiting(),
             op_pool: GlobalPool::new(config.op_pool_global),
             target_pool: GlobalPool::new(config.target_pool_global),
             transport,
@@ -1192,7 +1195,9 @@ impl EngineShared {
                     );
                     return Err(PeerError::Timeout { call, rank: None }.into());
                 }
-                std::thread::yield_now();
+                if self.yields_while_waiting {
+                    std::thread::yield_now();
+                }
             }
         }
     }
