@@ -1007,8 +1007,8 @@ pub trait Transport: Send + Sync {
     /// job's ranks outnumber the node's CPUs, the peer being waited for may need ours.
     /// A transport that knows they do not says no: a yield hands the rest of the time
     /// slice to whatever else runs on the core, and the message waited for sits until
-    /// it is back (rma-ofi beside two CPU hogs on 2 cores: put + fence over tcp 3.4 ms
-    /// yielding, 42-65 us not).
+    /// it is back (beside two CPU hogs on 2 cores: put + fence over tcp 3.4 ms yielding,
+    /// 42-65 us not; on shared memory 0.36-6.0 us against 0.20).
     fn yields_while_waiting(&self) -> bool {
         true
     }

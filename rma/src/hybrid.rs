@@ -391,6 +391,11 @@ impl Transport for HybridTransport {
     fn size(&self) -> usize {
         self.size
     }
+    fn yields_while_waiting(&self) -> bool {
+        // Either part's wish: both judge this node's ranks against its CPUs (verbs, which
+        // cannot tell inside a VM, always yields).
+        self.node.yields_while_waiting() || self.net.yields_while_waiting()
+    }
     fn capabilities(&self, target: Rank) -> Capabilities {
         match self.on_node(target) {
             Some(i) => self.node.capabilities(i),
