@@ -359,8 +359,6 @@ pub struct OfiTransport {
     /// Empty polls between two yields of the core (0: never; `RMA_OFI_YIELD_EVERY`,
     /// default 8 when the job's ranks on this node outnumber its CPUs, else 0).
     yield_every: u64,
-    /// Whether waits yield the core at all (`yield_every` not 0).
-    yields: bool,
     max_message: usize,
     /// Gets of at least this many bytes go straight into the caller's buffer, the call
     /// waiting for them (`RMA_OFI_ZERO_COPY`, 0: never; `get_into`).
@@ -619,7 +617,6 @@ impl OfiTransport {
             virt_addr,
             max_atomic,
             yield_every: yield_every as u64,
-            yields: yield_every != 0,
             zero_copy_min,
             zero_copy_put_min,
             in_call_deadline: match std::env::var("RMA_TIMEOUT_MS") {
@@ -1793,7 +1790,7 @@ impl Transport for OfiTransport {
     }
 
     fn yields_while_waiting(&self) -> bool {
-        self.yields
+        self.yield_every != 0
     }
 
     fn wait_for_traffic(&self, timeout: Duration) -> Result<Wake, TransportError> {
