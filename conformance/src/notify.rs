@@ -33,7 +33,8 @@ fn notify_index_error(r: Result<()>) -> Option<(Rank, u32, u32)> {
 }
 
 /// Counts that another thread of the target makes while the application only reads
-/// them: rank 0 spins on `notify_value` (no progress of its own) while every other rank
+/// them: rank 0 spins on `notify_value` (whose progress pass finds the agent's under way
+/// most of the time, and leaves the dispatch to it) while every other rank
 /// sends it notified puts, which its progress agent applies and counts, where it has one
 /// (network backends); on shared memory the origins count natively. A read that raced an
 /// arrival once wrote a stale count back over it (verbs, 4 ranks). Where nothing else
@@ -154,6 +155,16 @@ pub(crate) fn notify(world: &World) -> Result<()> {
         check(
             !native || (s.messages(Kind::Put) == 0 && s.messages(Kind::Accumulate) == 0),
             &format!("notified ops on shared memory send nothing: {s:?}"),
+        )?;
+        // On verbs, a notified put is one RDMA WRITE with immediate data: no message.
+        let env = |name: &str| std::env::var(name).unwrap_or_default();
+        let verbs = world.route(0) == rma::Route::Network
+            && (env("RMA_BACKEND") == "verbs" || env("RMA_NETWORK") == "verbs")
+            && env("RMA_VERBS_NOTIFIED_PUTS") != "0"
+            && env("RMA_NATIVE") != "0";
+        check(
+            !verbs || (s.messages(Kind::Put) == 0 && s.ops_native >= k),
+            &format!("notified puts on verbs are native writes, no messages: {s:?}"),
         )?;
     } else {
         let expect = k * u64::from(n - 1);

@@ -897,6 +897,24 @@ impl EngineShared {
                         );
                     }
                 }
+                Event::Notified { from, win, index } => {
+                    // The data is in (the backend's promise); the counter is checked here,
+                    // whatever the origin claimed: a window or index this process does
+                    // not have is refused, as an active message's would be.
+                    match find(&windows, win) {
+                        Some(i) if windows[i].has_notification(index) => {
+                            windows[i].notification_arrived(index);
+                        }
+                        Some(i) => {
+                            tracing::warn!(from, win, index, "refused a notice of no counter");
+                            windows[i].counters.refused();
+                        }
+                        None => {
+                            tracing::warn!(from, win, index, "refused a notice of no window");
+                            self.stats.refused();
+                        }
+                    }
+                }
                 Event::PeerFailed { rank } => failed_now.push(rank),
             }
         }

@@ -42,6 +42,11 @@ pub enum Profile {
     /// takes in what came before it, and before anything after it
     /// ([`Capabilities::ordered_puts`], as libfabric's tcp providers do).
     OrderedPuts,
+    /// [`Rdma`](Profile::Rdma) whose puts carry notifications
+    /// ([`Capabilities::notified_puts`], as verbs' RDMA WRITE with immediate data): a
+    /// notified put is one native op, and its notice reaches the target's poll after
+    /// the data, in order with the sender's messages.
+    RdmaNotified,
 }
 
 impl Profile {
@@ -68,6 +73,7 @@ impl Profile {
                     locked_atomics: false,
                     max_atomic_elements: usize::MAX,
                     ordered_puts: false,
+                    notified_puts: false,
                 }
             }
             Profile::SharedMemory => Capabilities {
@@ -82,6 +88,10 @@ impl Profile {
                 compare_and_swap: 0,
                 shared_memory: false,
                 ordered_puts: true,
+                ..Profile::Rdma.capabilities()
+            },
+            Profile::RdmaNotified => Capabilities {
+                notified_puts: true,
                 ..Profile::Rdma.capabilities()
             },
         }
@@ -168,6 +178,8 @@ struct PendingNative {
     win: u32,
     offset: u64,
     what: NativeOwned,
+    /// A notified put's counter: its notice follows the data to the target.
+    notice: Option<u32>,
 }
 
 enum NativeOwned {
@@ -204,6 +216,8 @@ enum Arrival {
         offset: u64,
         data: Vec<u8>,
     },
+    /// A notified put's notice ([`Profile::RdmaNotified`]), sent once its data is in.
+    Notice { win: u32, index: u32 },
 }
 
 /// The simulated network shared by all ranks of one run.
@@ -343,6 +357,13 @@ impl SimTransport {
                 datatype::compare_and_swap(t, compare, swap);
             }
         });
+        if let Some(index) = p.notice {
+            // The data is in: the notice goes behind whatever this rank sent before.
+            let mut inbox = self.net.inboxes[p.target as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            inbox[self.rank as usize].push_back(Arrival::Notice { win: p.win, index });
+        }
         Ok(out)
     }
 
@@ -498,6 +519,28 @@ impl Transport for SimTransport {
             win,
             offset,
             what: NativeOwned::Put(data.to_vec()),
+            notice: None,
+        })
+    }
+    fn put_notified(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        index: u32,
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        if !self.net.profile.capabilities().notified_puts {
+            return Err(TransportError::Unsupported("notified puts"));
+        }
+        self.native(PendingNative {
+            token,
+            target,
+            win,
+            offset,
+            what: NativeOwned::Put(data.to_vec()),
+            notice: Some(index),
         })
     }
     fn get(
@@ -514,6 +557,7 @@ impl Transport for SimTransport {
             win,
             offset,
             what: NativeOwned::Get(len),
+            notice: None,
         })
     }
     fn atomic(
@@ -552,6 +596,7 @@ impl Transport for SimTransport {
             win,
             offset,
             what,
+            notice: None,
         })
     }
     fn barrier_arrive(&self, win: u32) -> std::result::Result<Option<u64>, TransportError> {
@@ -686,6 +731,14 @@ impl Transport for SimTransport {
                             events.push(Event::Received {
                                 from: from as Rank,
                                 data,
+                            })
+                        }
+                        Some(Arrival::Notice { win, index }) => {
+                            taken += 1;
+                            events.push(Event::Notified {
+                                from: from as Rank,
+                                win,
+                                index,
                             })
                         }
                         Some(Arrival::Put { win, offset, data }) => {

@@ -61,7 +61,18 @@ pub struct Capabilities {
     /// else outstanding waits for [`Transport::ordered_puts_delivered`] instead. A later
     /// failure of such a put is reported as the peer's ([`Event::PeerFailed`]).
     pub ordered_puts: bool,
+    /// A put may carry a notification ([`Transport::put_notified`]): the target's
+    /// transport reports it ([`Event::Notified`]) once the put's data is in the target's
+    /// memory, so one native operation is a notified put (RDMA WRITE with immediate data
+    /// on verbs). Window ids and counter indexes below [`NOTICE_LIMIT`] only (the notice
+    /// travels in 32 bits).
+    pub notified_puts: bool,
 }
+
+/// Window ids and notification counter indexes below this go with a notified put
+/// ([`Capabilities::notified_puts`]): 16 bits each, the 32 bits of an RDMA WRITE's
+/// immediate data.
+pub const NOTICE_LIMIT: u32 = 1 << 16;
 
 impl Capabilities {
     /// Nothing native: every operation is an active message.
@@ -78,6 +89,7 @@ impl Capabilities {
         locked_atomics: false,
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
+        notified_puts: false,
     };
 
     /// The bit for an (op, datatype) pair of plain numbers in [`atomics`](Self::atomics)
@@ -505,6 +517,16 @@ pub enum Event {
         /// Why.
         error: TransportError,
     },
+    /// A notified put's notice ([`Transport::put_notified`]): its data is in this
+    /// process's window `win`; counter `index` of that window counts it.
+    Notified {
+        /// Sender.
+        from: Rank,
+        /// The window (its id).
+        win: u32,
+        /// The counter.
+        index: u32,
+    },
     /// A peer is gone; whatever waits on it must fail.
     PeerFailed {
         /// The peer.
@@ -873,6 +895,23 @@ pub trait Transport: Send + Sync {
         token: u64,
     ) -> Result<Issued, TransportError> {
         self.put(win, target, offset, data, token)
+    }
+    /// A [`put`](Self::put) that carries a notification (asked only for targets whose
+    /// capabilities say [`notified_puts`](Capabilities::notified_puts), with `win` and
+    /// `index` below [`NOTICE_LIMIT`]): the target's poll reports [`Event::Notified`]
+    /// once the data is in its memory, after every notified put sent to it before this
+    /// one. The put completes at the origin as a plain put does.
+    fn put_notified(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        index: u32,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let _ = (win, target, offset, data, index, token);
+        Err(TransportError::Unsupported("notified puts"))
     }
     /// Native get of `len` bytes at `offset`.
     fn get(

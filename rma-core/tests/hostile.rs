@@ -130,6 +130,23 @@ impl Transport for Corrupting {
     ) -> Result<Issued, TransportError> {
         self.inner.put(win, target, offset, data, token)
     }
+    fn put_notified(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        index: u32,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let index = if self.lie_notify.load(Ordering::Relaxed) {
+            1000
+        } else {
+            index
+        };
+        self.inner
+            .put_notified(win, target, offset, data, index, token)
+    }
     fn get(
         &self,
         win: u32,
@@ -296,12 +313,10 @@ proptest! {
     }
 }
 
-/// Issue #28: the target checks a notified op's counter against its own, whatever the
-/// origin checked: an op naming a counter past them is refused whole (nothing written,
-/// nothing counted) and its origin's epoch ends with the refusal.
-#[test]
-fn a_notified_op_past_the_target_counters_is_refused_whole() {
-    let net: Arc<Network> = Network::new(2, Profile::ActiveMessages, 3);
+/// Two engines on a simulated network of `profile`: rank 0 honest, rank 1 a liar whose
+/// notified ops name counter 1000 of their target, whatever it asked.
+fn honest_and_notify_liar(profile: Profile, seed: u64) -> (rma_core::Engine, rma_core::Engine) {
+    let net: Arc<Network> = Network::new(2, profile, seed);
     let config = || Config {
         timeout: Some(Duration::from_secs(10)),
         ..Config::default()
@@ -313,7 +328,15 @@ fn a_notified_op_past_the_target_counters_is_refused_whole() {
         state: AtomicU64::new(1),
         lie_notify: AtomicBool::new(true),
     });
-    let liar = rma_core::Engine::new(liar_transport, config());
+    (honest, rma_core::Engine::new(liar_transport, config()))
+}
+
+/// Issue #28: the target checks a notified op's counter against its own, whatever the
+/// origin checked: an op naming a counter past them is refused whole (nothing written,
+/// nothing counted) and its origin's epoch ends with the refusal.
+#[test]
+fn a_notified_op_past_the_target_counters_is_refused_whole() {
+    let (honest, liar) = honest_and_notify_liar(Profile::ActiveMessages, 3);
     let lying = std::thread::spawn(move || {
         let win = liar.allocate::<u64>(4)?;
         win.set_notify_count(2)?;
@@ -343,4 +366,39 @@ fn a_notified_op_past_the_target_counters_is_refused_whole() {
         ),
         "{unlocked:?}"
     );
+}
+
+/// Issue #28, a notified put the transport carries (RDMA WRITE with immediate data): the
+/// data is placed by the NIC before anyone can look at the notice, but the count is the
+/// target's to check: a notice naming a counter past its own is refused (counted as
+/// refused, nothing counted), and its counters stay exact.
+#[test]
+fn a_carried_notice_past_the_target_counters_counts_nothing() {
+    let (honest, liar) = honest_and_notify_liar(Profile::RdmaNotified, 5);
+    let lying = std::thread::spawn(move || {
+        let win = liar.allocate::<u64>(4)?;
+        win.set_notify_count(2)?;
+        win.lock(LockType::Shared, 0, Assert::NONE)?;
+        // Counter 1 here, 1000 in the notice.
+        win.put_notify(&[9; 4], 0, 0, 1)?;
+        win.unlock(0)?;
+        liar.barrier()?;
+        liar.barrier()?;
+        win.free().map_err(|e| e.error)?;
+        Ok::<_, Error>(())
+    });
+    let win = honest.allocate::<u64>(4).unwrap();
+    win.set_notify_count(2).unwrap();
+    let refused = win.stats().refused;
+    honest.barrier().unwrap();
+    assert_eq!(
+        (win.notify_value(0).unwrap(), win.notify_value(1).unwrap()),
+        (0, 0),
+        "nothing counted"
+    );
+    assert_eq!(win.local_to_vec(), vec![9; 4], "the NIC placed the data");
+    assert_eq!(win.stats().refused, refused + 1, "the notice refused");
+    honest.barrier().unwrap();
+    win.free().unwrap();
+    lying.join().expect("the lying rank's thread").unwrap();
 }

@@ -1361,6 +1361,72 @@ fn large_notified_puts(e: Engine, ordered: bool) -> Result<()> {
     Ok(())
 }
 
+/// Where the transport carries a put's notice with it (`Capabilities::notified_puts`:
+/// verbs' RDMA WRITE with immediate data), a notified put of any size is one native op
+/// and no message; the target counts the notice its transport reports, after the data,
+/// and a count read after the origin's flush and a barrier includes every put. A counter
+/// past what the notice can name goes as a message, counted the same.
+#[test]
+fn a_notified_put_the_transport_carries_is_one_native_op_and_no_message() {
+    for seed in 0..6 {
+        run(
+            2,
+            Profile::RdmaNotified,
+            seed,
+            config(),
+            transport_notified_puts,
+        );
+    }
+}
+
+fn transport_notified_puts(e: Engine) -> Result<()> {
+    const N: u64 = 12;
+    // 16 KiB, past one active message on other backends.
+    const LEN: usize = 2048;
+    let far = rma_core::transport::NOTICE_LIMIT;
+    let win = e.allocate::<u64>(LEN + 4)?;
+    win.set_notify_count(far + 1)?;
+    win.lock_all(Assert::NONE)?;
+    if e.rank() == 0 {
+        win.put(&[0], 1, 0)?;
+        win.flush(1)?;
+        let before = win.stats();
+        for i in 1..=N {
+            let len = if i % 2 == 0 { LEN } else { 4 };
+            win.put_notify(&vec![i; len], 1, 0, 0)?;
+        }
+        let s = win.stats().since(&before);
+        assert_eq!(s.ops_native, N, "one native op each: {s:?}");
+        assert_eq!(s.total_messages(), 0, "no message: {s:?}");
+        let before = win.stats();
+        win.put_notify(&[7; 4], 1, LEN as u64, far)?;
+        let s = win.stats().since(&before);
+        assert_eq!(
+            (s.ops_native, s.messages(Kind::Put)),
+            (0, 1),
+            "a counter past the notice's bits: one message: {s:?}"
+        );
+        win.flush(1)?;
+    } else {
+        for i in 1..=N {
+            win.wait_notify(0, i)?;
+            // The count seen, so that put's data is there (or a later one's).
+            let now = win.local_to_vec()[0];
+            assert!(now >= i, "count {i} seen before its data: {now}");
+        }
+    }
+    win.unlock_all()?;
+    e.barrier()?;
+    if e.rank() == 1 {
+        assert_eq!(win.notify_value(0)?, N);
+        assert_eq!(win.notify_value(far)?, 1);
+        assert_eq!(win.local_to_vec()[LEN..], [7; 4]);
+    }
+    e.barrier()?;
+    win.free()?;
+    Ok(())
+}
+
 /// MINLOC/MAXLOC on pairs: one Accumulate message each where nothing is native (no put,
 /// get or lock for them), none at all where the backend updates
 /// pairs natively (`locked_atomics`: the simulated shared memory), and never natively where

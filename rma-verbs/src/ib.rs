@@ -925,6 +925,10 @@ pub enum SendOp {
     SendImm(u32),
     /// RDMA WRITE of the local bytes to (remote address, rkey).
     Write(u64, u32),
+    /// RDMA WRITE with immediate data: the write, then a completion at the target (it
+    /// takes a posted receive, whose buffer it leaves alone) carrying the 32 bits, once
+    /// the data is in place.
+    WriteImm(u64, u32, u32),
     /// RDMA READ into the local bytes from (remote address, rkey).
     Read(u64, u32),
     /// 8-byte fetch-and-add at (remote address, rkey) of `add`; old value into the local
@@ -1024,6 +1028,14 @@ impl Qp {
             }
             SendOp::Write(addr, rkey) => {
                 wr.opcode = O::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma = sys::rdma_t {
+                    remote_addr: addr,
+                    rkey,
+                };
+            }
+            SendOp::WriteImm(addr, rkey, imm) => {
+                wr.opcode = O::IBV_WR_RDMA_WRITE_WITH_IMM;
+                wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
                 wr.wr.rdma = sys::rdma_t {
                     remote_addr: addr,
                     rkey,

@@ -46,6 +46,10 @@
 //!   the call returns to user space; measured in the rxe VM, 2376 of 2376 puts and gets of
 //!   a latency run. On an HCA it is none: after 8 misses in a row only every 64th post
 //!   looks (`RMA_VERBS_POLL_AFTER_POST=0`: never).
+//! - **Notified puts** (issue #28): one RDMA WRITE with immediate data (the window's id
+//!   and the counter's index, 16 bits each), whatever the size; the target's receive
+//!   completion, which comes once the data is placed, becomes [`Event::Notified`] and
+//!   the engine counts it. `RMA_VERBS_NOTIFIED_PUTS=0`: as active messages, to compare.
 //! - **Resources**: at most `RMA_VERBS_SEND_DEPTH` (default 256) work requests
 //!   outstanding per QP and 1024 buffers in flight; beyond that (after driving the
 //!   completion queue once) [`TransportError::Busy`].
@@ -104,7 +108,7 @@ use rma_backend::{
 };
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, PeerTables, Periodic, RemoteSegment, Segment,
-    SharedAmong, Transport, UserMemory, Wake,
+    SharedAmong, Transport, UserMemory, Wake, NOTICE_LIMIT,
 };
 use rma_core::{AccOp, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -172,6 +176,7 @@ pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
         "milliseconds from 0 to 600000",
     ),
     ("RMA_VERBS_DISABLE_RMA", 0, 1, "0 or 1"),
+    ("RMA_VERBS_NOTIFIED_PUTS", 0, 1, "0 or 1"),
     ("RMA_VERBS_DISABLE_ATOMICS", 0, 1, "0 or 1"),
     ("RMA_VERBS_NATIVE_LOCKS", 0, 1, "0 or 1"),
     ("RMA_VERBS_PID_CHECK", 0, 1, "0 or 1"),
@@ -544,6 +549,9 @@ impl VerbsTransport {
             },
             inject_size: max_inline,
             max_message,
+            // RDMA WRITE with immediate data (RMA_VERBS_NOTIFIED_PUTS=0: notified puts as
+            // active messages, to compare).
+            notified_puts: rma && env_usize("RMA_VERBS_NOTIFIED_PUTS", 1) == 1,
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
         tracing::info!(
@@ -1179,7 +1187,18 @@ impl Inner {
             }
             let len = wc.byte_len as usize;
             let p = &mut self.peers[t];
-            if wc.wc_flags & WC_WITH_IMM != 0 {
+            if wc.opcode == rdma_sys::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+                // A notified put's data is in place (its write came before this
+                // completion): the engine counts it, checking window and counter.
+                // SAFETY: a completion with immediate data (this opcode) holds it in this
+                // member of the union; any 32 bits are a valid u32.
+                let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+                self.pending.push_back(Event::Notified {
+                    from: t as Rank,
+                    win: imm >> 16,
+                    index: imm & 0xffff,
+                });
+            } else if wc.wc_flags & WC_WITH_IMM != 0 {
                 p.bye = true;
             } else {
                 let b = &p.recv[i];
@@ -1403,6 +1422,17 @@ impl VerbsTransport {
     }
 }
 
+impl VerbsTransport {
+    /// Capabilities `c` toward `target`: no notified puts toward this rank (its loopback
+    /// queue pair posts no receives for their immediate data).
+    fn toward(&self, target: Rank, c: Capabilities) -> Capabilities {
+        Capabilities {
+            notified_puts: c.notified_puts && target != self.rank,
+            ..c
+        }
+    }
+}
+
 impl Transport for VerbsTransport {
     fn rank(&self) -> Rank {
         self.rank
@@ -1410,8 +1440,8 @@ impl Transport for VerbsTransport {
     fn size(&self) -> usize {
         self.size
     }
-    fn capabilities(&self, _target: Rank) -> Capabilities {
-        self.caps
+    fn capabilities(&self, target: Rank) -> Capabilities {
+        self.toward(target, self.caps)
     }
 
     fn allocate(
@@ -1443,11 +1473,14 @@ impl Transport for VerbsTransport {
 
     fn window_capabilities(&self, win: u32, target: Rank) -> Capabilities {
         match self.windows.get(win, target) {
-            Some(m) => Capabilities {
-                native_locks: m.lock.is_some(),
-                ..self.native
-            },
-            None => self.caps,
+            Some(m) => self.toward(
+                target,
+                Capabilities {
+                    native_locks: m.lock.is_some(),
+                    ..self.native
+                },
+            ),
+            None => self.capabilities(target),
         }
     }
 
@@ -1536,6 +1569,36 @@ impl Transport for VerbsTransport {
             data,
             None,
             &[SendOp::Write(m.addr + offset, m.rkey)],
+            data.len() as u32,
+            inline,
+        )
+    }
+
+    fn put_notified(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        index: u32,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        // The engine asks only below NOTICE_LIMIT, and never toward this rank (the
+        // loopback queue pair has no receives for the immediate data).
+        if win >= NOTICE_LIMIT || index >= NOTICE_LIMIT || target == self.rank {
+            return Err(TransportError::Unsupported("this notified put"));
+        }
+        let m = self.remote(win, target, offset, data.len())?;
+        let inline = data.len() <= self.native.inject_size;
+        // One work request whatever the size (a zero-byte one too: its notice is the
+        // point): RDMA WRITE with the window and the counter as immediate data.
+        self.issue(
+            target,
+            token,
+            if inline { 8 } else { data.len() },
+            data,
+            None,
+            &[SendOp::WriteImm(m.addr + offset, m.rkey, win << 16 | index)],
             data.len() as u32,
             inline,
         )

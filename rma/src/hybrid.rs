@@ -548,6 +548,25 @@ impl Transport for HybridTransport {
     ) -> Result<Issued, TransportError> {
         self.routed_put(win, target, offset, data, token, false)
     }
+    fn put_notified(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        index: u32,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        // Only the network's capabilities may say so (shared memory counts natively).
+        if self.on_node(target).is_some() {
+            return Err(TransportError::Unsupported("notified puts on a node"));
+        }
+        let issued = self
+            .net
+            .put_notified(win, target, offset, data, index, token)?;
+        self.count_op(target);
+        Ok(issued)
+    }
     fn ordered_puts_delivered(&self, target: Rank) -> bool {
         match self.on_node(target) {
             Some(i) => self.node.ordered_puts_delivered(i),
@@ -633,7 +652,9 @@ impl Transport for HybridTransport {
         // The node transport numbers its ranks 0..n: back to job ranks.
         for e in &mut events[start..] {
             match e {
-                Event::Received { from, .. } => *from = self.job_rank(*from),
+                Event::Received { from, .. } | Event::Notified { from, .. } => {
+                    *from = self.job_rank(*from)
+                }
                 Event::PeerFailed { rank } => {
                     *rank = self.job_rank(*rank);
                     // The other nodes cannot see this node's processes: tell them.

@@ -414,18 +414,22 @@ pub(super) fn native_call(
         into: None,
         notify: None,
     };
-    native_call_desc(w, &d, token, active)
+    native_call_desc(w, &d, token, active, op.notify)
 }
 
 /// The transport call of a native op. `active`: the epoch is an active-target one (fence,
 /// PSCW), where an ordered put needs no acknowledgement of its own
 /// ([`Transport::put_unacknowledged`](crate::transport::Transport::put_unacknowledged)).
+/// `notice`: the counter of a notified op that counts, which a put carries where the
+/// transport takes it ([`WindowShared::transport_notifies`]; elsewhere the caller adds
+/// to the counter once the op is done).
 #[inline(always)] // on every native op's path; a call costs the emulator more than its code
 pub(super) fn native_call_desc(
     w: &WindowShared,
     d: &OpDesc<'_>,
     token: u64,
     active: bool,
+    notice: Option<u32>,
 ) -> std::result::Result<Issued, TransportError> {
     let off = d.extent.offset;
     let t = &w.engine.transport;
@@ -434,6 +438,9 @@ pub(super) fn native_call_desc(
     }
     let atomic = match d.kind {
         OpKind::Put => {
+            if let Some(index) = notice.filter(|_| w.transport_notifies(d.target)) {
+                return t.put_notified(w.id, d.target, off, d.data, index, token);
+            }
             return match &w.ops {
                 // Bound to the window: no lookup of it by id in the backend.
                 Some(ops) => ops.put(d.target, off, d.data),

@@ -35,7 +35,9 @@ use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};
 use crate::target::{Memory, Reply, TargetSide, Waiter};
-use crate::transport::{Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory};
+use crate::transport::{
+    Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, UserMemory, NOTICE_LIMIT,
+};
 use crate::wire::{self, flags, Body, Departure, Encoder, Extent, Kind, Packet};
 use crate::Rank;
 

@@ -86,7 +86,7 @@ impl WinState {
                 // element counts it, and its completion names the target (as a provider
                 // counter would); the backend bounds how many are under way (Busy).
                 let token = untracked_token(w.id, rank);
-                return match native_call_desc(w, d, token, !self.epoch.is_passive()) {
+                return match native_call_desc(w, d, token, !self.epoch.is_passive(), notice_of(d)) {
                     Ok(Issued::Complete(_)) => {
                         w.counters.op_under_lock(true);
                         self.native_done_in_call(w, rank, d.kind);
@@ -113,7 +113,7 @@ impl WinState {
             };
             if granted && room && (held.is_some() || self.op_pool.has_local()) {
                 let token = self.new_token(w);
-                let issued = native_call_desc(w, d, token, !self.epoch.is_passive());
+                let issued = native_call_desc(w, d, token, !self.epoch.is_passive(), notice_of(d));
                 // Kept only for an op that stays pending.
                 let held = match held {
                     Some(op) if !matches!(issued, Ok(Issued::Pending)) => {
@@ -420,4 +420,11 @@ impl WinState {
 /// message, its answer in one): both what it carries and what it fetches are short.
 pub(super) fn short_op(op: &OpElem, threshold: usize) -> bool {
     op.data.len() <= threshold && op.extent.bytes() <= threshold as u64
+}
+
+/// The counter a notified op's native call carries ([`native_call_desc`]): a counting
+/// op's; none for others (a piece of a large op that does not count).
+#[inline(always)]
+fn notice_of(d: &OpDesc<'_>) -> Option<u32> {
+    d.notify.filter(|n| n.counts).map(|n| n.index)
 }

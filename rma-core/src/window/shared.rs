@@ -456,7 +456,7 @@ impl WindowShared {
     pub(super) fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
         if let Some(n) = d.notify {
-            let native = native && n.counters.native_toward(self, d.target);
+            let native = native && self.notified_native(n.counters, d.kind, d.target, n.index);
             return self.post_notified(d, native);
         }
         if native && self.direct.allows(d.target) {
@@ -468,13 +468,16 @@ impl WindowShared {
     }
 
     /// [`post`](Self::post) of a notified op ([`notify`]): natively only where the
-    /// counter's add follows natively, in the call; otherwise an active message that the
-    /// target counts. An op that completed in its call went natively: its counter now.
+    /// counter's add follows natively, in the call, or the transport carries the notice
+    /// with the put; otherwise an active message that the target counts. An op that
+    /// completed in its call went natively: its counter now, unless its notice went with
+    /// it.
     #[inline(never)]
     fn post_notified(&self, d: OpDesc<'_>, native: bool) -> Result<Posted> {
         let n = d.notify.expect("a notified op");
         let target = d.target;
-        let direct = if native && self.direct.allows(target) {
+        let noticed = native && self.transport_notifies(target);
+        let direct = if native && !noticed && self.direct.allows(target) {
             self.post_direct(&d)
         } else {
             None
@@ -483,7 +486,7 @@ impl WindowShared {
             Some(posted) => posted?,
             None => self.post_locked(d, native)?,
         };
-        if n.counts && matches!(posted, Posted::Done(_)) {
+        if n.counts && !noticed && matches!(posted, Posted::Done(_)) {
             n.counters.add_native(target, n.index)?;
         }
         Ok(posted)
@@ -700,8 +703,9 @@ impl WindowShared {
                 Err(e) => Some(Err(e.into())),
             };
         }
-        // The token names nothing: no completion of a direct op ever comes.
-        let issued = native_call_desc(self, d, untracked_token(self.id, d.target), false);
+        // The token names nothing: no completion of a direct op ever comes. (A notified put
+        // whose notice the transport carries never comes here: `post_notified`.)
+        let issued = native_call_desc(self, d, untracked_token(self.id, d.target), false, None);
         Some(self.direct_outcome(issued)?.map(|data| {
             if let (Some(dst), Some(bytes)) = (&d.into, &data) {
                 let mut dst = dst.borrow_mut();
