@@ -282,8 +282,25 @@ pub(crate) fn notify(world: &World) -> Result<()> {
     // A large put (pieces where it goes as messages): one count, after all of its data.
     let large: Vec<u64> = (0..LARGE_LEN as u64).map(|i| i ^ u64::from(me)).collect();
     win.lock(LockType::Shared, right, Assert::NONE)?;
+    let before = win.stats();
     win.put_notify(&large, right, large_at, LARGE)?;
     win.unlock(right)?;
+    // (Its lock's and unlock's messages aside.)
+    let s = win.stats().since(&before);
+    // Where the backend carries a large put's notice with the write (verbs; libfabric's
+    // tcp providers, remote CQ data), it is one native op and no message.
+    let env = |name: &str| std::env::var(name).unwrap_or_default();
+    let provider = [env("RMA_OFI_PROVIDER"), env("FI_PROVIDER")].concat();
+    let carried = world.route(right) == rma::Route::Network
+        && env("RMA_NATIVE") != "0"
+        && ((env("RMA_BACKEND") == "verbs" || env("RMA_NETWORK") == "verbs")
+            && env("RMA_VERBS_NOTIFIED_PUTS") != "0"
+            || (env("RMA_BACKEND") == "ofi" && provider.starts_with("tcp"))
+                && env("RMA_OFI_NOTIFIED_PUTS") != "0");
+    check(
+        !carried || (s.messages(Kind::Put) == 0 && s.ops_native >= 1),
+        &format!("a large notified put is one write with its notice: {s:?}"),
+    )?;
     win.wait_notify(LARGE, 1)?;
     let local = win.local_to_vec();
     check(

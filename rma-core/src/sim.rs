@@ -43,7 +43,7 @@ pub enum Profile {
     /// ([`Capabilities::ordered_puts`], as libfabric's tcp providers do).
     OrderedPuts,
     /// [`Rdma`](Profile::Rdma) whose puts carry notifications
-    /// ([`Capabilities::notified_puts`], as verbs' RDMA WRITE with immediate data): a
+    /// ([`Capabilities::notified_puts_from`] 0, as verbs' RDMA WRITE with immediate data): a
     /// notified put is one native op, and its notice reaches the target's poll after
     /// the data, in order with the sender's messages.
     RdmaNotified,
@@ -73,7 +73,7 @@ impl Profile {
                     locked_atomics: false,
                     max_atomic_elements: usize::MAX,
                     ordered_puts: false,
-                    notified_puts: false,
+                    notified_puts_from: usize::MAX,
                 }
             }
             Profile::SharedMemory => Capabilities {
@@ -91,7 +91,7 @@ impl Profile {
                 ..Profile::Rdma.capabilities()
             },
             Profile::RdmaNotified => Capabilities {
-                notified_puts: true,
+                notified_puts_from: 0,
                 ..Profile::Rdma.capabilities()
             },
         }
@@ -531,7 +531,7 @@ impl Transport for SimTransport {
         index: u32,
         token: u64,
     ) -> std::result::Result<Issued, TransportError> {
-        if !self.net.profile.capabilities().notified_puts {
+        if data.len() < self.net.profile.capabilities().notified_puts_from {
             return Err(TransportError::Unsupported("notified puts"));
         }
         self.native(PendingNative {

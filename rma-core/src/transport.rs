@@ -61,16 +61,18 @@ pub struct Capabilities {
     /// else outstanding waits for [`Transport::ordered_puts_delivered`] instead. A later
     /// failure of such a put is reported as the peer's ([`Event::PeerFailed`]).
     pub ordered_puts: bool,
-    /// A put may carry a notification ([`Transport::put_notified`]): the target's
-    /// transport reports it ([`Event::Notified`]) once the put's data is in the target's
-    /// memory, so one native operation is a notified put (RDMA WRITE with immediate data
-    /// on verbs). Window ids and counter indexes below [`NOTICE_LIMIT`] only (the notice
-    /// travels in 32 bits).
-    pub notified_puts: bool,
+    /// Puts of at least this many bytes may carry a notification
+    /// ([`Transport::put_notified`]): the target's transport reports it
+    /// ([`Event::Notified`]) once the put's data is in the target's memory, so one native
+    /// operation is a notified put (RDMA WRITE with immediate data on verbs, a write with
+    /// remote CQ data on libfabric). Smaller notified puts go as active messages (where
+    /// one message is cheaper than a write that notifies). Window ids and counter indexes
+    /// below [`NOTICE_LIMIT`] only. `usize::MAX`: never.
+    pub notified_puts_from: usize,
 }
 
 /// Window ids and notification counter indexes below this go with a notified put
-/// ([`Capabilities::notified_puts`]): 16 bits each, the 32 bits of an RDMA WRITE's
+/// ([`Capabilities::notified_puts_from`]): 16 bits each, the 32 bits of an RDMA WRITE's
 /// immediate data.
 pub const NOTICE_LIMIT: u32 = 1 << 16;
 
@@ -89,7 +91,7 @@ impl Capabilities {
         locked_atomics: false,
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
-        notified_puts: false,
+        notified_puts_from: usize::MAX,
     };
 
     /// The bit for an (op, datatype) pair of plain numbers in [`atomics`](Self::atomics)
@@ -897,7 +899,7 @@ pub trait Transport: Send + Sync {
         self.put(win, target, offset, data, token)
     }
     /// A [`put`](Self::put) that carries a notification (asked only for targets whose
-    /// capabilities say [`notified_puts`](Capabilities::notified_puts), with `win` and
+    /// capabilities say [`notified_puts_from`](Capabilities::notified_puts_from) `data`'s length, with `win` and
     /// `index` below [`NOTICE_LIMIT`]): the target's poll reports [`Event::Notified`]
     /// once the data is in its memory, after every notified put sent to it before this
     /// one. The put completes at the origin as a plain put does.

@@ -218,7 +218,7 @@ impl BarePair {
             // the completion `issue` waits for (or the endpoint closes: it drops before
             // them, field order); the range lies in the peer's registered `cap` bytes
             // (checked).
-            unsafe { p.ep.write(src, p.remote, inject, true, &mut *p.ctx) }
+            unsafe { p.ep.write(src, p.remote, inject, true, None, &mut *p.ctx) }
         })
     }
 

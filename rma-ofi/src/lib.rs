@@ -83,6 +83,14 @@
 //!   it 2.68 in the same run); 256 KiB 0.84 -> 3.16 (2.5.1; MPICH 2.71). The same
 //!   deadline holds as for the puts (the provider writes into the caller's buffer).
 //!   The transport logs at leaving how many of each it did (`rma_ofi=info`).
+//! - **Notified puts** (issue #28) of 8 KiB and more on tcp (`NOTIFIED_PUTS_FROM`,
+//!   `notices_on`): one `fi_writemsg` with `FI_REMOTE_CQ_DATA`, its 8 bytes the sender's
+//!   rank, the window and the counter; the target's provider writes the data, then
+//!   reports the write in the target's completion queue with them, which becomes
+//!   [`Event::Notified`] (the engine counts it, checking window and counter). Before,
+//!   such a put was a native put and a message of no data behind it that counted it. A
+//!   smaller notified put stays one active message with its data, cheaper here (one
+//!   send against a write whose notice the target's provider reports later).
 //! - **Failures**: provider errors read with `fi_cq_readerr` and `fi_cq_strerror` become
 //!   [`Event::Failed`] with the provider's text; a send that fails toward a peer reports
 //!   [`Event::PeerFailed`]; when every rank is on this node, peers' pids (from the
@@ -148,7 +156,7 @@ use rma_backend::{
 };
 use rma_core::transport::{
     Event, Fetched, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, SharedAmong,
-    Transport, UserMemory, Wake,
+    Transport, UserMemory, Wake, NOTICE_LIMIT,
 };
 use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
 
@@ -172,6 +180,40 @@ const NOTICE: u32 = 1 << 30;
 const KIND_MASK: u64 = 0xff << 56;
 /// Send buffers in flight at most (beyond that: Busy).
 const SEND_BUFFERS: usize = 256;
+
+/// Notified puts from this many bytes are writes that carry their notice
+/// (`Transport::put_notified`); smaller ones go as one active message each, which is
+/// cheaper here. Measured with `halo` on 2 ranks over tcp (us per iteration, 500
+/// iterations, three runs each alternating with `RMA_OFI_NOTIFIED_PUTS=0`): libfabric
+/// 1.17 (tcp;ofi_rxm) 28-30 against 18-21 at 8-64 B, 32 against 24 at 4 KiB, 34-35
+/// against 50-51 at 16 KiB, 60-63 against 76 at 64 KiB; libfabric 2.5.1 (tcp) 25-26
+/// against 15-16, 30-31 against 20, 27 against 40-47, 54 against 67-68.
+const NOTIFIED_PUTS_FROM: usize = 8192;
+
+/// How a put's write completes and what it carries (`OfiTransport::write`).
+#[derive(Debug, Clone, Copy)]
+struct WriteMode {
+    /// With `FI_DELIVERY_COMPLETE`: a flush may ask for this put's delivery.
+    delivered: bool,
+    /// Remote CQ data: a notified put's notice (`put_notified`).
+    notice: Option<u64>,
+}
+
+impl WriteMode {
+    /// A plain put a flush may ask for.
+    const DELIVERED: WriteMode = WriteMode {
+        delivered: true,
+        notice: None,
+    };
+}
+
+/// Whether `provider` carries a notified put's remote CQ data right, as measured here:
+/// tcp (libfabric 2.x's, and 1.x's `tcp;ofi_rxm`). Not libfabric 1.17's sockets (after a
+/// few 16 KiB writes with data the next flush never completed) nor its shm (a segfault
+/// in the provider on the first 16 KiB one); others untried.
+fn notices_on(provider: &str) -> bool {
+    provider == "tcp" || provider == "tcp;ofi_rxm"
+}
 
 /// The numeric variables this backend reads, with what each accepts: checked when a
 /// World starts ([`rma_core::config::check_env_numbers`]), so that a typo is an error,
@@ -197,6 +239,7 @@ pub const ENV_NUMBERS: &[(&str, usize, usize, &str)] = &[
         "a count from 0 to 1048576",
     ),
     ("RMA_OFI_MULTI_RECV", 0, 1, "0 or 1"),
+    ("RMA_OFI_NOTIFIED_PUTS", 0, 1, "0 or 1"),
     ("RMA_OFI_WAIT_FD", 0, 1, "0 or 1"),
     ("RMA_OFI_MR_LOCAL", 0, 1, "0 or 1"),
     ("RMA_OFI_DISABLE_RMA", 0, 1, "0 or 1"),
@@ -583,6 +626,21 @@ impl OfiTransport {
             // Large gets into the caller's buffer (`get_into`), where the provider needs
             // no registration of it.
             get_in_call: rma && zero_copy_min != usize::MAX && !inner.ep.local_mr(),
+            // Notified puts of NOTIFIED_PUTS_FROM bytes and more as writes that carry
+            // their notice and the sender's rank in 8 bytes of remote CQ data, where the
+            // provider carries that much and is known to do it right (`notices_on`;
+            // RMA_OFI_NOTIFIED_PUTS=1: wherever it carries 8 bytes, 0: never).
+            notified_puts_from: if rma
+                && inner.ep.offer.cq_data_size >= 8
+                && env_usize(
+                    "RMA_OFI_NOTIFIED_PUTS",
+                    usize::from(notices_on(&inner.ep.offer.provider)),
+                ) == 1
+            {
+                NOTIFIED_PUTS_FROM
+            } else {
+                usize::MAX
+            },
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
         let virt_addr = inner.ep.offer.virt_addr();
@@ -595,6 +653,7 @@ impl OfiTransport {
             rdma_write = native.rdma_write,
             rdma_read = native.rdma_read,
             ordered_puts = native.ordered_puts,
+            notified_puts_from = native.notified_puts_from,
             atomics = format_args!("{atomics:#x}"),
             compare_and_swap = format_args!("{compare_and_swap:#x}"),
             max_atomic_elements = max_atomic,
@@ -772,12 +831,16 @@ impl OfiTransport {
         offset: u64,
         data: &[u8],
         token: u64,
-        delivered: bool,
+        mode: WriteMode,
     ) -> Result<Issued, TransportError> {
+        let WriteMode {
+            delivered,
+            notice: cq_data,
+        } = mode;
         let m = self.remote(win, target, offset, data.len())?;
         let ordered = self.native.ordered_puts;
         if ordered && data.len() >= self.zero_copy_put_min && !self.lock().ep.local_mr() {
-            return self.write_in_call(target, m, offset, data, delivered);
+            return self.write_in_call(target, m, offset, data, delivered, cq_data);
         }
         // Ordered puts (`ordered_puts_on`): complete for the engine once posted (the next
         // message to the target completes them there); the delivery completions of the
@@ -802,7 +865,7 @@ impl OfiTransport {
             // completion (the slot is not freed before), its descriptor none or its
             // region; the target range was checked against the window's registered
             // length.
-            let rc = unsafe { ep.write(src, to, inject, delivered, &mut *op.ctx) };
+            let rc = unsafe { ep.write(src, to, inject, delivered, cq_data, &mut *op.ctx) };
             if op.counted && rc == 0 {
                 undelivered[target as usize] += 1;
             }
@@ -834,6 +897,7 @@ impl OfiTransport {
         offset: u64,
         data: &[u8],
         delivered: bool,
+        cq_data: Option<u64>,
     ) -> Result<Issued, TransportError> {
         let src = sys::Local {
             ptr: data.as_ptr().cast_mut(),
@@ -848,7 +912,7 @@ impl OfiTransport {
             // is needed (the caller checked that the provider does not ask for
             // FI_MR_LOCAL); the target range was checked against the window's
             // registered length.
-            unsafe { ep.write(src, to(peer), false, false, ctx) }
+            unsafe { ep.write(src, to(peer), false, false, cq_data, ctx) }
         };
         self.in_call(target, InCall::Put, data.len(), post)?;
         if delivered {
@@ -1123,6 +1187,22 @@ impl Inner {
     }
 
     fn complete(&mut self, c: Completion) -> Result<(), TransportError> {
+        if let Some(notice) = c.remote_cq_data() {
+            // A peer's notified put is written here (`put_notified`): the engine counts
+            // it, checking the window and the counter. A sender past the job's ranks is
+            // no peer of ours: dropped.
+            let from = (notice >> 32) as Rank;
+            if (from as usize) < self.dead.len() {
+                self.pending.push_back(Event::Notified {
+                    from,
+                    win: (notice >> 16) as u32 & 0xffff,
+                    index: notice as u32 & 0xffff,
+                });
+            } else {
+                tracing::warn!(notice, "a notified put's notice names no rank");
+            }
+            return Ok(());
+        }
         let Some(id) = c.id else { return Ok(()) };
         let len = c.len;
         let idx = (id & !KIND_MASK) as usize;
@@ -1623,7 +1703,34 @@ impl Transport for OfiTransport {
         data: &[u8],
         token: u64,
     ) -> Result<Issued, TransportError> {
-        self.write(win, target, offset, data, token, true)
+        self.write(win, target, offset, data, token, WriteMode::DELIVERED)
+    }
+
+    /// A put whose write carries its notice (`notified_puts_from`): remote CQ data of the
+    /// sender's rank (high 32 bits), the window and the counter (16 bits each); the
+    /// target's provider reports it once the data is written, and the target's poll
+    /// makes it [`Event::Notified`]. Otherwise a put like any other (ordered ones too).
+    fn put_notified(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        data: &[u8],
+        index: u32,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        if data.len() < self.native.notified_puts_from
+            || win >= NOTICE_LIMIT
+            || index >= NOTICE_LIMIT
+        {
+            return Err(TransportError::Unsupported("this notified put"));
+        }
+        let notice = u64::from(self.rank) << 32 | u64::from(win) << 16 | u64::from(index);
+        let mode = WriteMode {
+            notice: Some(notice),
+            ..WriteMode::DELIVERED
+        };
+        self.write(win, target, offset, data, token, mode)
     }
 
     fn put_unacknowledged(
@@ -1634,7 +1741,11 @@ impl Transport for OfiTransport {
         data: &[u8],
         token: u64,
     ) -> Result<Issued, TransportError> {
-        self.write(win, target, offset, data, token, !self.native.ordered_puts)
+        let mode = WriteMode {
+            delivered: !self.native.ordered_puts,
+            notice: None,
+        };
+        self.write(win, target, offset, data, token, mode)
     }
 
     fn get(

@@ -1222,7 +1222,7 @@ fn full_capabilities() -> Capabilities {
         locked_atomics: true,
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
-        notified_puts: false,
+        notified_puts_from: usize::MAX,
     }
 }
 

@@ -551,7 +551,11 @@ impl VerbsTransport {
             max_message,
             // RDMA WRITE with immediate data (RMA_VERBS_NOTIFIED_PUTS=0: notified puts as
             // active messages, to compare).
-            notified_puts: rma && env_usize("RMA_VERBS_NOTIFIED_PUTS", 1) == 1,
+            notified_puts_from: if rma && env_usize("RMA_VERBS_NOTIFIED_PUTS", 1) == 1 {
+                0
+            } else {
+                usize::MAX
+            },
             ..Capabilities::ACTIVE_MESSAGES_ONLY
         };
         tracing::info!(
@@ -1427,7 +1431,11 @@ impl VerbsTransport {
     /// queue pair posts no receives for their immediate data).
     fn toward(&self, target: Rank, c: Capabilities) -> Capabilities {
         Capabilities {
-            notified_puts: c.notified_puts && target != self.rank,
+            notified_puts_from: if target == self.rank {
+                usize::MAX
+            } else {
+                c.notified_puts_from
+            },
             ..c
         }
     }

@@ -484,7 +484,10 @@ impl WinState {
                 if op.kind == OpKind::Put && w.caps(rank).ordered_puts {
                     self.table.get_mut(rank).expect("exists").puts_since_done += 1;
                 }
-                if let Some(index) = op.notify.filter(|_| !w.transport_notifies(rank)) {
+                if let Some(index) = op
+                    .notify
+                    .filter(|_| !w.transport_notifies(rank, op.data.len()))
+                {
                     // Queued, notified, native: only where ops complete in their call
                     // (`post`), so its data is in now. (A put whose notice went with it
                     // is counted by the target.)

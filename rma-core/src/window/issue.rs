@@ -438,7 +438,7 @@ pub(super) fn native_call_desc(
     }
     let atomic = match d.kind {
         OpKind::Put => {
-            if let Some(index) = notice.filter(|_| w.transport_notifies(d.target)) {
+            if let Some(index) = notice.filter(|_| w.transport_notifies(d.target, d.data.len())) {
                 return t.put_notified(w.id, d.target, off, d.data, index, token);
             }
             return match &w.ops {

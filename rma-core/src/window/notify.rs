@@ -14,8 +14,9 @@
 //!   origin maps (the counters are a window of their own). A reader's acquire load of the
 //!   count makes the data visible. No message at all.
 //! - **A put the transport carries with its notice**
-//!   ([`Capabilities::notified_puts`](crate::transport::Capabilities::notified_puts): verbs'
-//!   RDMA WRITE with immediate data): one native op of any size, no message. The target's
+//!   ([`Capabilities::notified_puts_from`](crate::transport::Capabilities::notified_puts_from):
+//!   verbs' RDMA WRITE with immediate data, any size; libfabric tcp's write with remote
+//!   CQ data, from 8 KiB): one native op, no message. The target's
 //!   NIC places the data, then completes a receive with the window's id and the counter's
 //!   index; the target's progress reports it
 //!   ([`Event::Notified`](crate::transport::Event::Notified)) and adds to the counter as
@@ -24,7 +25,8 @@
 //!   [`Window::notify_value`] makes first. Measured in the rxe VM (`halo`, 2 ranks,
 //!   300 iterations, two runs each, us per iteration): 8 B halos 84-94 against 95-104
 //!   as active messages, 16 KiB 935-939 against 1,304-1,351, 64 KiB 3,433-3,549 against
-//!   4,718-4,875.
+//!   4,718-4,875. Over libfabric tcp, 16 KiB halos 34-35 against 50-51 (1.17) and 27
+//!   against 40-47 (2.5.1) with the put and its counting message before.
 //! - **Everything else** (a backend whose ops complete later, a target on another node,
 //!   an op queued behind a lock): the op goes as an active message with
 //!   [`flags::NOTIFY`] and the counter's index; the target's CPU applies the op, then adds
@@ -216,7 +218,7 @@ pub(super) struct NotifyDesc<'a> {
 }
 
 impl WindowShared {
-    /// Whether a notified op of `kind` toward `target`, counting on `index`, goes
+    /// Whether a notified op of `kind` and `len` bytes toward `target`, counting on `index`, goes
     /// natively with its count: the data's op completes in its call and the counter's add
     /// follows natively ([`Notifications::native_toward`], shared memory), or it is a put
     /// the transport carries with its notice ([`transport_notifies`](Self::transport_notifies),
@@ -227,11 +229,12 @@ impl WindowShared {
         n: &Notifications,
         kind: OpKind,
         target: Rank,
+        len: usize,
         index: u32,
     ) -> bool {
         n.native_toward(self, target)
             || (kind == OpKind::Put
-                && self.transport_notifies(target)
+                && self.transport_notifies(target, len)
                 && self.id < NOTICE_LIMIT
                 && index < NOTICE_LIMIT)
     }
@@ -240,8 +243,8 @@ impl WindowShared {
     /// ([`Transport::put_notified`]): the target's transport reports the notice once the
     /// data is in, and the target's progress counts it; the origin adds nothing.
     #[inline]
-    pub(super) fn transport_notifies(&self, target: Rank) -> bool {
-        self.ops.is_none() && self.caps(target).notified_puts
+    pub(super) fn transport_notifies(&self, target: Rank, len: usize) -> bool {
+        self.ops.is_none() && len >= self.caps(target).notified_puts_from
     }
 
     /// The counters, with `index` checked against `target`'s (World rank).
@@ -473,8 +476,8 @@ impl<T: Element> Window<T> {
             counters: &n,
             counts: true,
         };
-        let native = self.shared.notified_native(&n, kind, target, index);
-        let bytes = bytemuck::cast_slice(data);
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let native = (self.shared).notified_native(&n, kind, target, bytes.len(), index);
         if !native && self.put_then_count(kind, target, extent, bytes.len()) {
             // The put natively, then its count as a message of no data behind it on the
             // ordered channel: the target takes the count in after the data is placed.

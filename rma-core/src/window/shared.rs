@@ -456,7 +456,8 @@ impl WindowShared {
     pub(super) fn post(&self, d: OpDesc<'_>) -> Result<Posted> {
         let native = self.native_allowed(d.kind, d.op, d.datatype, d.target, d.extent);
         if let Some(n) = d.notify {
-            let native = native && self.notified_native(n.counters, d.kind, d.target, n.index);
+            let native =
+                native && self.notified_native(n.counters, d.kind, d.target, d.data.len(), n.index);
             return self.post_notified(d, native);
         }
         if native && self.direct.allows(d.target) {
@@ -476,7 +477,7 @@ impl WindowShared {
     fn post_notified(&self, d: OpDesc<'_>, native: bool) -> Result<Posted> {
         let n = d.notify.expect("a notified op");
         let target = d.target;
-        let noticed = native && self.transport_notifies(target);
+        let noticed = native && self.transport_notifies(target, d.data.len());
         let direct = if native && !noticed && self.direct.allows(target) {
             self.post_direct(&d)
         } else {

@@ -352,7 +352,9 @@ impl Endpoint {
     /// Writes `src`'s bytes into `to` (`fi_writemsg`), with `FI_DELIVERY_COMPLETE` when
     /// `delivered` (the completion then means the data is at the target; otherwise only
     /// that the provider is done with the source), and `FI_INJECT` with `inject` (the
-    /// source is then copied before the call returns).
+    /// source is then copied before the call returns). With `cq_data`, the write carries
+    /// it (`FI_REMOTE_CQ_DATA`, at most the offer's `cq_data_size` bytes of it): the
+    /// target's completion queue reports the write, with the data, once it is done.
     ///
     /// # Safety
     /// The source bytes (unchanged), their descriptor and `ctx` live until the
@@ -364,6 +366,7 @@ impl Endpoint {
         to: Remote,
         inject: bool,
         delivered: bool,
+        cq_data: Option<u64>,
         ctx: *mut OpContext,
     ) -> isize {
         let iov = ffi::iovec {
@@ -384,9 +387,12 @@ impl Endpoint {
             rma_iov: &rma,
             rma_iov_count: 1,
             context: ctx.cast(),
-            data: 0,
+            data: cq_data.unwrap_or(0),
         };
         let mut flags = ffi::FI_COMPLETION as u64;
+        if cq_data.is_some() {
+            flags |= ffi::FI_REMOTE_CQ_DATA as u64;
+        }
         if delivered {
             flags |= ffi::FI_DELIVERY_COMPLETE as u64;
         }
@@ -653,6 +659,7 @@ impl Endpoint {
                 len: e.len,
                 at: e.buf as usize,
                 flags: e.flags,
+                data: e.data,
             };
         }
         Ok(n)

@@ -216,6 +216,9 @@ pub struct Offer {
     pub manual_progress: bool,
     /// Receive buffers take several messages (`FI_MULTI_RECV`, minimum free space set).
     pub multi_recv: bool,
+    /// Bytes of remote CQ data a write may carry to the target's completion queue
+    /// (`domain_attr->cq_data_size`; 0: none).
+    pub cq_data_size: usize,
 }
 
 impl Offer {
@@ -234,6 +237,7 @@ impl Offer {
             msg_order: ta.msg_order,
             manual_progress: da.data_progress == ffi::fi_progress_FI_PROGRESS_MANUAL,
             multi_recv: false,
+            cq_data_size: da.cq_data_size,
         }
     }
 

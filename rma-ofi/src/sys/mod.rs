@@ -156,9 +156,17 @@ pub struct Completion {
     /// Where the message is, for a multi-message receive buffer (an address in it).
     pub at: usize,
     flags: u64,
+    /// The remote CQ data of a write that carried some (`FI_REMOTE_CQ_DATA`).
+    data: u64,
 }
 
 impl Completion {
+    /// The data a peer's write carried with it ([`Endpoint::write`]'s `cq_data`): this
+    /// completion reports that write, done in this process's memory.
+    pub fn remote_cq_data(&self) -> Option<u64> {
+        (self.flags & ffi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(self.data)
+    }
+
     /// A completion of a receive.
     pub fn is_recv(&self) -> bool {
         self.flags & ffi::FI_RECV as u64 != 0
