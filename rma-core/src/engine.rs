@@ -52,7 +52,7 @@ pub(crate) struct EngineShared {
     pub rank: Rank,
     pub size: usize,
     /// [`Transport::yields_while_waiting`], asked once.
-    yields_while_waiting: bool,
+    pub(crate) yields_while_waiting: bool,
     windows: RwLock<Vec<Arc<WindowShared>>>,
     /// The id this process proposes for its next window: ids are agreed by the members
     /// of a window (the largest proposal), so that each is new to every member.

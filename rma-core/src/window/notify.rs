@@ -421,11 +421,17 @@ impl<T: Element> Window<T> {
     pub fn wait_notify(&self, index: u32, at_least: u64) -> Result<u64> {
         self.raised("wait_notify", || {
             let n = self.shared.own_notifications(index)?;
-            // A while on the counter alone first: on shared memory the count comes from
-            // the producers' own atomic adds, and a progress pass per look would only
-            // slow the look (messages wait for the pass at most this long).
+            // Where the node's ranks outnumber its CPUs, the producer may need this
+            // core: every look that misses hands it over. Otherwise a while on the
+            // counter alone first: on shared memory the count comes from the producers'
+            // own atomic adds, and a progress pass per look would only slow the look
+            // (messages wait for the pass at most this long); and no yield, which would
+            // hand the rest of the slice to whatever else runs (a CPU hog) while the
+            // count comes. (Spinning first with 4 ranks on 2 cores cost a 4-rank halo
+            // on shared memory half again what a flag it yields for costs.)
+            let yields = self.shared.engine.yields_while_waiting;
             let mut seen = n.value(index);
-            for _ in 0..32 {
+            for _ in 0..if yields { 0 } else { 32 } {
                 if seen >= at_least {
                     return Ok(seen);
                 }
@@ -434,9 +440,7 @@ impl<T: Element> Window<T> {
             }
             self.shared.engine.wait_until("wait_notify", || {
                 seen = n.value(index);
-                if seen < at_least {
-                    // The producer may need this core (more ranks than cores): waiting
-                    // for a count is waiting for another process, never for this one.
+                if seen < at_least && yields {
                     std::thread::yield_now();
                 }
                 Ok(seen >= at_least)
