@@ -51,6 +51,7 @@ use super::api::{to_vec, zeroed_vec};
 use super::*;
 use crate::comm::Comm;
 use crate::engine::Engine;
+use std::sync::atomic::AtomicU64;
 
 /// Bytes from which a notified put goes as a native put followed by a message that
 /// counts it, where the backend orders messages behind puts
@@ -78,6 +79,10 @@ pub(crate) struct Notifications {
     /// arrival wrote the stale count back (verbs, 4 ranks: a halo counted to 18 read 17
     /// afterwards, and the ring stalled).
     unshared: Mutex<()>,
+    /// Per counter of this process, the value `notify_value` last returned: a read that
+    /// returns it again, where the node's ranks outnumber its CPUs, yields the core (a
+    /// loop of reads is a wait, and the producer may need this core).
+    last_read: Box<[AtomicU64]>,
 }
 
 impl Notifications {
@@ -136,6 +141,9 @@ impl Notifications {
     }
 
     fn set(&self, index: u32, value: u64) {
+        if let Some(l) = self.last_read.get(index as usize) {
+            l.store(value, Ordering::Relaxed);
+        }
         match self.local_counter(index) {
             Some(c) => c.store(value, Ordering::Release),
             None => {
@@ -366,6 +374,7 @@ impl<T: Element> Window<T> {
                     window: Mutex::new(Some(window)),
                     counters,
                     counts,
+                    last_read: (0..local.len() / 8).map(|_| AtomicU64::new(0)).collect(),
                     local,
                     unshared: Mutex::new(()),
                 };
@@ -401,8 +410,20 @@ impl<T: Element> Window<T> {
     pub fn notify_value(&self, index: u32) -> Result<u64> {
         self.raised("notify_value", || {
             let n = self.shared.own_notifications(index)?;
-            self.shared.engine.progress()?;
-            Ok(n.value(index))
+            let engine = &self.shared.engine;
+            engine.progress()?;
+            let v = n.value(index);
+            // A loop of reads is a wait: where the producer may need this core, a read
+            // that sees nothing new hands it over (Open MPI's progress yields when idle
+            // and oversubscribed the same way). A spinning reader of 4 ranks on 2 cores
+            // held the core for a scheduler slice: 4 ms a halo through librma-mpi.
+            let last = n.last_read.get(index as usize);
+            if engine.yields_while_waiting
+                && last.is_some_and(|l| l.swap(v, Ordering::Relaxed) == v)
+            {
+                std::thread::yield_now();
+            }
+            Ok(v)
         })
     }
 
