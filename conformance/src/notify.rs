@@ -21,6 +21,22 @@ const COUNTERS: u32 = 8;
 const SLOT: usize = 8;
 const LARGE_LEN: usize = 160 * 1024;
 
+/// Whether this run's backend carries a notified put toward `target` as one write with
+/// its notice: verbs (RDMA WRITE with immediate data, any size), or, for a `large` put,
+/// libfabric's tcp providers (remote CQ data, from 8 KiB); as the environment sets it up.
+fn notices_carried(world: &World, target: Rank, large: bool) -> bool {
+    let env = |name: &str| std::env::var(name).unwrap_or_default();
+    let verbs = (env("RMA_BACKEND") == "verbs" || env("RMA_NETWORK") == "verbs")
+        && env("RMA_VERBS_NOTIFIED_PUTS") != "0";
+    let provider = [env("RMA_OFI_PROVIDER"), env("FI_PROVIDER")].concat();
+    let ofi_tcp = env("RMA_BACKEND") == "ofi"
+        && provider.starts_with("tcp")
+        && env("RMA_OFI_NOTIFIED_PUTS") != "0";
+    world.route(target) == rma::Route::Network
+        && env("RMA_NATIVE") != "0"
+        && (verbs || (large && ofi_tcp))
+}
+
 fn notify_index_error(r: Result<()>) -> Option<(Rank, u32, u32)> {
     match r.map_err(|e| e.into_kind()) {
         Err(ErrorKind::Usage(UsageError::NotifyIndex {
@@ -157,13 +173,8 @@ pub(crate) fn notify(world: &World) -> Result<()> {
             &format!("notified ops on shared memory send nothing: {s:?}"),
         )?;
         // On verbs, a notified put is one RDMA WRITE with immediate data: no message.
-        let env = |name: &str| std::env::var(name).unwrap_or_default();
-        let verbs = world.route(0) == rma::Route::Network
-            && (env("RMA_BACKEND") == "verbs" || env("RMA_NETWORK") == "verbs")
-            && env("RMA_VERBS_NOTIFIED_PUTS") != "0"
-            && env("RMA_NATIVE") != "0";
         check(
-            !verbs || (s.messages(Kind::Put) == 0 && s.ops_native >= k),
+            !notices_carried(world, 0, false) || (s.messages(Kind::Put) == 0 && s.ops_native >= k),
             &format!("notified puts on verbs are native writes, no messages: {s:?}"),
         )?;
     } else {
@@ -289,16 +300,8 @@ pub(crate) fn notify(world: &World) -> Result<()> {
     let s = win.stats().since(&before);
     // Where the backend carries a large put's notice with the write (verbs; libfabric's
     // tcp providers, remote CQ data), it is one native op and no message.
-    let env = |name: &str| std::env::var(name).unwrap_or_default();
-    let provider = [env("RMA_OFI_PROVIDER"), env("FI_PROVIDER")].concat();
-    let carried = world.route(right) == rma::Route::Network
-        && env("RMA_NATIVE") != "0"
-        && ((env("RMA_BACKEND") == "verbs" || env("RMA_NETWORK") == "verbs")
-            && env("RMA_VERBS_NOTIFIED_PUTS") != "0"
-            || (env("RMA_BACKEND") == "ofi" && provider.starts_with("tcp"))
-                && env("RMA_OFI_NOTIFIED_PUTS") != "0");
     check(
-        !carried || (s.messages(Kind::Put) == 0 && s.ops_native >= 1),
+        !notices_carried(world, right, true) || (s.messages(Kind::Put) == 0 && s.ops_native >= 1),
         &format!("a large notified put is one write with its notice: {s:?}"),
     )?;
     win.wait_notify(LARGE, 1)?;
