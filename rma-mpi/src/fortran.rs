@@ -19,9 +19,15 @@
 //! first). RMA requests (MPI_RPUT and the others) are waited for from Fortran through
 //! the completion calls' `PMPI_` names, which librma-mpi defines beside the `MPI_` ones
 //! (MPICH's `use mpi_f08` and all of Open MPI's Fortran call those), and under Open MPI
-//! through its request handle conversions, defined here like the windows'. Not reached
-//! from Fortran: MPI_WIN_CREATE_KEYVAL's keyvals under Open MPI (its Fortran layer makes
-//! them internally).
+//! through its request handle conversions, defined here like the windows'.
+//!
+//! Keyvals made by MPI_WIN_CREATE_KEYVAL are librma-mpi's, whatever the language; one
+//! made in Fortran keeps its delete function as Fortran's (`window::DeleteFunction`),
+//! called with every argument by reference. MPICH's Fortran layer calls C's
+//! MPI_Win_create_keyval with the Fortran procedure, then `MPII_Keyval_set_proxy`, which
+//! marks our keyval Fortran's; Open MPI's would make the keyval in its own tables and
+//! set attributes in its own window object, so its `mpi_win_create_keyval_`,
+//! `mpi_win_set_attr_` (and the `pmpi_` and mpi_f08 `ompi_..._f` names) are defined here.
 
 use std::os::raw::{c_int, c_void};
 
@@ -77,6 +83,19 @@ fn get_attr_for_fortran(win: MPI_Win, c_keyval: c_int) -> (c_int, MPI_Aint, c_in
         0
     };
     (flag, value, rc)
+}
+
+/// The handle a Fortran program holds for `win` (what a Fortran delete function is
+/// given): MPICH's handles are the same ints in both languages.
+pub(crate) fn fortran_handle(win: MPI_Win) -> c_int {
+    #[cfg(open_mpi)]
+    {
+        win_c2f(win)
+    }
+    #[cfg(mpich_abi)]
+    {
+        win.0
+    }
 }
 
 // ---- MPICH ---------------------------------------------------------------------------
@@ -174,6 +193,29 @@ pub unsafe extern "C" fn MPII_Win_set_attr(
     }
     // SAFETY: our own call; the value is stored, not read.
     unsafe { MPI_Win_set_attr(win, keyval, value) }
+}
+
+/// MPICH's Fortran MPI_WIN_CREATE_KEYVAL calls C's MPI_Win_create_keyval (librma-mpi's)
+/// with the Fortran procedure and the address of the extra state, then says so here
+/// (its proxies would call the procedure in Fortran's convention): a keyval of ours
+/// becomes Fortran's; any other (a communicator's, a datatype's) goes on to MPICH.
+///
+/// # Safety
+/// MPICH's internal contract: the two proxies are MPICH's functions.
+#[cfg(mpich_abi)]
+#[no_mangle]
+pub unsafe extern "C" fn MPII_Keyval_set_proxy(
+    keyval: c_int,
+    copy_proxy: *mut c_void,
+    delete_proxy: *mut c_void,
+) {
+    if crate::window::keyval_made_in_fortran(keyval) {
+        return;
+    }
+    let next =
+        mpi_own!(c"MPII_Keyval_set_proxy" as unsafe extern "C" fn(c_int, *mut c_void, *mut c_void));
+    // SAFETY: MPICH's definition of this very function, with the caller's arguments.
+    unsafe { next(keyval, copy_proxy, delete_proxy) }
 }
 
 // ---- Open MPI ------------------------------------------------------------------------
@@ -365,4 +407,177 @@ pub unsafe extern "C" fn pmpi_win_get_attr_(
     let next = mpi_own!(c"pmpi_win_get_attr_" as FortranGetAttr);
     // SAFETY: the caller's arguments.
     unsafe { fortran_get_attr(next, win, keyval, value, flag, ierr) }
+}
+
+/// MPI_WIN_CREATE_KEYVAL from Fortran under Open MPI, whose Fortran layer would make
+/// the keyval in its own tables and set attributes on the window object itself: a
+/// librma-mpi keyval instead, whose delete function librma-mpi calls in Fortran's
+/// convention. Windows are only ever librma-mpi's under it, and so are keyvals for them
+/// (C's MPI_Win_create_keyval makes librma-mpi's too; MPI_WIN_FREE_KEYVAL and
+/// MPI_WIN_DELETE_ATTR reach librma-mpi through their PMPI_ names).
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+unsafe fn fortran_create_keyval(
+    delete: Option<crate::window::FortranDeleteFunction>,
+    keyval: *mut c_int,
+    extra_state: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    let rc = match (delete, keyval.is_null(), extra_state.is_null()) {
+        (Some(delete), false, false) => {
+            // SAFETY: the program's INTEGER(KIND=MPI_ADDRESS_KIND), by reference.
+            let extra = unsafe { *extra_state };
+            let k = crate::window::create_fortran_keyval(
+                delete,
+                crate::window::FortranExtraState::Value(extra),
+            );
+            // SAFETY: the program's INTEGER, by reference.
+            unsafe { *keyval = k };
+            0
+        }
+        _ => int!(MPI_ERR_ARG),
+    };
+    if !ierr.is_null() {
+        // SAFETY: the program's INTEGER, by reference.
+        unsafe { *ierr = rc };
+    }
+}
+
+/// `MPI_WIN_CREATE_KEYVAL` of `mpif.h` and `use mpi` under Open MPI.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn mpi_win_create_keyval_(
+    _copy: *mut c_void,
+    delete: Option<crate::window::FortranDeleteFunction>,
+    keyval: *mut c_int,
+    extra_state: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_create_keyval(delete, keyval, extra_state, ierr) }
+}
+
+/// The same under its profiling name.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn pmpi_win_create_keyval_(
+    _copy: *mut c_void,
+    delete: Option<crate::window::FortranDeleteFunction>,
+    keyval: *mut c_int,
+    extra_state: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_create_keyval(delete, keyval, extra_state, ierr) }
+}
+
+/// The same as `use mpi_f08`'s MPI_Win_create_keyval reaches it (Open MPI's C body of
+/// the Fortran routines, called by name from its mpi_f08 library).
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn ompi_win_create_keyval_f(
+    _copy: *mut c_void,
+    delete: Option<crate::window::FortranDeleteFunction>,
+    keyval: *mut c_int,
+    extra_state: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_create_keyval(delete, keyval, extra_state, ierr) }
+}
+
+/// Open MPI's Fortran MPI_WIN_SET_ATTR: `(win, keyval, attribute_val, ierror)`.
+#[cfg(open_mpi)]
+type FortranSetAttr = unsafe extern "C" fn(*const c_int, *const c_int, *const MPI_Aint, *mut c_int);
+
+/// MPI_WIN_SET_ATTR from Fortran under Open MPI, for librma-mpi's windows (Open MPI's
+/// layer would store the value in its own window object); others go on to Open MPI's
+/// (`next`).
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+unsafe fn fortran_set_attr(
+    next: FortranSetAttr,
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    // SAFETY: the caller's arguments, by reference as Fortran passes them.
+    unsafe {
+        let c_win = win_f2c(*win);
+        if !ours(c_win) {
+            next(win, keyval, value, ierr);
+            return;
+        }
+        // The value itself, stored as C's pointer-sized attribute (what
+        // MPI_WIN_GET_ATTR gives back).
+        let rc = crate::api::MPI_Win_set_attr(c_win, *keyval, *value as *mut c_void);
+        if !ierr.is_null() {
+            *ierr = rc;
+        }
+    }
+}
+
+/// `MPI_WIN_SET_ATTR` of `mpif.h` and `use mpi` under Open MPI.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn mpi_win_set_attr_(
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    let next = mpi_own!(c"mpi_win_set_attr_" as FortranSetAttr);
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_set_attr(next, win, keyval, value, ierr) }
+}
+
+/// The same under its profiling name.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn pmpi_win_set_attr_(
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    let next = mpi_own!(c"pmpi_win_set_attr_" as FortranSetAttr);
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_set_attr(next, win, keyval, value, ierr) }
+}
+
+/// The same as `use mpi_f08`'s MPI_Win_set_attr reaches it.
+///
+/// # Safety
+/// gfortran's convention: every argument by reference.
+#[cfg(open_mpi)]
+#[no_mangle]
+pub unsafe extern "C" fn ompi_win_set_attr_f(
+    win: *const c_int,
+    keyval: *const c_int,
+    value: *const MPI_Aint,
+    ierr: *mut c_int,
+) {
+    let next = mpi_own!(c"ompi_win_set_attr_f" as FortranSetAttr);
+    // SAFETY: the caller's arguments.
+    unsafe { fortran_set_attr(next, win, keyval, value, ierr) }
 }

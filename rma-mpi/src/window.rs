@@ -579,11 +579,52 @@ pub fn drop_all() {
 
 /// A keyval of MPI_Win_create_keyval: its delete function and extra state.
 struct Keyval {
-    delete: sys::MPI_Win_delete_attr_function,
-    extra_state: usize,
+    delete: DeleteFunction,
     /// MPI_Win_free_keyval was called: no new use, but attributes already set keep it
     /// (their delete function still runs when they go, MPI-4.1 7.7.4).
     freed: bool,
+}
+
+/// A keyval's delete function, in the convention of the language that made it.
+#[derive(Clone, Copy)]
+enum DeleteFunction {
+    /// C's: `(win, keyval, value, extra_state)` by value.
+    C {
+        function: sys::MPI_Win_delete_attr_function,
+        extra_state: usize,
+    },
+    /// Fortran's (MPI_WIN_CREATE_KEYVAL from `mpif.h`, `use mpi`, `use mpi_f08`): every
+    /// argument by reference, the window as its Fortran handle, the value an
+    /// INTEGER(KIND=MPI_ADDRESS_KIND).
+    #[cfg(any(open_mpi, mpich_abi))]
+    Fortran {
+        function: FortranDeleteFunction,
+        extra_state: FortranExtraState,
+    },
+}
+
+/// A Fortran delete function: `(win, keyval, attribute_val, extra_state, ierror)`.
+#[cfg(any(open_mpi, mpich_abi))]
+pub type FortranDeleteFunction = unsafe extern "C" fn(
+    *mut c_int,
+    *mut c_int,
+    *mut sys::MPI_Aint,
+    *mut sys::MPI_Aint,
+    *mut c_int,
+);
+
+/// What a Fortran delete function gets as its extra state, as the MPI's Fortran layer
+/// handed it over.
+#[cfg(any(open_mpi, mpich_abi))]
+#[derive(Clone, Copy)]
+pub enum FortranExtraState {
+    /// The address of the program's variable (MPICH's layer passes it on as C's
+    /// `extra_state`, and its own proxy hands that address to the function).
+    #[cfg(mpich_abi)]
+    At(usize),
+    /// The value (Open MPI's layer reads it at creation).
+    #[cfg(open_mpi)]
+    Value(sys::MPI_Aint),
 }
 
 fn keyvals() -> &'static Mutex<HashMap<c_int, Keyval>> {
@@ -594,8 +635,8 @@ fn keyvals() -> &'static Mutex<HashMap<c_int, Keyval>> {
 /// Keyvals of librma-mpi's own: a range no predefined keyval of either MPI uses.
 const FIRST_KEYVAL: c_int = 0x0100_0000;
 
-/// MPI_Win_create_keyval.
-pub fn create_keyval(delete: sys::MPI_Win_delete_attr_function, extra_state: usize) -> c_int {
+/// A new keyval with this delete function.
+fn new_keyval(delete: DeleteFunction) -> c_int {
     let mut k = keyvals().lock().unwrap_or_else(|e| e.into_inner());
     let next = (FIRST_KEYVAL..)
         .find(|n| !k.contains_key(n))
@@ -604,11 +645,64 @@ pub fn create_keyval(delete: sys::MPI_Win_delete_attr_function, extra_state: usi
         next,
         Keyval {
             delete,
-            extra_state,
             freed: false,
         },
     );
     next
+}
+
+/// MPI_Win_create_keyval.
+pub fn create_keyval(delete: sys::MPI_Win_delete_attr_function, extra_state: usize) -> c_int {
+    new_keyval(DeleteFunction::C {
+        function: delete,
+        extra_state,
+    })
+}
+
+/// MPI_WIN_CREATE_KEYVAL from Fortran, where the MPI's Fortran layer hands the
+/// function to librma-mpi as Fortran's (Open MPI's).
+#[cfg(open_mpi)]
+pub fn create_fortran_keyval(
+    function: FortranDeleteFunction,
+    extra_state: FortranExtraState,
+) -> c_int {
+    new_keyval(DeleteFunction::Fortran {
+        function,
+        extra_state,
+    })
+}
+
+/// Says that `keyval`, made by MPI_Win_create_keyval, was made from Fortran: its
+/// function and extra state are Fortran's (MPICH's layer passes them through C's call
+/// and then says so). `false`: not one of ours.
+#[cfg(mpich_abi)]
+pub fn keyval_made_in_fortran(keyval: c_int) -> bool {
+    let mut k = keyvals().lock().unwrap_or_else(|e| e.into_inner());
+    let Some(entry) = k.get_mut(&keyval) else {
+        return false;
+    };
+    if let DeleteFunction::C {
+        function,
+        extra_state,
+    } = entry.delete
+    {
+        entry.delete = match function {
+            Some(f) => DeleteFunction::Fortran {
+                // SAFETY: MPICH's Fortran layer gave a Fortran procedure in C's place
+                // (MPI_WIN_NULL_DELETE_FN's Fortran symbol included); a function pointer
+                // of one signature read as another's, called only with Fortran's.
+                function: unsafe {
+                    std::mem::transmute::<
+                        unsafe extern "C" fn(MPI_Win, c_int, *mut c_void, *mut c_void) -> c_int,
+                        FortranDeleteFunction,
+                    >(f)
+                },
+                extra_state: FortranExtraState::At(extra_state),
+            },
+            None => entry.delete,
+        };
+    }
+    true
 }
 
 /// MPI_Win_free_keyval.
@@ -637,24 +731,52 @@ pub fn keyval_exists(keyval: c_int) -> bool {
 
 /// Calls `keyval`'s delete function on `value` of window `w`.
 fn call_delete(w: &Win, keyval: c_int, value: usize) -> MpiResult<()> {
-    let f = keyvals()
+    let delete = keyvals()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get(&keyval)
-        .map(|k| (k.delete, k.extra_state));
-    if let Some((Some(delete), extra)) = f {
-        // SAFETY: the application's delete function, called as MPI calls it.
-        let rc = unsafe {
-            delete(
-                w.handle.0,
-                keyval,
-                value as *mut c_void,
-                extra as *mut c_void,
-            )
-        };
-        if rc != 0 {
-            return Err(MpiError::new(rc, "the attribute's delete function failed"));
+        .map(|k| k.delete);
+    let rc = match delete {
+        None | Some(DeleteFunction::C { function: None, .. }) => 0,
+        Some(DeleteFunction::C {
+            function: Some(delete),
+            extra_state,
+        }) => {
+            // SAFETY: the application's delete function, called as MPI calls it.
+            unsafe {
+                delete(
+                    w.handle.0,
+                    keyval,
+                    value as *mut c_void,
+                    extra_state as *mut c_void,
+                )
+            }
         }
+        #[cfg(any(open_mpi, mpich_abi))]
+        Some(DeleteFunction::Fortran {
+            function,
+            extra_state,
+        }) => {
+            let mut win = crate::fortran::fortran_handle(w.handle.0);
+            let mut keyval = keyval;
+            let mut value = value as sys::MPI_Aint;
+            #[cfg(mpich_abi)]
+            let FortranExtraState::At(address) = extra_state;
+            #[cfg(mpich_abi)]
+            let extra = address as *mut sys::MPI_Aint;
+            #[cfg(open_mpi)]
+            let FortranExtraState::Value(mut extra_value) = extra_state;
+            #[cfg(open_mpi)]
+            let extra: *mut sys::MPI_Aint = &mut extra_value;
+            let mut ierr: c_int = 0;
+            // SAFETY: the application's Fortran procedure, every argument a reference
+            // to a local (the extra state: where the MPI's Fortran layer said it is).
+            unsafe { function(&mut win, &mut keyval, &mut value, extra, &mut ierr) };
+            ierr
+        }
+    };
+    if rc != 0 {
+        return Err(MpiError::new(rc, "the attribute's delete function failed"));
     }
     Ok(())
 }

@@ -16,8 +16,9 @@
 #define REQ_T integer
 #define HANDLE(w) w
 #endif
-program onesided
-  use, intrinsic :: iso_c_binding
+! The delete function of the keyval section: counts its calls, sums the values it is
+! given, keeps the last extra state and window handle it saw.
+module keyval_deletes
 #ifdef F08
   use mpi_f08
 #elif !defined(MPIF_H)
@@ -27,6 +28,40 @@ program onesided
 #ifdef MPIF_H
   include 'mpif.h'
 #endif
+  ! Only these: the program has the MPI's own names from its own use or include.
+  private
+  public :: count_delete, deletes, deleted_sum, last_extra, last_win, last_keyval
+  integer :: deletes = 0, last_win = -1, last_keyval = -1
+  integer(kind=MPI_ADDRESS_KIND) :: deleted_sum = 0, last_extra = -1
+contains
+  subroutine count_delete(win, keyval, attribute_val, extra_state, ierror)
+    WIN_T :: win
+    integer :: keyval, ierror
+    integer(kind=MPI_ADDRESS_KIND) :: attribute_val, extra_state
+    deletes = deletes + 1
+    deleted_sum = deleted_sum + attribute_val
+    last_extra = extra_state
+    last_win = HANDLE(win)
+    last_keyval = keyval
+    ierror = MPI_SUCCESS
+  end subroutine
+end module
+
+program onesided
+  use, intrinsic :: iso_c_binding
+  use keyval_deletes
+#ifdef F08
+  use mpi_f08
+#elif !defined(MPIF_H)
+  use mpi
+#endif
+  implicit none
+#ifdef MPIF_H
+  include 'mpif.h'
+#endif
+  integer :: keyval, win3_handle
+  WIN_T :: win3
+  integer(kind=MPI_ADDRESS_KIND) :: extra, aval
   integer :: ierr, rank, nprocs, left, right, errors, total, val, got, one, old, r
   WIN_T :: win, win2
   REQ_T :: req, reqs(2)
@@ -177,6 +212,46 @@ program onesided
   call MPI_Win_fence(0, win2, ierr)
   call expect(local(3), 200 + left, 'put into the application''s memory')
   call MPI_Win_free(win2, ierr)
+
+  ! ---- MPI_WIN_CREATE_KEYVAL: an attribute's delete function, called by librma-mpi in
+  ! Fortran's convention (every argument by reference) when the value is replaced,
+  ! deleted, and when the window is freed (after the keyval was freed) ----
+  extra = 7
+  call MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, count_delete, keyval, extra, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_create_keyval ierr')
+  call MPI_Win_allocate(wsize, 4, MPI_INFO_NULL, MPI_COMM_WORLD, base, win3, ierr)
+  call ours(HANDLE(win3), 'win_allocate (keyvals)')
+  win3_handle = HANDLE(win3)
+  aval = 100 + rank
+  call MPI_Win_set_attr(win3, keyval, aval, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_set_attr ierr')
+  attr = -1
+  call MPI_Win_get_attr(win3, keyval, attr, flag, ierr)
+  call expect_true(flag, 'win_get_attr of a set keyval: flag')
+  call expect(int(attr), 100 + rank, 'win_get_attr of a set keyval')
+  call expect(deletes, 0, 'delete calls before any replacement')
+  aval = 200
+  call MPI_Win_set_attr(win3, keyval, aval, ierr)
+  call expect(deletes, 1, 'delete calls after a replacement')
+  call expect(int(deleted_sum), 100 + rank, 'value given to delete on replacement')
+  call expect(int(last_extra), 7, 'extra state given to delete')
+  call expect(last_win, win3_handle, 'window given to delete')
+  call expect(last_keyval, keyval, 'keyval given to delete')
+  call MPI_Win_delete_attr(win3, keyval, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_delete_attr ierr')
+  call expect(deletes, 2, 'delete calls after win_delete_attr')
+  call expect(int(deleted_sum), 300 + rank, 'values given to delete after win_delete_attr')
+  call MPI_Win_get_attr(win3, keyval, attr, flag, ierr)
+  call expect_true(.not. flag, 'win_get_attr of a deleted attribute: flag')
+  aval = 300
+  call MPI_Win_set_attr(win3, keyval, aval, ierr)
+  call MPI_Win_free_keyval(keyval, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_free_keyval ierr')
+  call expect(keyval, MPI_KEYVAL_INVALID, 'keyval after win_free_keyval')
+  call MPI_Win_free(win3, ierr)
+  call expect(ierr, MPI_SUCCESS, 'win_free with an attribute set ierr')
+  call expect(deletes, 3, 'delete calls after win_free')
+  call expect(int(deleted_sum), 600 + rank, 'values given to delete after win_free')
 
   call MPI_Reduce(errors, total, 1, MPI_INTEGER, MPI_SUM, 0, MPI_COMM_WORLD, ierr)
   if (rank == 0) then
