@@ -10,13 +10,14 @@
 //! Complex numbers (MPI_C_DOUBLE_COMPLEX) too: sums and products from every rank at
 //! once (multiplications by i, exact in floating point: a lost one leaves a power of i
 //! other than 1), swaps read whole (every number swapped in has im = -re). Long doubles
-//! (MPI_LONG_DOUBLE, 16 bytes) swapped and read whole the same way. And ops across two
+//! (MPI_LONG_DOUBLE, 16 bytes) and complex long doubles (MPI_C_LONG_DOUBLE_COMPLEX, 32)
+//! swapped and read whole the same way. And ops across two
 //! regions attached side by side to a dynamic window (MPICH's win_dynamic_rma_flush_get
 //! runs them): puts, sums and gets that start in one region and end in the next.
 
 use rma::{
-    AccOp, Assert, ComplexF64, Element, LocF64, LocI32, LockType, LongDouble, Rank, Result,
-    UserMemory, Window, World,
+    AccOp, Assert, ComplexF64, ComplexLongDouble, Element, LocF64, LocI32, LockType, LongDouble,
+    Rank, Result, UserMemory, Window, World,
 };
 
 use crate::{check, reps};
@@ -233,23 +234,40 @@ fn long_double_k(v: &LongDouble) -> Option<u64> {
     (hi == !lo).then_some(lo)
 }
 
-/// Every rank swaps long doubles into rank 0's one and reads it: always whole, and every
-/// one swapped in comes out exactly once.
-fn long_doubles(world: &World) -> Result<()> {
+/// A complex long double whose parts both carry `k` ([`long_double_of`]).
+fn complex_long_double_of(k: u64) -> ComplexLongDouble {
+    ComplexLongDouble::new(long_double_of(k), long_double_of(k))
+}
+
+/// The `k` of [`complex_long_double_of`], if the number is whole (its 32 bytes from one
+/// write).
+fn complex_long_double_k(v: &ComplexLongDouble) -> Option<u64> {
+    let (re, im) = (long_double_k(&v.re), long_double_k(&v.im));
+    re.filter(|_| re == im)
+}
+
+/// Every rank swaps elements made by `of` into rank 0's one and reads it: always whole
+/// (`k_of` finds the number it was made of), and every one swapped in comes out exactly
+/// once. For the elements wider than any CPU atomic (long doubles, complex long doubles:
+/// updated under the target's lock, or as one message).
+fn swapped_whole<E: Element>(
+    world: &World,
+    what: &str,
+    of: fn(u64) -> E,
+    k_of: fn(&E) -> Option<u64>,
+) -> Result<()> {
     let rounds = reps(1_000);
     let (me, n) = (world.rank() as u64, world.size() as u64);
-    let win: Window<LongDouble> = world.allocate::<LongDouble>(1)?;
-    win.write_local(0, &[long_double_of(0)])?;
+    let win: Window<E> = world.allocate::<E>(1)?;
+    win.write_local(0, &[of(0)])?;
     world.barrier()?;
     win.lock_all(Assert::NONE)?;
     let (mut torn, mut out) = (0u64, 0u64);
     for k in 0..rounds {
-        let mine = long_double_of(me * rounds + k + 1);
+        let mine = of(me * rounds + k + 1);
         let old = win.fetch_and_op(mine, AccOp::Replace, 0, 0)?.wait()?;
-        let seen = win
-            .get_accumulate(&[long_double_of(0)], AccOp::NoOp, 0, 0)?
-            .wait()?;
-        match (long_double_k(&old), long_double_k(&seen[0])) {
+        let seen = win.get_accumulate(&[of(0)], AccOp::NoOp, 0, 0)?.wait()?;
+        match (k_of(&old), k_of(&seen[0])) {
             (Some(k), Some(_)) => out += k,
             _ => torn += 1,
         }
@@ -258,18 +276,21 @@ fn long_doubles(world: &World) -> Result<()> {
     win.unlock_all()?;
     check(
         torn == 0,
-        "every long double read is one a rank wrote whole",
+        &format!("every {what} read is one a rank wrote whole"),
     )?;
     world.barrier()?;
     let out = world.comm().allreduce(&[out], AccOp::Sum)?[0];
     if me == 0 {
-        let last = long_double_k(&win.local_to_vec()[0]);
-        check(last.is_some(), "the last long double swapped in is whole")?;
+        let last = k_of(&win.local_to_vec()[0]);
+        check(
+            last.is_some(),
+            &format!("the last {what} swapped in is whole"),
+        )?;
         // In: 0 and every rank's 1..=n x rounds; out: every swap's and the last one.
         let swapped_in: u64 = (1..=n * rounds).sum();
         check(
             out + last.unwrap_or(0) == swapped_in,
-            "every long double swapped in came out exactly once",
+            &format!("every {what} swapped in came out exactly once"),
         )?;
     }
     win.free()?;
@@ -338,6 +359,12 @@ pub fn locs(world: &World) -> Result<()> {
         run::<LocI32>(world, fence)?;
     }
     complex(world)?;
-    long_doubles(world)?;
+    swapped_whole(world, "long double", long_double_of, long_double_k)?;
+    swapped_whole(
+        world,
+        "complex long double",
+        complex_long_double_of,
+        complex_long_double_k,
+    )?;
     across_regions(world)
 }

@@ -38,6 +38,9 @@ pub enum DataType {
     ComplexF32,
     /// [`ComplexF64`]: two `f64` (C's `double _Complex`, MPI_C_DOUBLE_COMPLEX).
     ComplexF64,
+    /// [`ComplexLongDouble`]: two [`LongDouble`] (C's `long double _Complex`,
+    /// MPI_C_LONG_DOUBLE_COMPLEX), computed with the process's long double arithmetic.
+    ComplexLongDouble,
 }
 
 impl DataType {
@@ -50,7 +53,7 @@ impl DataType {
             DataType::U64 | DataType::I64 | DataType::F64 => 8,
             DataType::LocF32 | DataType::LocI32 | DataType::LocI16 | DataType::ComplexF32 => 8,
             DataType::LocF64 | DataType::LocI64 | DataType::LongDouble | DataType::ComplexF64 => 16,
-            DataType::LocLongDouble => 32,
+            DataType::LocLongDouble | DataType::ComplexLongDouble => 32,
         }
     }
 
@@ -68,10 +71,19 @@ impl DataType {
         self.is_loc() || self.is_complex() || matches!(self, DataType::LongDouble)
     }
 
-    /// Whether the type is a complex number ([`ComplexF32`], [`ComplexF64`]): summed and
-    /// multiplied as complex numbers, updated whole.
+    /// Whether the type is a complex number ([`ComplexF32`], [`ComplexF64`],
+    /// [`ComplexLongDouble`]): summed and multiplied as complex numbers, updated whole.
     pub const fn is_complex(self) -> bool {
-        matches!(self, DataType::ComplexF32 | DataType::ComplexF64)
+        matches!(
+            self,
+            DataType::ComplexF32 | DataType::ComplexF64 | DataType::ComplexLongDouble
+        )
+    }
+
+    /// Whether sums and products of the type need the process's long double arithmetic
+    /// ([`set_long_double_arithmetic`]).
+    pub const fn needs_long_double_arithmetic(self) -> bool {
+        matches!(self, DataType::LongDouble | DataType::ComplexLongDouble)
     }
 
     /// Whether the type is a (value, location) pair of MINLOC and MAXLOC: an element
@@ -111,6 +123,7 @@ impl DataType {
             17 => LocLongDouble,
             18 => ComplexF32,
             19 => ComplexF64,
+            20 => ComplexLongDouble,
             _ => return None,
         })
     }
@@ -146,7 +159,8 @@ macro_rules! element {
 element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32 => I32,
     i64 => I64, f32 => F32, f64 => F64, LocF32 => LocF32, LocF64 => LocF64, LocI64 => LocI64,
     LocI32 => LocI32, LocI16 => LocI16, LongDouble => LongDouble,
-    LocLongDouble => LocLongDouble, ComplexF32 => ComplexF32, ComplexF64 => ComplexF64);
+    LocLongDouble => LocLongDouble, ComplexF32 => ComplexF32, ComplexF64 => ComplexF64,
+    ComplexLongDouble => ComplexLongDouble);
 
 macro_rules! complex_type {
     ($(#[$doc:meta])* $name:ident, $part:ty) => {
@@ -267,6 +281,66 @@ impl LocLongDouble {
     }
 }
 
+/// A complex number of two long doubles: C's `long double _Complex` (32 bytes,
+/// MPI_C_LONG_DOUBLE_COMPLEX).
+///
+/// Accumulated with [`AccOp::Sum`], [`AccOp::Prod`], [`AccOp::Replace`] and
+/// [`AccOp::NoOp`], atomically as a whole. Sums and products are computed with the
+/// process's long double arithmetic ([`set_long_double_arithmetic`]), a product by the
+/// textbook formula `(ac - bd) + (ad + bc) i` as MPICH's own reduction computes it (C's
+/// `*` on `long double _Complex` differs only where it recovers infinities from NaN
+/// results, Annex G).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ComplexLongDouble {
+    /// The real part.
+    pub re: LongDouble,
+    /// The imaginary part.
+    pub im: LongDouble,
+}
+
+impl ComplexLongDouble {
+    /// `re + im i`.
+    pub const fn new(re: LongDouble, im: LongDouble) -> Self {
+        ComplexLongDouble { re, im }
+    }
+
+    /// `op(self, o)` with the long double arithmetic `f` (Sum, Prod; Replace gives `o`).
+    fn op(self, op: AccOp, o: Self, f: LongDoubleArithmetic) -> Self {
+        let apply = |op: AccOp, a: LongDouble, b: LongDouble| {
+            let mut r = a.0;
+            f(op, &mut r, &b.0);
+            LongDouble(r)
+        };
+        match op {
+            AccOp::Sum => {
+                ComplexLongDouble::new(apply(op, self.re, o.re), apply(op, self.im, o.im))
+            }
+            AccOp::Prod => {
+                let product = |a, b| apply(AccOp::Prod, a, b);
+                let (ac, bd) = (product(self.re, o.re), product(self.im, o.im));
+                let (ad, bc) = (product(self.re, o.im), product(self.im, o.re));
+                ComplexLongDouble::new(
+                    apply(AccOp::Sum, ac, bd.negated()),
+                    apply(AccOp::Sum, ad, bc),
+                )
+            }
+            AccOp::Replace => o,
+            // Nothing else is valid for complex numbers (`valid_for`).
+            _ => self,
+        }
+    }
+}
+
+impl LongDouble {
+    /// The same value with its sign flipped (exact: the sign bit, byte 9's top bit).
+    pub const fn negated(self) -> LongDouble {
+        let mut b = self.0;
+        b[9] ^= 0x80;
+        LongDouble(b)
+    }
+}
+
 /// `target = op(target, origin)` on long doubles (Sum, Prod, Min, Max), as C computes.
 pub type LongDoubleArithmetic = fn(AccOp, &mut [u8; 16], &[u8; 16]);
 
@@ -293,7 +367,7 @@ pub fn long_double_arithmetic() -> Option<LongDoubleArithmetic> {
 #[inline]
 pub fn computable(op: AccOp, datatype: DataType) -> bool {
     op.valid_for(datatype)
-        && (datatype != DataType::LongDouble
+        && (!datatype.needs_long_double_arithmetic()
             || matches!(op, AccOp::Replace | AccOp::NoOp)
             || long_double_arithmetic().is_some())
 }
@@ -521,7 +595,8 @@ macro_rules! each_element {
             | DataType::LongDouble
             | DataType::LocLongDouble
             | DataType::ComplexF32
-            | DataType::ComplexF64 => {}
+            | DataType::ComplexF64
+            | DataType::ComplexLongDouble => {}
         }
     }};
     (@run $ty:ty, $target:expr, $origin:expr, $t:ident, $a:ident, $b:ident, $body:expr) => {{
@@ -563,6 +638,18 @@ pub fn accumulate(op: AccOp, datatype: DataType, target: &mut [u8], origin: &[u8
         },
         _ if datatype == DataType::ComplexF32 => complexes::<ComplexF32>(op, target, origin),
         _ if datatype == DataType::ComplexF64 => complexes::<ComplexF64>(op, target, origin),
+        _ if datatype == DataType::ComplexLongDouble => {
+            // Checked before (`computable`); without arithmetic nothing can be done.
+            if let Some(f) = long_double_arithmetic() {
+                for (tc, oc) in target.chunks_exact_mut(32).zip(origin.chunks_exact(32)) {
+                    let (t, o): (ComplexLongDouble, ComplexLongDouble) = (
+                        bytemuck::pod_read_unaligned(tc),
+                        bytemuck::pod_read_unaligned(oc),
+                    );
+                    tc.copy_from_slice(bytemuck::bytes_of(&t.op(op, o, f)));
+                }
+            }
+        }
         _ if datatype == DataType::LongDouble => {
             // Checked before (`computable`); without arithmetic nothing can be done.
             if let Some(f) = long_double_arithmetic() {
@@ -749,23 +836,96 @@ mod tests {
         assert!(computable(AccOp::Replace, DataType::LongDouble));
         assert!(!computable(AccOp::Band, DataType::LongDouble));
         assert!(!computable(AccOp::MinLoc, DataType::LongDouble));
+        assert!(computable(AccOp::NoOp, DataType::ComplexLongDouble));
+        assert!(!computable(AccOp::Max, DataType::ComplexLongDouble));
         assert_eq!(
             computable(AccOp::Sum, DataType::LongDouble),
             long_double_arithmetic().is_some()
         );
-        set_long_double_arithmetic(|op, t, o| {
-            if op == AccOp::Sum {
-                t[0] = t[0].wrapping_add(o[0]);
-            }
-        });
+        set_long_double_arithmetic(f64_arithmetic);
         assert!(computable(AccOp::Sum, DataType::LongDouble));
-        let (mut t, o) = ([2u8; 32], [3u8; 32]);
+        assert!(computable(AccOp::Prod, DataType::ComplexLongDouble));
+        let (mut t, o) = (
+            [ld(2.0), ld(-0.5)].map(|v| v.0).concat(),
+            [ld(3.0), ld(4.0)].map(|v| v.0).concat(),
+        );
         accumulate(AccOp::Sum, DataType::LongDouble, &mut t, &o);
-        assert_eq!((t[0], t[1], t[16], t[17]), (5, 2, 5, 2));
+        assert_eq!(t, [ld(5.0), ld(3.5)].map(|v| v.0).concat());
         assert_eq!(
             std::mem::size_of::<LongDouble>(),
             DataType::LongDouble.size()
         );
+    }
+
+    /// Complex long doubles: sums part by part, products by the textbook formula, replace
+    /// whole; in C's layout (real part, then imaginary, 16 bytes each).
+    #[test]
+    fn complex_long_doubles_sum_and_multiply_as_complex_numbers() {
+        set_long_double_arithmetic(f64_arithmetic);
+        let z = |re, im| ComplexLongDouble::new(ld(re), ld(im));
+        let bytes = |v: &[ComplexLongDouble]| bytemuck::cast_slice::<_, u8>(v).to_vec();
+        let mut t = bytes(&[z(1.0, 2.0), z(3.0, -1.0), z(7.0, 7.0)]);
+        let o = bytes(&[z(0.5, -4.0), z(2.0, 5.0), z(-1.0, 0.25)]);
+        let mut products = t.clone();
+        accumulate(AccOp::Sum, DataType::ComplexLongDouble, &mut t, &o);
+        assert_eq!(t, bytes(&[z(1.5, -2.0), z(5.0, 4.0), z(6.0, 7.25)]));
+        accumulate(AccOp::Prod, DataType::ComplexLongDouble, &mut products, &o);
+        // (1 + 2i)(0.5 - 4i) = 8.5 - 3i; (3 - i)(2 + 5i) = 11 + 13i; (7 + 7i)(-1 + i/4).
+        assert_eq!(
+            products,
+            bytes(&[z(8.5, -3.0), z(11.0, 13.0), z(-8.75, -5.25)])
+        );
+        accumulate(AccOp::Replace, DataType::ComplexLongDouble, &mut t, &o);
+        assert_eq!(t, o);
+        assert_eq!(
+            std::mem::size_of::<ComplexLongDouble>(),
+            DataType::ComplexLongDouble.size()
+        );
+        assert_eq!(DataType::from_code(20), Some(DataType::ComplexLongDouble));
+        assert_eq!(ld(2.0).negated(), ld(-2.0));
+    }
+
+    /// A long double of an `f64` (normal numbers and zero): the same sign, the exponent
+    /// rebiased, the mantissa with its integer bit.
+    fn ld(v: f64) -> LongDouble {
+        let bits = v.to_bits();
+        let negative = bits >> 63 == 1;
+        let exponent = ((bits >> 52) & 0x7ff) as u16;
+        if exponent == 0 {
+            return f80(negative, 0, 0);
+        }
+        f80(
+            negative,
+            exponent + 16383 - 1023,
+            (1 << 63) | ((bits & ((1 << 52) - 1)) << 11),
+        )
+    }
+
+    /// The `f64` of a long double [`ld`] made (or one as exact).
+    fn f64_of(v: &LongDouble) -> f64 {
+        let mantissa = u64::from_le_bytes(v.0[..8].try_into().expect("8 bytes"));
+        let sign_exponent = u16::from_le_bytes([v.0[8], v.0[9]]);
+        let sign = u64::from(sign_exponent >> 15) << 63;
+        let exponent = sign_exponent & 0x7fff;
+        if exponent == 0 && mantissa == 0 {
+            return f64::from_bits(sign);
+        }
+        let e64 = u64::from(exponent + 1023 - 16383);
+        f64::from_bits(sign | (e64 << 52) | ((mantissa >> 11) & ((1 << 52) - 1)))
+    }
+
+    /// Long double arithmetic through `f64`, exact for the small values of these tests
+    /// (every test of this process sets the same: the first one set stays).
+    fn f64_arithmetic(op: AccOp, t: &mut [u8; 16], o: &[u8; 16]) {
+        let (a, b) = (f64_of(&LongDouble(*t)), f64_of(&LongDouble(*o)));
+        let r = match op {
+            AccOp::Sum => a + b,
+            AccOp::Prod => a * b,
+            AccOp::Min => a.min(b),
+            AccOp::Max => a.max(b),
+            _ => a,
+        };
+        *t = ld(r).0;
     }
 
     /// An 80-bit long double of (sign, exponent, mantissa), in its 16 bytes.

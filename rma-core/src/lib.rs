@@ -101,8 +101,8 @@ pub use comm::{Comm, LocOp};
 pub use config::{AsyncProgress, Config};
 pub use datatype::{
     accumulate as apply_accumulate, set_long_double_arithmetic, AccOp, ComplexF32, ComplexF64,
-    DataType, Element, LocF32, LocF64, LocI16, LocI32, LocI64, LocLongDouble, LongDouble,
-    LongDoubleArithmetic, LongDoubleOrder,
+    ComplexLongDouble, DataType, Element, LocF32, LocF64, LocI16, LocI32, LocI64, LocLongDouble,
+    LongDouble, LongDoubleArithmetic, LongDoubleOrder,
 };
 pub use engine::Engine;
 pub use epoch::{Assert, LockType};

@@ -54,7 +54,8 @@ int rmampi_max_requests(void) { return RMAMPI_REQUESTS; }
 /* Element codes of rma (rma_core::DataType): 1 u8, 2 u16, 3 u32, 4 u64, 5 i8, 6 i16,
  * 7 i32, 8 i64, 9 f32, 10 f64, the (value, int) pairs of MINLOC/MAXLOC: 11 float,
  * 12 double, 13 64-bit integer, 14 int, 15 short, 17 long double; 16 long double (x86-64's
- * 80 bits in 16 bytes); complex numbers 18 of floats, 19 of doubles; 0: no rma element (bytes only: put
+ * 80 bits in 16 bytes); complex numbers 18 of floats, 19 of doubles, 20 of long doubles; 0: no
+ * rma element (bytes only: put
  * and get work, an accumulate other than REPLACE/NO_OP is unsupported); -1: not a
  * predefined type. */
 static int code_of_int(size_t size, int is_signed) {
@@ -115,7 +116,9 @@ int rmampi_predefined_code(MPI_Datatype t) {
         PMPI_Type_size(t, &size);
         return size == 8 ? 18 : size == 16 ? 19 : 0;
     }
-    if (t == MPI_C_LONG_DOUBLE_COMPLEX || t == MPI_CHARACTER || t == MPI_LOGICAL) return 0;
+    /* Two of x86-64's long doubles: rma's ComplexLongDouble (the same arithmetic). */
+    if (t == MPI_C_LONG_DOUBLE_COMPLEX) return sizeof(long double) == 16 ? 20 : 0;
+    if (t == MPI_CHARACTER || t == MPI_LOGICAL) return 0;
     /* The pair types of MINLOC and MAXLOC: rma's pair elements (C's struct layout). */
     if (t == MPI_FLOAT_INT) return 11;
     if (t == MPI_DOUBLE_INT) return 12;

@@ -33,8 +33,8 @@ pub struct Flat {
     /// the first block's offset, the blocks' length and their stride.
     pub pattern: Option<Pattern>,
     /// It holds a basic element wider than 8 bytes that rma has no element type for
-    /// (long double complex): MPI_REPLACE and MPI_NO_OP could move it only as several
-    /// words, which a concurrent update tears.
+    /// (long double complex where long double is not x86-64's): MPI_REPLACE and
+    /// MPI_NO_OP could move it only as several words, which a concurrent update tears.
     pub wide: bool,
 }
 

@@ -274,20 +274,25 @@ macro_rules! by_element {
                 let $v = &$w.views.complex_f64;
                 $body
             }
+            20 => {
+                type $t = rma::ComplexLongDouble;
+                let $v = &$w.views.complex_long_double;
+                $body
+            }
             _ => Err(MpiError::new(
                 int!(MPI_ERR_TYPE),
-                "accumulate on a datatype whose elements rma has no type for (long double \
-                 complex) or of mixed types",
+                "accumulate on a datatype whose elements rma has no type for (a long \
+                 double other than x86-64's) or of mixed types",
             )),
         }
     };
 }
 
 /// The element code for `op` on data of code `code`: MPI_REPLACE and MPI_NO_OP move
-/// bits, so a datatype rma has no element type for (0: long double complex, Fortran's
-/// CHARACTER and LOGICAL, mixed types) moves as the widest unsigned integers that tile
-/// it, where one word holds a whole basic element. A wider one (`wide`: long double
-/// complex) would go as several words, each atomic alone, and a reader
+/// bits, so a datatype rma has no element type for (0: Fortran's CHARACTER and LOGICAL,
+/// mixed types) moves as the widest unsigned integers that tile it, where one word holds
+/// a whole basic element. A wider one (`wide`: a long double complex where long double
+/// is not x86-64's) would go as several words, each atomic alone, and a reader
 /// racing a writer could see half of each (MPICH's atomic_get tests saw pairs whose
 /// halves came from different writers): a wrong answer is worse than a refusal, so it is
 /// MPI_ERR_TYPE.
@@ -321,8 +326,8 @@ fn would_tear() -> MpiError {
     MpiError::new(
         int!(MPI_ERR_TYPE),
         "MPI_REPLACE or MPI_NO_OP on a basic datatype wider than 8 bytes that rma has no \
-         atomic element for (long double complex): it cannot be updated atomically yet, \
-         and is refused rather than torn",
+         atomic element for (a long double complex of this platform): it cannot be updated \
+         atomically, and is refused rather than torn",
     )
 }
 

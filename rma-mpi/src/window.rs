@@ -46,6 +46,8 @@ pub struct Views {
     pub complex_f32: Elements<rma::ComplexF32>,
     /// MPI_C_DOUBLE_COMPLEX (and Fortran's DOUBLE COMPLEX).
     pub complex_f64: Elements<rma::ComplexF64>,
+    /// MPI_C_LONG_DOUBLE_COMPLEX (two of x86-64's long doubles).
+    pub complex_long_double: Elements<rma::ComplexLongDouble>,
 }
 
 impl Views {
@@ -70,6 +72,7 @@ impl Views {
             loc_long_double: w.elements(),
             complex_f32: w.elements(),
             complex_f64: w.elements(),
+            complex_long_double: w.elements(),
         }
     }
 }

@@ -168,9 +168,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "[%d] long double sum read back %.21Lg\n", rank, ld_out);
         errors++;
     }
-    /* Complex numbers are rma's ComplexF64 and ComplexF32: summed and multiplied as
-     * complex numbers, whole; MPI_MAX is not defined for them; long double complex has
-     * no rma element and is refused rather than moved in pieces. */
+    /* Complex numbers are rma's ComplexF64, ComplexF32 and ComplexLongDouble: summed
+     * and multiplied as complex numbers, whole; MPI_MAX is not defined for them. */
     double dc[2] = {1.0, 2.0}, dc_i[2] = {0.0, 1.0}, dc_out[2] = {0, 0};
     EXPECT(MPI_Accumulate(dc, 1, MPI_C_DOUBLE_COMPLEX, right, 0, 1, MPI_C_DOUBLE_COMPLEX,
                           MPI_REPLACE, win),
@@ -210,10 +209,31 @@ int main(int argc, char **argv) {
                 fc_out[1]);
         errors++;
     }
-    long double ldc[2] = {1.0L, 1.0L};
+    /* Long double complex with C's long double arithmetic: (1 + 2^-60 + 2i), plus
+     * (2^-60 - i), times i gives -1 + (1 + 2^-59)i, which no pair of doubles holds. */
+    long double ldc[2] = {1.0L + tiny, 2.0L}, ldc_sum[2] = {tiny, -1.0L},
+                ldc_i[2] = {0.0L, 1.0L}, ldc_out[2] = {0, 0};
     EXPECT(MPI_Accumulate(ldc, 1, MPI_C_LONG_DOUBLE_COMPLEX, right, 0, 1,
                           MPI_C_LONG_DOUBLE_COMPLEX, MPI_REPLACE, win),
-           MPI_ERR_TYPE);
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(ldc_sum, 1, MPI_C_LONG_DOUBLE_COMPLEX, right, 0, 1,
+                          MPI_C_LONG_DOUBLE_COMPLEX, MPI_SUM, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Accumulate(ldc_i, 1, MPI_C_LONG_DOUBLE_COMPLEX, right, 0, 1,
+                          MPI_C_LONG_DOUBLE_COMPLEX, MPI_PROD, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    EXPECT(MPI_Fetch_and_op(NULL, ldc_out, MPI_C_LONG_DOUBLE_COMPLEX, right, 0, MPI_NO_OP, win),
+           MPI_SUCCESS);
+    EXPECT(MPI_Win_flush(right, win), MPI_SUCCESS);
+    if (ldc_out[0] != -1.0L || ldc_out[1] != 1.0L + 2 * tiny) {
+        fprintf(stderr, "[%d] MPI_C_LONG_DOUBLE_COMPLEX sum and product gave %.21Lg%+.21Lgi\n",
+                rank, ldc_out[0], ldc_out[1]);
+        errors++;
+    }
+    EXPECT(MPI_Accumulate(ldc, 1, MPI_C_LONG_DOUBLE_COMPLEX, right, 0, 1,
+                          MPI_C_LONG_DOUBLE_COMPLEX, MPI_MIN, win),
+           MPI_ERR_OP);
     MPI_Datatype pairs;
     MPI_Type_contiguous(2, MPI_LONG_INT, &pairs);
     MPI_Type_commit(&pairs);

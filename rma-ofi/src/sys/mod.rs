@@ -287,7 +287,8 @@ fn datatype(dt: DataType) -> ffi::fi_datatype {
         | DataType::LongDouble
         | DataType::LocLongDouble
         | DataType::ComplexF32
-        | DataType::ComplexF64 => ffi::fi_datatype_FI_DATATYPE_LAST,
+        | DataType::ComplexF64
+        | DataType::ComplexLongDouble => ffi::fi_datatype_FI_DATATYPE_LAST,
     }
 }
 
