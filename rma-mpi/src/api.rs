@@ -928,7 +928,10 @@ fn communicate(
             }
         }
     }
-    if matches!(what, Comm::Put | Comm::Get | Comm::Accumulate(_)) {
+    if matches!(
+        what,
+        Comm::Put | Comm::Get | Comm::Accumulate(_) | Comm::PutNotify(_)
+    ) {
         if let Some((n, flat)) = contiguous_both(origin, rank, tgt) {
             // The common call: one predefined contiguous datatype, one count, both sides.
             let (addr, rank, disp) = (origin.0.cast(), rank_of(rank)?, disp as i64);
@@ -938,7 +941,10 @@ fn communicate(
                 Comm::Accumulate(op) => w
                     .accumulate_contiguous(addr, n, flat, acc_op(op)?, rank, disp)
                     .map(|()| None),
-                Comm::GetAccumulate(..) | Comm::PutNotify(_) | Comm::GetNotify(_) => {
+                Comm::PutNotify(index) => w
+                    .put_notify_contiguous(addr, n, rank, disp, notify_index(index)?)
+                    .map(|()| None),
+                Comm::GetAccumulate(..) | Comm::GetNotify(_) => {
                     unreachable!("not taken here")
                 }
             };

@@ -578,6 +578,25 @@ impl Win {
         Ok(self.rma.put(data, rank, at)?)
     }
 
+    /// MPI_Put_notify (and MPIX_Put_notify) of `n` bytes at `addr` to `disp` of `rank`,
+    /// counted by `rank`'s counter `index`, contiguous on both sides (as
+    /// [`put_contiguous`](Self::put_contiguous)).
+    #[inline(always)]
+    pub fn put_notify_contiguous(
+        &self,
+        addr: *const u8,
+        n: usize,
+        rank: Rank,
+        disp: i64,
+        index: u32,
+    ) -> MpiResult<()> {
+        self.check_rank(rank)?;
+        let at = self.byte_disp(rank, disp)?;
+        // SAFETY: as `put_contiguous`'s: `n` readable bytes at `addr` during the call.
+        let data = unsafe { std::slice::from_raw_parts(addr, n) };
+        Ok(self.rma.put_notify(data, rank, at, index)?)
+    }
+
     /// MPI_Accumulate of `n` bytes at `addr` (elements of code `code`) to `disp` of
     /// `rank`, contiguous on both sides.
     #[inline(always)]

@@ -438,15 +438,28 @@ impl<T: Element> Window<T> {
         self.raised("notify_value", || {
             let n = self.shared.own_notifications(index)?;
             let engine = &self.shared.engine;
+            let last = n.last_read.get(index as usize);
+            // Where the backend's ops all complete in their call (shared memory), no
+            // transport reports notices: each one is an origin's own atomic add, or
+            // comes with an active message that this process applied before its
+            // origin's flush could complete. A count that moved since the last read is
+            // then as current as a progress pass would make it; one that did not move
+            // gets the pass (messages may wait to be applied). A C loop polling
+            // MPI_Win_notify_get_value paid a pass of every window's state per read.
+            if self.shared.ops.is_some() {
+                let v = n.value(index);
+                if last.is_some_and(|l| l.swap(v, Ordering::Relaxed) != v) {
+                    return Ok(v);
+                }
+            }
             engine.progress()?;
             let v = n.value(index);
             // A loop of reads is a wait: where the producer may need this core, a read
             // that sees nothing new hands it over (Open MPI's progress yields when idle
             // and oversubscribed the same way). A spinning reader of 4 ranks on 2 cores
             // held the core for a scheduler slice: 4 ms a halo through librma-mpi.
-            let last = n.last_read.get(index as usize);
-            if engine.yields_while_waiting
-                && last.is_some_and(|l| l.swap(v, Ordering::Relaxed) == v)
+            if last.is_some_and(|l| l.swap(v, Ordering::Relaxed) == v)
+                && engine.yields_while_waiting
             {
                 std::thread::yield_now();
             }
