@@ -363,6 +363,20 @@ static void run(MPI_Comm comm, enum flavor f, enum sync s) {
     destroy(&w);
 }
 
+/* A delete function that counts its calls, sums the values it gets (pointers to ints)
+ * and keeps the window and extra state of its last call. */
+static int deletes, deleted_sum;
+static MPI_Win deleted_win;
+static void *deleted_extra;
+static int count_delete(MPI_Win win, int keyval, void *value, void *extra) {
+    (void)keyval;
+    deletes++;
+    deleted_sum += *(int *)value;
+    deleted_win = win;
+    deleted_extra = extra;
+    return MPI_SUCCESS;
+}
+
 static void attributes(MPI_Comm comm) {
     for (int f = 0; f < flavors; f++) {
         struct win w;
@@ -417,7 +431,25 @@ static void attributes(MPI_Comm comm) {
         OK(MPI_Win_get_attr(w.win, key, &got, &flag));
         CHECK(!flag, "deleted attribute");
         OK(MPI_Win_free_keyval(&key));
+        /* A delete function runs when its value is replaced, deleted, and when the window
+         * goes (after its keyval was freed), with the window and the extra state. */
+        static int values[3] = {1, 10, 100}, extra_state;
+        OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, count_delete, &key, &extra_state));
+        deletes = deleted_sum = 0;
+        OK(MPI_Win_set_attr(w.win, key, &values[0]));
+        OK(MPI_Win_set_attr(w.win, key, &values[1]));
+        CHECK(deletes == 1 && deleted_sum == 1, "delete on replacement: %d calls, sum %d",
+              deletes, deleted_sum);
+        CHECK(deleted_win == w.win && deleted_extra == &extra_state,
+              "delete got the window and the extra state");
+        OK(MPI_Win_delete_attr(w.win, key));
+        CHECK(deletes == 2 && deleted_sum == 11, "delete on MPI_Win_delete_attr");
+        OK(MPI_Win_set_attr(w.win, key, &values[2]));
+        OK(MPI_Win_free_keyval(&key));
+        MPI_Win freed = w.win;
         destroy(&w);
+        CHECK(deletes == 3 && deleted_sum == 111 && deleted_win == freed,
+              "delete on MPI_Win_free: %d calls, sum %d", deletes, deleted_sum);
     }
 }
 
