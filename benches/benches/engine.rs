@@ -1,8 +1,9 @@
 //! Criterion benches of the rma engine.
 //!
 //! - `post_and_issue`: the origin-side cost of one put (and of flushes and fetching ops)
-//!   as the number of targets with a live target element grows, over an in-bench "echo"
-//!   transport that is rank 0 of a large job and answers for every other rank at once;
+//!   as the number of targets with a live target element grows, over the "echo"
+//!   transport (`rma_core::sim::echo`), rank 0 of a large job that answers for every
+//!   other rank at once;
 //! - `native`: put + flush and get + flush over a transport whose native ops complete at
 //!   the next poll (`next_poll`: the engine's share of an RDMA backend's latency) or in
 //!   the call (`in_call`: as rma-verbs reports them on rxe);
@@ -11,265 +12,21 @@
 //!
 //! Run with `cargo bench -p rma-benches --bench engine`.
 
-use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_main, BenchmarkId, Criterion, Throughput};
+use rma_core::sim::echo::Echo;
 use rma_core::sim::{self, Network, Profile};
-use rma_core::transport::{
-    Capabilities, Event, Fetched, Issued, NativeAtomic, Segment, UserMemory,
-};
-use rma_core::wire::{self, flags, Body, Departure, Encoder, Kind};
-use rma_core::{
-    AccOp, Assert, Config, Engine, GlobalPool, LocalPool, Rank, Transport, TransportError, Window,
-};
+use rma_core::{AccOp, Assert, Config, Engine, GlobalPool, LocalPool, Rank, Window};
 
-/// The echo transport's own rank.
-const ME: Rank = 0;
 /// Active-target counts of `post_and_issue`.
 const TARGETS: [usize; 4] = [1, 16, 256, 4096];
 /// Ranks in the echo job: this rank plus the largest number of targets.
 const WORLD: usize = 4096 + 1;
 /// Puts between two flushes.
 const FLUSH_EVERY: u64 = 16;
-
-// ----- the echo transport ------------------------------------------------------------------
-
-/// Window memory of the echo transport: bytes behind a mutex.
-struct EchoSegment {
-    bytes: Mutex<Vec<u8>>,
-}
-
-impl EchoSegment {
-    fn with<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        f(&mut self.bytes.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-}
-
-impl Segment for EchoSegment {
-    fn len(&self) -> usize {
-        self.with(|b| b.len())
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) {
-        self.with(|b| dst.copy_from_slice(&b[offset..offset + dst.len()]));
-    }
-    fn write(&self, offset: usize, src: &[u8]) {
-        self.with(|b| b[offset..offset + src.len()].copy_from_slice(src));
-    }
-    fn update(&self, offset: usize, len: usize, f: &mut dyn FnMut(&mut [u8])) {
-        self.with(|b| f(&mut b[offset..offset + len]));
-    }
-    fn descriptor(&self) -> Vec<u8> {
-        Vec::new()
-    }
-    fn into_user_memory(self: Arc<Self>) -> Option<Box<dyn UserMemory>> {
-        None
-    }
-}
-
-#[derive(Default)]
-struct EchoState {
-    /// Packets waiting for the next poll, with their sender.
-    inbox: VecDeque<(Rank, Vec<u8>)>,
-    /// Native operations issued, completed at the next poll (token, fetched bytes).
-    completions: VecDeque<(u64, Option<Fetched>)>,
-    enc: Encoder,
-    zeros: Vec<u8>,
-}
-
-/// Rank 0 of a job of `size` ranks in which no other rank exists: whatever is sent to a
-/// peer is answered at once, as that peer's target side would answer it (acks for
-/// RMA_DONE and UNLOCK, responses of zeros for fetching ops, lock grants, and barrier
-/// and `free` messages sent straight back). Messages to itself are delivered as they are.
-///
-/// With `native`, puts and gets are native operations (as RDMA writes and reads are) that
-/// complete at the next poll: what the engine costs on such a backend, the wire excluded.
-struct Echo {
-    size: usize,
-    native: bool,
-    /// Native ops complete in the call instead of at the next poll.
-    in_call: bool,
-    state: Mutex<EchoState>,
-}
-
-impl Echo {
-    fn new(size: usize) -> Self {
-        Echo {
-            size,
-            native: false,
-            in_call: false,
-            state: Mutex::default(),
-        }
-    }
-
-    fn native(size: usize) -> Self {
-        Echo {
-            native: true,
-            ..Echo::new(size)
-        }
-    }
-
-    fn native_in_call(size: usize) -> Self {
-        Echo {
-            in_call: true,
-            ..Echo::native(size)
-        }
-    }
-
-    fn complete_later(&self, token: u64, data: Option<Fetched>) -> Result<Issued, TransportError> {
-        if self.in_call {
-            return Ok(Issued::Complete(data));
-        }
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.completions.push_back((token, data));
-        Ok(Issued::Pending)
-    }
-}
-
-impl Transport for Echo {
-    fn rank(&self) -> Rank {
-        ME
-    }
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn capabilities(&self, _target: Rank) -> Capabilities {
-        Capabilities {
-            rdma_write: self.native,
-            rdma_read: self.native,
-            ..Capabilities::ACTIVE_MESSAGES_ONLY
-        }
-    }
-    fn allocate(
-        &self,
-        len: usize,
-        _shared: Option<&rma_core::SharedAmong<'_>>,
-    ) -> Result<Arc<dyn Segment>, TransportError> {
-        Ok(Arc::new(EchoSegment {
-            bytes: Mutex::new(vec![0; len]),
-        }))
-    }
-    fn expose(&self, mut memory: Box<dyn UserMemory>) -> Result<Arc<dyn Segment>, TransportError> {
-        Ok(Arc::new(EchoSegment {
-            bytes: Mutex::new(memory.bytes_mut().to_vec()),
-        }))
-    }
-    fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>, TransportError> {
-        Ok(vec![mine.to_vec(); self.size])
-    }
-    fn barrier(&self) -> Result<(), TransportError> {
-        Ok(())
-    }
-
-    fn send(&self, target: Rank, packet: &[u8]) -> Result<(), TransportError> {
-        if target as usize >= self.size {
-            return Err(TransportError::PeerUnreachable(target));
-        }
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if target == ME {
-            st.inbox.push_back((ME, packet.to_vec()));
-            return Ok(());
-        }
-        let p = wire::decode(packet).map_err(|e| TransportError::Failed(format!("echo: {e}")))?;
-        let ack = p.flags & (flags::DONE | flags::UNLOCK) != 0;
-        let fetched = match &p.body {
-            Body::Get { token, extent } | Body::GetAccumulate { token, extent, .. } => {
-                Some((*token, extent.bytes() as usize))
-            }
-            Body::CompareAndSwap { token, compare, .. } => Some((*token, compare.len())),
-            _ => None,
-        };
-        let EchoState {
-            inbox, enc, zeros, ..
-        } = &mut *st;
-        let reply: Option<&[u8]> = match (fetched, &p.body) {
-            (Some((token, len)), _) => {
-                zeros.resize(zeros.len().max(len), 0);
-                let fl = if ack { flags::ACK } else { 0 };
-                Some(
-                    enc.start(Kind::Response, fl, p.win, 0)
-                        .u64(token)
-                        .u8(1)
-                        .bytes(&zeros[..len])
-                        .finish(),
-                )
-            }
-            (None, Body::Barrier { seq, round }) => {
-                // Counts as the arrival the dissemination round waits for.
-                Some(
-                    enc.start(Kind::Barrier, 0, p.win, 0)
-                        .u32(*seq)
-                        .u8(*round)
-                        .finish(),
-                )
-            }
-            (None, Body::Depart { what, seq }) if *what == Departure::Free => {
-                // `free`'s exchange: every member says it frees the window.
-                Some(
-                    enc.start(Kind::Depart, 0, p.win, 0)
-                        .u8(Departure::Free as u8)
-                        .u32(*seq)
-                        .finish(),
-                )
-            }
-            _ if p.kind == Kind::Lock => Some(enc.start(Kind::LockGranted, 0, p.win, 0).finish()),
-            _ if ack => Some(enc.start(Kind::Ack, 0, p.win, 0).finish()),
-            _ => None,
-        };
-        if let Some(bytes) = reply {
-            inbox.push_back((target, bytes.to_vec()));
-        }
-        Ok(())
-    }
-
-    fn put(&self, _: u32, _: Rank, _: u64, _: &[u8], token: u64) -> Result<Issued, TransportError> {
-        if !self.native {
-            return Err(TransportError::Unsupported("echo: no native put"));
-        }
-        self.complete_later(token, None)
-    }
-    fn get(
-        &self,
-        _: u32,
-        _: Rank,
-        _: u64,
-        len: usize,
-        token: u64,
-    ) -> Result<Issued, TransportError> {
-        if !self.native {
-            return Err(TransportError::Unsupported("echo: no native get"));
-        }
-        self.complete_later(token, Some(Fetched::zeroed(len)))
-    }
-    fn atomic(
-        &self,
-        _: u32,
-        _: Rank,
-        _: u64,
-        _: NativeAtomic<'_>,
-        _: u64,
-    ) -> Result<Issued, TransportError> {
-        Err(TransportError::Unsupported("echo: no native atomics"))
-    }
-
-    fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let n = st.inbox.len() + st.completions.len();
-        events.extend(
-            st.inbox
-                .drain(..)
-                .map(|(from, data)| Event::Received { from, data }),
-        );
-        events.extend(
-            st.completions
-                .drain(..)
-                .map(|(token, data)| Event::Completed { token, data }),
-        );
-        Ok(n)
-    }
-}
 
 // ----- post_and_issue ----------------------------------------------------------------------
 

@@ -675,7 +675,7 @@ impl Engine {
             id,
             kind,
             e.clone(),
-            remote,
+            &remote,
             memory,
             anchor,
             comm.cloned(),

@@ -84,6 +84,7 @@ mod error;
 mod group;
 mod node_collective;
 mod op_table;
+mod per_rank;
 mod pool;
 mod progress;
 mod request;

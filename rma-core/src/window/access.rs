@@ -392,9 +392,12 @@ impl WinState {
         }
     }
 
+    /// Whether `rank`'s lock is a word the backend takes natively. Every target of a lock
+    /// is a member of the window: where all members' are (one backend, shared memory),
+    /// one flag answers without the per-rank table.
     #[inline]
     pub(super) fn native_locks(w: &WindowShared, rank: Rank) -> bool {
-        w.caps(rank).native_locks
+        w.members_lock_natively || w.caps(rank).native_locks
     }
 
     /// Asks for `rank`'s lock: natively (one attempt now, retried by progress) or by a

@@ -216,7 +216,7 @@ impl<T: Element> Window<T> {
         let per_piece = (max.saturating_sub(128) as usize / Self::SIZE).max(1);
         let disp_unit = match w.kind {
             WindowKind::Dynamic => 1,
-            _ => w.remote[target as usize].disp_unit.max(1) as usize,
+            _ => w.remote.get(target).disp_unit.max(1) as usize,
         };
         if !Self::SIZE.is_multiple_of(disp_unit) {
             // A piece could not start on a displacement: refuse as before.
@@ -1188,7 +1188,7 @@ impl<T: Element> Window<T> {
     pub fn len_of(&self, rank: Rank) -> Result<usize> {
         self.raised("len_of", || {
             let rank = self.shared.world(rank)?;
-            let r = &self.shared.remote[rank as usize];
+            let r = self.shared.remote.get(rank);
             Ok(r.len as usize / Self::SIZE)
         })
     }
@@ -1213,7 +1213,7 @@ impl<T: Element> Window<T> {
                 .engine
                 .transport
                 .shared_base(self.shared.id, rank)
-                .map(|base| (base, self.shared.remote[rank as usize].len as usize))
+                .map(|base| (base, self.shared.remote.get(rank).len as usize))
                 .ok_or_else(|| {
                     UsageError::Unsupported {
                         what: "peer memory not shared with this process",

@@ -31,6 +31,7 @@ use crate::epoch::{Assert, LockInfo, LockType, PscwAccess, TargetState, WindowEp
 use crate::error::{Error, PeerError, Result, TransportError, UsageError};
 use crate::group::Group;
 use crate::op_table::{ByteSpan, OpElem, OpKind, OpTable, SyncFlag, TargetElem};
+use crate::per_rank::PerRank;
 use crate::pool::LocalPool;
 use crate::request::{Request, RequestState};
 use crate::stats::{Counters, Stats};
@@ -139,7 +140,9 @@ pub(crate) struct WindowShared {
     pub id: u32,
     pub kind: WindowKind,
     pub engine: Arc<EngineShared>,
-    pub remote: Vec<RemoteSegment>,
+    /// Every target's window length and displacement unit, in runs of equal values
+    /// ([`PerRank`]): flat in the job's size where the members' windows are alike.
+    pub remote: PerRank<TargetMemory>,
     pub memory: RwLock<Memory>,
     /// A dynamic window's part of this rank where the backend reaches attached regions
     /// natively ([`Transport::allocate_dynamic`](crate::transport::Transport::allocate_dynamic)),
@@ -148,8 +151,8 @@ pub(crate) struct WindowShared {
     pub state: StateLock<WinState>,
     pub counters: Counters,
     /// Per-target route: index into `classes`, decided once at creation (the native
-    /// capabilities of the backend toward that target on this window).
-    routes: Vec<u8>,
+    /// capabilities of the backend toward that target on this window), in runs.
+    routes: PerRank<u8>,
     classes: Vec<crate::transport::Capabilities>,
     /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
     shares_memory: bool,
@@ -184,6 +187,16 @@ pub(crate) struct WindowShared {
     comm: Option<Comm>,
     /// The notification counters of notified access ([`notify`]), while set.
     pub(crate) notify: RwLock<Option<Arc<notify::Notifications>>>,
+}
+
+/// What an origin checks its ops against in a target's window (the backend's key of it
+/// goes to the backend at creation and is not kept here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct TargetMemory {
+    /// Bytes in the target's window.
+    pub len: u64,
+    /// The target's displacement unit.
+    pub disp_unit: u32,
 }
 
 /// The World ranks of a window's members, without allocating.

@@ -9,7 +9,7 @@ impl WindowShared {
         id: u32,
         kind: WindowKind,
         engine: Arc<EngineShared>,
-        remote: Vec<RemoteSegment>,
+        remote: &[RemoteSegment],
         memory: Memory,
         anchor: Option<Arc<dyn Segment>>,
         comm: Option<Comm>,
@@ -23,7 +23,8 @@ impl WindowShared {
         };
         let direct = Arc::new(DirectAccess::new(engine.size, members, blocks_in_call));
         let state = StateLock::new(WinState::new(&engine, direct.clone()));
-        // Capabilities per target, once: a byte per rank and the few distinct classes.
+        // Capabilities per target, once: the few distinct classes, and which class each
+        // rank's is (in runs: consecutive ranks usually share one).
         let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
         let routes = (0..engine.size as Rank)
             .map(|r| {
@@ -37,13 +38,14 @@ impl WindowShared {
                 }
             })
             .collect::<Vec<u8>>();
+        let routes = PerRank::new(&routes);
         let shares_memory = classes.iter().any(|c| c.shared_memory);
         let members_lock_natively = match &group {
             None => classes.iter().all(|c| c.native_locks),
             Some(g) => g
                 .members()
                 .iter()
-                .all(|&r| classes[routes[r as usize] as usize].native_locks),
+                .all(|&r| classes[*routes.get(r) as usize].native_locks),
         };
         WindowShared {
             members_lock_natively,
@@ -56,7 +58,15 @@ impl WindowShared {
             id,
             kind,
             engine,
-            remote,
+            remote: PerRank::new(
+                &remote
+                    .iter()
+                    .map(|r| TargetMemory {
+                        len: r.len,
+                        disp_unit: r.disp_unit,
+                    })
+                    .collect::<Vec<_>>(),
+            ),
             memory: RwLock::new(memory),
             anchor: Mutex::new(anchor),
             state,
@@ -279,7 +289,7 @@ impl WindowShared {
             // so one comparison with the window's length is the whole check. A block
             // inside the window fits in 64 bits and in the address space (the window
             // does); anything else goes the checked way below, which names the error.
-            let r = &self.remote[target as usize];
+            let r = self.remote.get(target);
             let offset = u128::from(disp) * u128::from(r.disp_unit);
             let len = layout.block as u128 * elem as u128;
             if offset + len <= u128::from(r.len) {
@@ -325,7 +335,7 @@ impl WindowShared {
             // Addresses come from `attach`; the target checks them against its regions.
             return extent(disp);
         }
-        let r = &self.remote[target as usize];
+        let r = self.remote.get(target);
         let offset = disp
             .checked_mul(u64::from(r.disp_unit))
             .ok_or(UsageError::TooLarge {
@@ -418,7 +428,7 @@ impl WindowShared {
     /// The backend's native capabilities toward `target` on this window.
     #[inline]
     pub(crate) fn caps(&self, target: Rank) -> &crate::transport::Capabilities {
-        &self.classes[self.routes[target as usize] as usize]
+        &self.classes[*self.routes.get(target) as usize]
     }
 
     pub(super) fn native_allowed(

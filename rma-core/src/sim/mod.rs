@@ -10,8 +10,7 @@
 //! libfabric's tcp providers carry them) and [`Profile::SharedMemory`]. It proves
 //! protocol logic; real multi-process proof is the backends'.
 
-/// The largest window a simulated rank allocates (1 GiB).
-const SIM_MAX_WINDOW: usize = 1 << 30;
+pub mod echo;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +24,9 @@ use crate::transport::{
     UserMemory,
 };
 use crate::{Config, Engine, Rank};
+
+/// The largest window a simulated rank allocates (1 GiB).
+const SIM_MAX_WINDOW: usize = 1 << 30;
 
 /// What the simulated network does natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
