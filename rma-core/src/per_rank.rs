@@ -13,6 +13,8 @@ use crate::Rank;
 /// One `T` per rank of `0..len` (see the module's docs).
 #[derive(Debug, Clone)]
 pub(crate) struct PerRank<T> {
+    /// The ranks `0..ranks` the table has a value for.
+    ranks: Rank,
     /// Where each run after the first starts (ascending); empty when `values` has one
     /// value per rank.
     starts: Box<[Rank]>,
@@ -21,11 +23,17 @@ pub(crate) struct PerRank<T> {
 }
 
 impl<T: Copy + PartialEq> PerRank<T> {
-    /// The table of `values`, one per rank in rank order (at least one).
+    /// The table of `values`, one per rank in rank order.
     pub(crate) fn new(values: &[T]) -> Self {
-        assert!(!values.is_empty(), "a job has a rank");
+        let Some(&first) = values.first() else {
+            return PerRank {
+                ranks: 0,
+                starts: Box::new([]),
+                values: Box::new([]),
+            };
+        };
         let mut starts = Vec::new();
-        let mut runs = vec![values[0]];
+        let mut runs = vec![first];
         for (rank, v) in values.iter().enumerate().skip(1) {
             if *v != runs[runs.len() - 1] {
                 starts.push(rank as Rank);
@@ -35,11 +43,13 @@ impl<T: Copy + PartialEq> PerRank<T> {
         let run_bytes = runs.len() * (size_of::<T>() + size_of::<Rank>());
         if runs.len() > 1 && run_bytes >= size_of_val(values) {
             return PerRank {
+                ranks: values.len() as Rank,
                 starts: Box::new([]),
                 values: values.into(),
             };
         }
         PerRank {
+            ranks: values.len() as Rank,
             starts: starts.into(),
             values: runs.into(),
         }
@@ -56,6 +66,11 @@ impl<T: Copy + PartialEq> PerRank<T> {
         self.get_varied(rank)
     }
 
+    /// `rank`'s value, or `None` past the table's ranks.
+    pub(crate) fn get_checked(&self, rank: Rank) -> Option<&T> {
+        (rank < self.ranks).then(|| self.get(rank))
+    }
+
     fn get_varied(&self, rank: Rank) -> &T {
         if self.starts.is_empty() {
             return &self.values[rank as usize];
@@ -66,7 +81,7 @@ impl<T: Copy + PartialEq> PerRank<T> {
 
     /// Bytes the table holds on the heap.
     #[cfg(test)]
-    fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.starts.len() * size_of::<Rank>() + self.values.len() * size_of::<T>()
     }
 }
@@ -79,7 +94,9 @@ mod tests {
         let t = PerRank::new(values);
         for (rank, v) in values.iter().enumerate() {
             assert_eq!(t.get(rank as Rank), v, "rank {rank} of {values:?}");
+            assert_eq!(t.get_checked(rank as Rank), Some(v));
         }
+        assert_eq!(t.get_checked(values.len() as Rank), None);
         assert!(
             t.heap_bytes() <= values.len() * 8,
             "never more than an array"
@@ -92,6 +109,7 @@ mod tests {
         let t = check(&vec![42; 65_536]);
         assert_eq!(t.heap_bytes(), 8);
         check(&[5]);
+        assert_eq!(PerRank::<u64>::new(&[]).get_checked(0), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::datatype::{AccOp, DataType, Element};
 use crate::error::TransportError;
+use crate::per_rank::PerRank;
 use crate::Rank;
 
 /// What a backend does natively toward one target. The engine picks, per operation, the
@@ -672,13 +673,17 @@ impl Periodic {
 /// Per window, what a network backend keeps about each rank's part (registered address,
 /// key, length): filled by [`Transport::window_ready`], emptied by
 /// [`Transport::window_freed`], read on every native operation. Window ids are small and
-/// dense (the engine numbers them in order), so this is a vector indexed by id.
+/// dense (the engine numbers them in order), so this is a vector indexed by id. Each
+/// window's entries are kept in runs of equal ones: where the provider takes the keys the
+/// backend asks for and names offsets rather than addresses (libfabric's tcp, `mr_mode`
+/// 0), the members of a window of one size have one entry between them, and the table
+/// does not grow with the job.
 #[derive(Debug)]
 pub struct PeerTables<M> {
-    windows: std::sync::RwLock<Vec<Option<Vec<Option<M>>>>>,
+    windows: std::sync::RwLock<Vec<Option<PerRank<Option<M>>>>>,
 }
 
-impl<M: Copy> Default for PeerTables<M> {
+impl<M: Copy + PartialEq> Default for PeerTables<M> {
     fn default() -> Self {
         PeerTables {
             windows: std::sync::RwLock::new(Vec::new()),
@@ -686,10 +691,11 @@ impl<M: Copy> Default for PeerTables<M> {
     }
 }
 
-impl<M: Copy> PeerTables<M> {
+impl<M: Copy + PartialEq> PeerTables<M> {
     /// Window `win`'s entries, one per rank (`None`: that rank is reached by active
     /// messages).
     pub fn insert(&self, win: u32, peers: Vec<Option<M>>) {
+        let peers = PerRank::new(&peers);
         let mut ws = self.windows.write().unwrap_or_else(|e| e.into_inner());
         if ws.len() <= win as usize {
             ws.resize_with(win as usize + 1, || None);
@@ -710,7 +716,7 @@ impl<M: Copy> PeerTables<M> {
         let ws = self.windows.read().unwrap_or_else(|e| e.into_inner());
         ws.get(win as usize)?
             .as_ref()?
-            .get(rank as usize)
+            .get_checked(rank)
             .copied()
             .flatten()
     }
@@ -1092,6 +1098,29 @@ pub trait Transport: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_tables_keep_alike_entries_once() {
+        let tables = PeerTables::<(u64, u64)>::default();
+        // libfabric's tcp: offset 0 and the key every rank asked for, on 65,536 ranks.
+        tables.insert(3, vec![Some((0, 7)); 65_536]);
+        // Addresses and keys of their own (verbs): one entry each.
+        let own: Vec<_> = (0..64u64).map(|r| Some((r << 12, r + 100))).collect();
+        tables.insert(0, own.clone());
+        assert_eq!(tables.get(3, 0), Some((0, 7)));
+        assert_eq!(tables.get(3, 65_535), Some((0, 7)));
+        assert_eq!(tables.get(3, 65_536), None, "past the job");
+        for (rank, entry) in own.iter().enumerate() {
+            assert_eq!(tables.get(0, rank as Rank), *entry);
+        }
+        assert_eq!(tables.get(1, 0), None, "a window never made");
+        {
+            let ws = tables.windows.read().unwrap();
+            assert_eq!(ws[3].as_ref().unwrap().heap_bytes(), 24, "one entry");
+        }
+        tables.remove(3);
+        assert_eq!(tables.get(3, 0), None);
+    }
 
     #[test]
     fn all_atomics_is_every_valid_pair() {

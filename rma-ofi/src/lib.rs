@@ -329,7 +329,7 @@ struct NativeOp {
 }
 
 /// How this process reaches one rank's part of one window natively.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RemoteMem {
     /// Address to name in RMA calls for offset 0 (virtual address or 0).
     addr: u64,

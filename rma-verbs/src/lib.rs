@@ -261,7 +261,7 @@ struct Peer {
 }
 
 /// How this process reaches one rank's part of one window natively.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RemoteMem {
     addr: u64,
     rkey: u32,
