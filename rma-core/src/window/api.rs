@@ -920,6 +920,7 @@ impl<T: Element> Window<T> {
     }
 
     /// Atomic fetch-and-op on one element; the request's value is the old value.
+    #[inline(always)]
     pub fn fetch_and_op(&self, value: T, op: AccOp, target: Rank, disp: u64) -> Result<Request<T>> {
         let mut old = T::zeroed();
         Ok(self
@@ -931,6 +932,12 @@ impl<T: Element> Window<T> {
     /// backend completes it in the call (shared memory): `None` then, with no request
     /// made; otherwise the request that carries it (`old` untouched). MPI_Fetch_and_op's
     /// form, for a caller that keeps the result's place.
+    ///
+    /// Inline with its direct path, `raised`'s work written out, as
+    /// [`get_into`](Self::get_into): a request returned from out of line came back
+    /// through the stack, written in words and read in other widths (store-forwarding
+    /// stalls; perf, osu_fop_latency: over half the loop's samples on those reads).
+    #[inline(always)]
     pub fn fetch_and_op_into(
         &self,
         value: T,
@@ -939,35 +946,66 @@ impl<T: Element> Window<T> {
         disp: u64,
         old: &mut T,
     ) -> Result<Option<Request<T>>> {
-        self.raised("fetch_and_op", || {
-            let target = self.shared.world(target)?;
-            Self::check_op(op)?;
-            let extent = self
-                .shared
-                .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-            if let Some(done) = self.fetch_direct(
-                bytemuck::bytes_of(&value),
-                op,
-                target,
-                extent,
-                bytemuck::bytes_of_mut(old),
-            ) {
-                return done.map(|()| None);
-            }
-            let posted = self.shared.post(Self::desc(
-                OpKind::GetAccumulate,
-                target,
-                extent,
-                Some(op),
-                bytemuck::bytes_of(&value),
-                true,
-            ))?;
-            Ok(Some(self.request(posted, target, to_one::<T>)))
-        })
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            return Err(self.local_access_refused("fetch_and_op"));
+        }
+        let fetched = match self.shared.world(target) {
+            Ok(target) => self.fetch_and_op_direct(value, op, target, disp, old),
+            Err(e) => Err(e),
+        };
+        fetched.map_err(|e| self.shared.raised("fetch_and_op", e))
+    }
+
+    /// [`fetch_and_op_into`](Self::fetch_and_op_into) toward World rank `target`: the
+    /// direct path here, the rest out of line.
+    #[inline(always)]
+    fn fetch_and_op_direct(
+        &self,
+        value: T,
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        old: &mut T,
+    ) -> Result<Option<Request<T>>> {
+        Self::check_op(op)?;
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+        if let Some(done) = self.fetch_direct(
+            bytemuck::bytes_of(&value),
+            op,
+            target,
+            extent,
+            bytemuck::bytes_of_mut(old),
+        ) {
+            return done.map(|()| None);
+        }
+        self.fetch_and_op_posted(value, op, target, extent)
+    }
+
+    /// [`fetch_and_op_direct`](Self::fetch_and_op_direct) past the direct path.
+    #[inline(never)]
+    fn fetch_and_op_posted(
+        &self,
+        value: T,
+        op: AccOp,
+        target: Rank,
+        extent: Extent,
+    ) -> Result<Option<Request<T>>> {
+        let posted = self.shared.post(Self::desc(
+            OpKind::GetAccumulate,
+            target,
+            extent,
+            Some(op),
+            bytemuck::bytes_of(&value),
+            true,
+        ))?;
+        Ok(Some(self.request(posted, target, to_one::<T>)))
     }
 
     /// Atomic compare-and-swap of one element: `swap` replaces it if it equals `compare`
     /// (bitwise). The request's value is the old value.
+    #[inline(always)]
     pub fn compare_and_swap(
         &self,
         compare: T,
@@ -983,7 +1021,8 @@ impl<T: Element> Window<T> {
 
     /// [`compare_and_swap`](Self::compare_and_swap) whose old value lands in `old` where
     /// the backend completes it in the call, as
-    /// [`fetch_and_op_into`](Self::fetch_and_op_into).
+    /// [`fetch_and_op_into`](Self::fetch_and_op_into) (and inline as it is).
+    #[inline(always)]
     pub fn compare_and_swap_into(
         &self,
         compare: T,
@@ -992,48 +1031,77 @@ impl<T: Element> Window<T> {
         disp: u64,
         old: &mut T,
     ) -> Result<Option<Request<T>>> {
-        self.raised("compare_and_swap", || {
-            let target = self.shared.world(target)?;
-            if !T::DATATYPE.is_integer() {
-                // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
-                // not bitwise: -0.0 == 0.0, NaN != NaN).
-                return Err(UsageError::Unsupported {
-                    what: "compare_and_swap on floating-point elements (MPI allows integer \
-                       types only)",
-                }
-                .into());
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            return Err(self.local_access_refused("compare_and_swap"));
+        }
+        let swapped = match self.shared.world(target) {
+            Ok(target) => self.compare_and_swap_direct(compare, swap, target, disp, old),
+            Err(e) => Err(e),
+        };
+        swapped.map_err(|e| self.shared.raised("compare_and_swap", e))
+    }
+
+    /// [`compare_and_swap_into`](Self::compare_and_swap_into) toward World rank `target`:
+    /// the direct path here, the rest out of line.
+    #[inline(always)]
+    fn compare_and_swap_direct(
+        &self,
+        compare: T,
+        swap: T,
+        target: Rank,
+        disp: u64,
+        old: &mut T,
+    ) -> Result<Option<Request<T>>> {
+        if !T::DATATYPE.is_integer() {
+            // MPI-4.1 12.3.4: integer, logical and byte types only (equality of floats is
+            // not bitwise: -0.0 == 0.0, NaN != NaN).
+            return Err(UsageError::Unsupported {
+                what: "compare_and_swap on floating-point elements (MPI allows integer \
+                   types only)",
             }
-            let extent = self
-                .shared
-                .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
-            // Compare then swap, side by side on the stack (elements are at most 8
-            // bytes).
-            let atomic = NativeAtomic::CompareAndSwap {
-                datatype: T::DATATYPE,
-                compare: bytemuck::bytes_of(&compare),
-                swap: bytemuck::bytes_of(&swap),
-            };
-            if let Some(done) = self.shared.atomic_direct_into(
-                target,
-                extent.offset,
-                atomic,
-                bytemuck::bytes_of_mut(old),
-            ) {
-                return done.map(|()| None);
-            }
-            let mut pair = [0u8; 16];
-            pair[..Self::SIZE].copy_from_slice(bytemuck::bytes_of(&compare));
-            pair[Self::SIZE..2 * Self::SIZE].copy_from_slice(bytemuck::bytes_of(&swap));
-            let posted = self.shared.post(Self::desc(
-                OpKind::CompareAndSwap,
-                target,
-                extent,
-                None,
-                &pair[..2 * Self::SIZE],
-                true,
-            ))?;
-            Ok(Some(self.request(posted, target, to_one::<T>)))
-        })
+            .into());
+        }
+        let extent = self
+            .shared
+            .extent(target, disp, Layout::contiguous(1), Self::SIZE)?;
+        // Compare then swap, side by side on the stack (elements are at most 8 bytes).
+        let atomic = NativeAtomic::CompareAndSwap {
+            datatype: T::DATATYPE,
+            compare: bytemuck::bytes_of(&compare),
+            swap: bytemuck::bytes_of(&swap),
+        };
+        if let Some(done) = self.shared.atomic_direct_into(
+            target,
+            extent.offset,
+            atomic,
+            bytemuck::bytes_of_mut(old),
+        ) {
+            return done.map(|()| None);
+        }
+        self.compare_and_swap_posted(compare, swap, target, extent)
+    }
+
+    /// [`compare_and_swap_direct`](Self::compare_and_swap_direct) past the direct path.
+    #[inline(never)]
+    fn compare_and_swap_posted(
+        &self,
+        compare: T,
+        swap: T,
+        target: Rank,
+        extent: Extent,
+    ) -> Result<Option<Request<T>>> {
+        let mut pair = [0u8; 16];
+        pair[..Self::SIZE].copy_from_slice(bytemuck::bytes_of(&compare));
+        pair[Self::SIZE..2 * Self::SIZE].copy_from_slice(bytemuck::bytes_of(&swap));
+        let posted = self.shared.post(Self::desc(
+            OpKind::CompareAndSwap,
+            target,
+            extent,
+            None,
+            &pair[..2 * Self::SIZE],
+            true,
+        ))?;
+        Ok(Some(self.request(posted, target, to_one::<T>)))
     }
 
     /// Fence (MPI_Win_fence). Ends the previous fence epoch, completing each of its
