@@ -865,6 +865,7 @@ impl<T: Element> Window<T> {
     /// in `result` (of `data.len()` elements; MPI_Get_accumulate's result buffer), which
     /// stays borrowed by the returned [`GetInto`] until it is waited on. Where the
     /// backend completes the op in the call (shared memory) nothing is allocated.
+    #[inline(always)]
     pub fn get_accumulate_into<'b>(
         &self,
         data: &[T],
@@ -873,49 +874,83 @@ impl<T: Element> Window<T> {
         disp: u64,
         result: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
-        self.raised("get_accumulate_into", || {
-            if result.len() != data.len() {
-                return Err(UsageError::BadLayout.into());
-            }
-            let target = self.shared.world(target)?;
-            Self::check_op(op)?;
-            let layout = Layout::contiguous(data.len());
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            if let Some(done) = self.fetch_direct(
-                bytemuck::cast_slice(data),
-                op,
-                target,
-                extent,
-                bytemuck::cast_slice_mut(&mut *result),
-            ) {
-                done?;
-                return Ok(GetInto {
-                    buf: result,
-                    pending: None,
-                });
-            }
-            let kind = OpKind::GetAccumulate;
-            if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
-                let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
-                let pending = Some(Request::joined(parts, |bytes| bytes));
-                return Ok(GetInto {
-                    buf: result,
-                    pending,
-                });
-            }
-            let posted = self.shared.post(Self::desc(
-                kind,
-                target,
-                extent,
-                Some(op),
-                bytemuck::cast_slice(data),
-                true,
-            ))?;
-            let pending = Some(self.request(posted, target, |bytes| bytes));
-            Ok(GetInto {
+        // Inline with its direct path, `raised`'s work written out, as `get_into`.
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            return Err(self.local_access_refused("get_accumulate_into"));
+        }
+        let got = match self.shared.world(target) {
+            Ok(target) => self.get_accumulate_direct(data, op, target, disp, result),
+            Err(e) => Err(e),
+        };
+        got.map_err(|e| self.shared.raised("get_accumulate_into", e))
+    }
+
+    /// [`get_accumulate_into`](Self::get_accumulate_into) toward World rank `target`:
+    /// the direct path here, the rest out of line.
+    #[inline(always)]
+    fn get_accumulate_direct<'b>(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        result: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        if result.len() != data.len() {
+            return Err(UsageError::BadLayout.into());
+        }
+        Self::check_op(op)?;
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(done) = self.fetch_direct(
+            bytemuck::cast_slice(data),
+            op,
+            target,
+            extent,
+            bytemuck::cast_slice_mut(&mut *result),
+        ) {
+            done?;
+            return Ok(GetInto {
+                buf: result,
+                pending: None,
+            });
+        }
+        self.get_accumulate_posted(data, op, target, disp, extent, result)
+    }
+
+    /// [`get_accumulate_direct`](Self::get_accumulate_direct) past the direct path.
+    #[inline(never)]
+    fn get_accumulate_posted<'b>(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        extent: Extent,
+        result: &'b mut [T],
+    ) -> Result<GetInto<'b, T>> {
+        let kind = OpKind::GetAccumulate;
+        let layout = Layout::contiguous(data.len());
+        if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+            let parts = self.post_pieces(kind, Some(op), target, p, data, true)?;
+            let pending = Some(Request::joined(parts, |bytes| bytes));
+            return Ok(GetInto {
                 buf: result,
                 pending,
-            })
+            });
+        }
+        let posted = self.shared.post(Self::desc(
+            kind,
+            target,
+            extent,
+            Some(op),
+            bytemuck::cast_slice(data),
+            true,
+        ))?;
+        let pending = Some(self.request(posted, target, |bytes| bytes));
+        Ok(GetInto {
+            buf: result,
+            pending,
         })
     }
 
