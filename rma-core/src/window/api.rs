@@ -495,23 +495,37 @@ impl<T: Element> Window<T> {
     }
 
     /// Puts `data` at element displacement `disp` of `target`'s window.
+    #[inline(always)]
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
-        self.raised("put", || {
-            let target = self.shared.world(target)?;
-            // Contiguous on both sides: nothing to gather.
-            let layout = Layout::contiguous(data.len());
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            if let Some(done) =
-                (self.shared).put_direct(target, extent.offset, bytemuck::cast_slice(data))
-            {
-                return done;
-            }
-            self.post_contiguous_put(data, target, disp, extent)
-        })
+        // Inline with its direct path, `raised`'s work written out, as `get_into`.
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            return Err(self.local_access_refused("put"));
+        }
+        let done = match self.shared.world(target) {
+            Ok(target) => self.put_contiguous(data, target, disp),
+            Err(e) => Err(e),
+        };
+        done.map_err(|e| self.shared.raised("put", e))
+    }
+
+    /// [`put`](Self::put) toward World rank `target`: the direct path here, the rest out
+    /// of line.
+    #[inline(always)]
+    fn put_contiguous(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
+        // Contiguous on both sides: nothing to gather.
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(done) =
+            (self.shared).put_direct(target, extent.offset, bytemuck::cast_slice(data))
+        {
+            return done;
+        }
+        self.post_contiguous_put(data, target, disp, extent)
     }
 
     /// Posts a put of the contiguous `data` to `extent` (at `disp`) of World rank
     /// `target`: in pieces where one op cannot carry it.
+    #[inline(never)]
     pub(super) fn post_contiguous_put(
         &self,
         data: &[T],
@@ -726,36 +740,63 @@ impl<T: Element> Window<T> {
 
     /// Accumulates `data` into `target`'s window with `op`, element-wise and atomically
     /// with respect to other accumulates.
+    #[inline(always)]
     pub fn accumulate(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
-        self.raised("accumulate", || {
-            let target = self.shared.world(target)?;
-            Self::check_op(op)?;
-            // Contiguous on both sides: nothing to gather, the caller's elements go as
-            // they are.
-            let layout = Layout::contiguous(data.len());
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            if let Some(done) =
-                self.accumulate_direct_discarding(bytemuck::cast_slice(data), op, target, extent)
-            {
-                return done;
-            }
-            let kind = OpKind::Accumulate;
-            if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
-                return self
-                    .post_pieces(kind, Some(op), target, p, data, false)
-                    .map(drop);
-            }
-            self.shared
-                .post(Self::desc(
-                    kind,
-                    target,
-                    extent,
-                    Some(op),
-                    bytemuck::cast_slice(data),
-                    false,
-                ))
-                .map(drop)
-        })
+        // Inline with its direct path, `raised`'s work written out, as `get_into`.
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            return Err(self.local_access_refused("accumulate"));
+        }
+        let done = match self.shared.world(target) {
+            Ok(target) => self.accumulate_contiguous(data, op, target, disp),
+            Err(e) => Err(e),
+        };
+        done.map_err(|e| self.shared.raised("accumulate", e))
+    }
+
+    /// [`accumulate`](Self::accumulate) toward World rank `target`: the direct path here,
+    /// the rest out of line.
+    #[inline(always)]
+    fn accumulate_contiguous(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
+        Self::check_op(op)?;
+        // Contiguous on both sides: nothing to gather, the caller's elements go as they
+        // are.
+        let layout = Layout::contiguous(data.len());
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        if let Some(done) =
+            self.accumulate_direct_discarding(bytemuck::cast_slice(data), op, target, extent)
+        {
+            return done;
+        }
+        self.accumulate_posted(data, op, target, disp, extent)
+    }
+
+    /// [`accumulate_contiguous`](Self::accumulate_contiguous) past the direct path.
+    #[inline(never)]
+    fn accumulate_posted(
+        &self,
+        data: &[T],
+        op: AccOp,
+        target: Rank,
+        disp: u64,
+        extent: Extent,
+    ) -> Result<()> {
+        let kind = OpKind::Accumulate;
+        let layout = Layout::contiguous(data.len());
+        if let Some(p) = self.pieces(kind, Some(op), target, disp, layout, extent)? {
+            return self
+                .post_pieces(kind, Some(op), target, p, data, false)
+                .map(drop);
+        }
+        self.shared
+            .post(Self::desc(
+                kind,
+                target,
+                extent,
+                Some(op),
+                bytemuck::cast_slice(data),
+                false,
+            ))
+            .map(drop)
     }
 
     /// Strided accumulate.
@@ -1199,10 +1240,17 @@ impl<T: Element> Window<T> {
     }
 
     /// Completes every op to `target` at the target (MPI_Win_flush).
+    #[inline(always)]
     pub fn flush(&self, target: Rank) -> Result<()> {
-        self.raised("flush", || {
-            self.shared.flush(Some(self.shared.world(target)?), true)
-        })
+        // Inline with its direct path, `raised`'s work written out, as `get_into`.
+        if self.shared.local_access.load(Ordering::Relaxed) {
+            return Err(self.local_access_refused("flush"));
+        }
+        let done = match self.shared.world(target) {
+            Ok(target) => self.shared.flush(Some(target), true),
+            Err(e) => Err(e),
+        };
+        done.map_err(|e| self.shared.raised("flush", e))
     }
 
     /// Completes every op at its target (MPI_Win_flush_all).
