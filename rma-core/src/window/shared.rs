@@ -272,7 +272,10 @@ impl WindowShared {
     }
 
     /// Origin-side bounds check and conversion of a displacement to a byte extent.
-    #[inline]
+    /// Always inline (its hot path is a few instructions, the rest out of line): left to
+    /// LLVM inside librma-mpi's larger functions it became a call whose `Extent` came back
+    /// through the stack, read in other widths than written (a store-forwarding stall).
+    #[inline(always)]
     pub(super) fn extent(
         &self,
         target: Rank,
