@@ -114,6 +114,26 @@ impl<E: Element> std::fmt::Debug for Elements<E> {
     }
 }
 
+/// `raised`'s work for a call toward `target` whose direct path stays inline in the
+/// caller: refused while the memory is lent (a LocalGuard), `target` translated to its
+/// World rank for `body`, an error named after `call`. A macro rather than `raised`'s
+/// closure: LLVM kept those closures out of line, and what they returned through the
+/// stack (a get's `GetInto`, a fetch_and_op's request) the caller read back in other
+/// widths than written, a store-forwarding stall per op (perf, librma-mpi's MPI_Get:
+/// 29% of its closure's samples on that copy; osu_fop_latency: over half the loop's).
+macro_rules! toward_target {
+    ($w:expr, $call:literal, $target:expr, |$t:ident| $body:expr) => {{
+        if $w.shared.local_access.load(Ordering::Relaxed) {
+            return Err($w.local_access_refused($call));
+        }
+        let outcome = match $w.shared.world($target) {
+            Ok($t) => $body,
+            Err(e) => Err(e),
+        };
+        outcome.map_err(|e| $w.shared.raised($call, e))
+    }};
+}
+
 impl<T: Element> Window<T> {
     pub(super) const SIZE: usize = std::mem::size_of::<T>();
 
@@ -497,15 +517,8 @@ impl<T: Element> Window<T> {
     /// Puts `data` at element displacement `disp` of `target`'s window.
     #[inline(always)]
     pub fn put(&self, data: &[T], target: Rank, disp: u64) -> Result<()> {
-        // Inline with its direct path, `raised`'s work written out, as `get_into`.
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("put"));
-        }
-        let done = match self.shared.world(target) {
-            Ok(target) => self.put_contiguous(data, target, disp),
-            Err(e) => Err(e),
-        };
-        done.map_err(|e| self.shared.raised("put", e))
+        toward_target!(self, "put", target, |target| self
+            .put_contiguous(data, target, disp))
     }
 
     /// [`put`](Self::put) toward World rank `target`: the direct path here, the rest out
@@ -655,18 +668,12 @@ impl<T: Element> Window<T> {
         disp: u64,
         buf: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
-        // `raised`'s work written out rather than its closure: LLVM left that closure out
-        // of line, and its `GetInto` came back through the stack, written in words and
-        // read in 16-byte pieces (a store-forwarding stall per get; perf, librma-mpi's
-        // MPI_Get: 29% of the calling function's samples on the copy after the return).
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("get_into"));
-        }
-        let got = match self.shared.world(target) {
-            Ok(target) => self.get_layout_into(target, disp, Layout::contiguous(buf.len()), buf),
-            Err(e) => Err(e),
-        };
-        got.map_err(|e| self.shared.raised("get_into", e))
+        toward_target!(self, "get_into", target, |target| self.get_layout_into(
+            target,
+            disp,
+            Layout::contiguous(buf.len()),
+            buf
+        ))
     }
 
     /// Gets the elements `layout` selects at `disp` of `target`'s window into `buf`,
@@ -742,15 +749,8 @@ impl<T: Element> Window<T> {
     /// with respect to other accumulates.
     #[inline(always)]
     pub fn accumulate(&self, data: &[T], op: AccOp, target: Rank, disp: u64) -> Result<()> {
-        // Inline with its direct path, `raised`'s work written out, as `get_into`.
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("accumulate"));
-        }
-        let done = match self.shared.world(target) {
-            Ok(target) => self.accumulate_contiguous(data, op, target, disp),
-            Err(e) => Err(e),
-        };
-        done.map_err(|e| self.shared.raised("accumulate", e))
+        toward_target!(self, "accumulate", target, |target| self
+            .accumulate_contiguous(data, op, target, disp))
     }
 
     /// [`accumulate`](Self::accumulate) toward World rank `target`: the direct path here,
@@ -915,15 +915,8 @@ impl<T: Element> Window<T> {
         disp: u64,
         result: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
-        // Inline with its direct path, `raised`'s work written out, as `get_into`.
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("get_accumulate_into"));
-        }
-        let got = match self.shared.world(target) {
-            Ok(target) => self.get_accumulate_direct(data, op, target, disp, result),
-            Err(e) => Err(e),
-        };
-        got.map_err(|e| self.shared.raised("get_accumulate_into", e))
+        toward_target!(self, "get_accumulate_into", target, |target| self
+            .get_accumulate_direct(data, op, target, disp, result))
     }
 
     /// [`get_accumulate_into`](Self::get_accumulate_into) toward World rank `target`:
@@ -1008,11 +1001,6 @@ impl<T: Element> Window<T> {
     /// backend completes it in the call (shared memory): `None` then, with no request
     /// made; otherwise the request that carries it (`old` untouched). MPI_Fetch_and_op's
     /// form, for a caller that keeps the result's place.
-    ///
-    /// Inline with its direct path, `raised`'s work written out, as
-    /// [`get_into`](Self::get_into): a request returned from out of line came back
-    /// through the stack, written in words and read in other widths (store-forwarding
-    /// stalls; perf, osu_fop_latency: over half the loop's samples on those reads).
     #[inline(always)]
     pub fn fetch_and_op_into(
         &self,
@@ -1022,14 +1010,8 @@ impl<T: Element> Window<T> {
         disp: u64,
         old: &mut T,
     ) -> Result<Option<Request<T>>> {
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("fetch_and_op"));
-        }
-        let fetched = match self.shared.world(target) {
-            Ok(target) => self.fetch_and_op_direct(value, op, target, disp, old),
-            Err(e) => Err(e),
-        };
-        fetched.map_err(|e| self.shared.raised("fetch_and_op", e))
+        toward_target!(self, "fetch_and_op", target, |target| self
+            .fetch_and_op_direct(value, op, target, disp, old))
     }
 
     /// [`fetch_and_op_into`](Self::fetch_and_op_into) toward World rank `target`: the
@@ -1107,14 +1089,8 @@ impl<T: Element> Window<T> {
         disp: u64,
         old: &mut T,
     ) -> Result<Option<Request<T>>> {
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("compare_and_swap"));
-        }
-        let swapped = match self.shared.world(target) {
-            Ok(target) => self.compare_and_swap_direct(compare, swap, target, disp, old),
-            Err(e) => Err(e),
-        };
-        swapped.map_err(|e| self.shared.raised("compare_and_swap", e))
+        toward_target!(self, "compare_and_swap", target, |target| self
+            .compare_and_swap_direct(compare, swap, target, disp, old))
     }
 
     /// [`compare_and_swap_into`](Self::compare_and_swap_into) toward World rank `target`:
@@ -1242,15 +1218,9 @@ impl<T: Element> Window<T> {
     /// Completes every op to `target` at the target (MPI_Win_flush).
     #[inline(always)]
     pub fn flush(&self, target: Rank) -> Result<()> {
-        // Inline with its direct path, `raised`'s work written out, as `get_into`.
-        if self.shared.local_access.load(Ordering::Relaxed) {
-            return Err(self.local_access_refused("flush"));
-        }
-        let done = match self.shared.world(target) {
-            Ok(target) => self.shared.flush(Some(target), true),
-            Err(e) => Err(e),
-        };
-        done.map_err(|e| self.shared.raised("flush", e))
+        toward_target!(self, "flush", target, |target| self
+            .shared
+            .flush(Some(target), true))
     }
 
     /// Completes every op at its target (MPI_Win_flush_all).
