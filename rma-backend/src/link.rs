@@ -89,13 +89,17 @@ pub fn send<L: Link + ?Sized>(
 /// dead. Gone peers are the dead ones, those the launcher knows are gone (`boot.gone()`,
 /// asked again every 200 ms: they send no goodbye), and watched processes that ended.
 /// `lock` takes the backend's mutex, which is let go now and then (to ask the launcher,
-/// and to leave the core to the peers we wait for).
+/// and to leave the core to the peers we wait for). The ranks in `elsewhere` leave by
+/// another way (a hybrid world's node ranks: shared memory): none of our traffic went to
+/// them through this device, so they get no goodbye here and none is awaited from them
+/// (sorted).
 pub fn depart<'a, L: Link + 'a>(
     boot: &dyn Bootstrap,
     me: Rank,
     size: usize,
     watch: &PeerWatch,
     linger: Duration,
+    elsewhere: &[Rank],
     lock: impl Fn() -> MutexGuard<'a, L>,
 ) {
     let start = Instant::now();
@@ -105,7 +109,8 @@ pub fn depart<'a, L: Link + 'a>(
     let gone = |link: &L, left: &[Rank], r: Rank| {
         link.dead(r) || left.contains(&r) || watch.process_gone(r as usize)
     };
-    for t in (0..size as Rank).filter(|t| *t != me) {
+    let peer = |r: &Rank| *r != me && elsewhere.binary_search(r).is_err();
+    for t in (0..size as Rank).filter(peer) {
         while !gone(&link, &left, t) && start.elapsed() < linger {
             match link.try_send(t, &[], true) {
                 Ok(true) | Err(_) => break,
@@ -119,7 +124,9 @@ pub fn depart<'a, L: Link + 'a>(
     }
     let mut polls = 0u32;
     while start.elapsed() < linger {
-        let all = (0..size as Rank).all(|r| r == me || gone(&link, &left, r) || link.finished(r));
+        let all = (0..size as Rank)
+            .filter(peer)
+            .all(|r| gone(&link, &left, r) || link.finished(r));
         // Sends toward a gone peer may never complete: only a live world's count.
         if all && (link.settled() || !left.is_empty()) {
             break;
@@ -159,6 +166,8 @@ mod tests {
         sent: Vec<(Rank, Vec<u8>, bool)>,
         attempts: u32,
         drives: u32,
+        /// Peers that never say goodbye here.
+        mute: Vec<Rank>,
     }
 
     impl Link for Fake {
@@ -181,7 +190,9 @@ mod tests {
         }
         fn drive(&mut self) -> Result<(), TransportError> {
             self.drives += 1;
-            self.bye.iter_mut().for_each(|b| *b = true);
+            for (r, b) in self.bye.iter_mut().enumerate() {
+                *b |= !self.mute.contains(&(r as Rank));
+            }
             Ok(())
         }
     }
@@ -245,14 +256,44 @@ mod tests {
         let m = Mutex::new(f);
         let watch = PeerWatch::new(0, 3, None);
         let t = Instant::now();
-        depart(&NoLauncher, 0, 3, &watch, Duration::from_secs(5), || {
-            m.lock().unwrap()
-        });
+        depart(
+            &NoLauncher,
+            0,
+            3,
+            &watch,
+            Duration::from_secs(5),
+            &[],
+            || m.lock().unwrap(),
+        );
         assert!(
             t.elapsed() < Duration::from_secs(1),
             "no linger once all said goodbye"
         );
         let f = m.into_inner().unwrap();
         assert_eq!(f.sent, vec![(1, Vec::new(), true)]);
+    }
+
+    #[test]
+    fn departing_leaves_the_ranks_reached_elsewhere_alone() {
+        // Rank 1 shares our node (its goodbye goes by shared memory) and never says one
+        // here: no goodbye to it, no linger for it.
+        let mut f = fake(4);
+        f.mute = vec![1];
+        let m = Mutex::new(f);
+        let watch = PeerWatch::new(0, 4, None);
+        let t = Instant::now();
+        depart(
+            &NoLauncher,
+            0,
+            4,
+            &watch,
+            Duration::from_secs(5),
+            &[1],
+            || m.lock().unwrap(),
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "lingered for rank 1");
+        let f = m.into_inner().unwrap();
+        let to: Vec<Rank> = f.sent.iter().map(|s| s.0).collect();
+        assert_eq!(to, vec![2, 3]);
     }
 }

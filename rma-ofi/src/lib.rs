@@ -1518,6 +1518,14 @@ impl OfiTransport {
     /// World is dropped (the transport itself may outlive it in a progress thread's
     /// hands), and by Drop; only the first call does anything.
     pub fn depart(&self) {
+        self.depart_except(&[])
+    }
+
+    /// [`depart`](Self::depart), but the ranks in `elsewhere` (sorted) leave by another
+    /// way and get no goodbye here, nor is theirs awaited: a hybrid world's node ranks,
+    /// which shared memory reaches (none of our traffic to them went through this
+    /// device, and a goodbye would open a connection to a process that may have left).
+    pub fn depart_except(&self, elsewhere: &[Rank]) {
         if self.departed.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -1535,6 +1543,7 @@ impl OfiTransport {
             self.size,
             &self.watch,
             linger,
+            elsewhere,
             || self.lock(),
         );
     }

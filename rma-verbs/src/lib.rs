@@ -1292,6 +1292,14 @@ impl VerbsTransport {
     /// own goodbye. Called when the World is dropped (a progress thread may hold the
     /// transport longer) and by Drop; only the first call does anything.
     pub fn depart(&self) {
+        self.depart_except(&[])
+    }
+
+    /// [`depart`](Self::depart), but the ranks in `elsewhere` (sorted) leave by another
+    /// way and get no goodbye here, nor is theirs awaited: a hybrid world's node ranks,
+    /// which shared memory reaches (none of our traffic to them went through this
+    /// device, and a goodbye would open a connection to a process that may have left).
+    pub fn depart_except(&self, elsewhere: &[Rank]) {
         if self
             .departed
             .swap(true, std::sync::atomic::Ordering::AcqRel)
@@ -1312,6 +1320,7 @@ impl VerbsTransport {
             self.size,
             &self.watch,
             linger,
+            elsewhere,
             || self.lock(),
         );
     }

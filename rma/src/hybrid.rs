@@ -53,8 +53,9 @@ pub trait Network: Transport {
     /// Makes `failed` (a rank of this node, seen dead by its pid) known to the other
     /// nodes' ranks, which cannot watch its process.
     fn announce_failure(&self, failed: Rank);
-    /// Leaves normally (goodbyes, then lingers for the peers still working).
-    fn depart(&self);
+    /// Leaves normally (goodbyes, then lingers for the peers still working), leaving out
+    /// the ranks of `elsewhere` (sorted): this node's, which leave by shared memory.
+    fn depart(&self, elsewhere: &[Rank]);
     /// Names the network for logs and benchmarks ("libfabric tcp;ofi_rxm", "verbs rxe0").
     fn describe(&self) -> String;
 }
@@ -75,8 +76,8 @@ impl Network for rma_ofi::OfiTransport {
     fn announce_failure(&self, failed: Rank) {
         rma_ofi::OfiTransport::announce_failure(self, failed)
     }
-    fn depart(&self) {
-        rma_ofi::OfiTransport::depart(self)
+    fn depart(&self, elsewhere: &[Rank]) {
+        rma_ofi::OfiTransport::depart_except(self, elsewhere)
     }
     fn describe(&self) -> String {
         format!("libfabric {}", self.provider())
@@ -96,8 +97,8 @@ impl Network for rma_verbs::VerbsTransport {
         // and the kernel reset it with the process; the next keepalive write on it fails
         // (see rma-verbs: within keepalive + 3.8 s).
     }
-    fn depart(&self) {
-        rma_verbs::VerbsTransport::depart(self)
+    fn depart(&self, elsewhere: &[Rank]) {
+        rma_verbs::VerbsTransport::depart_except(self, elsewhere)
     }
     fn describe(&self) -> String {
         format!("verbs {}", self.device())
@@ -338,10 +339,13 @@ impl HybridTransport {
 
     /// Leaves normally: marks the departure for the node's ranks
     /// ([`ShmTransport::depart`]) and says goodbye to the others
-    /// ([`Network::depart`]).
+    /// ([`Network::depart`]). The node's ranks get no network goodbye: nothing went to
+    /// them through the network, and one would open a connection just to say it, to a
+    /// process that may have left already (over libfabric tcp the provider then retried
+    /// the refused connection until the 10 s linger ran out, in every hybrid job).
     pub fn depart(&self) {
         self.node.depart();
-        self.net.depart();
+        self.net.depart(&self.node_ranks);
     }
 
     fn count_op(&self, target: Rank) {
