@@ -94,6 +94,11 @@ pub(crate) struct EngineShared {
     blamed: AtomicU64,
     /// The dead rank (plus one) whose locks the windows have revoked.
     revoked: AtomicU64,
+    /// The memory of windows dropped without `free` (see [`park_abandoned`]), kept
+    /// until the engine goes.
+    ///
+    /// [`park_abandoned`]: EngineShared::park_abandoned
+    abandoned: Mutex<Vec<Arc<dyn crate::transport::Segment>>>,
 }
 
 #[derive(Default)]
@@ -175,6 +180,7 @@ impl Engine {
             left: AtomicBool::new(false),
             blamed: AtomicU64::new(0),
             revoked: AtomicU64::new(0),
+            abandoned: Mutex::new(Vec::new()),
             config,
         });
         let agent = match shared.config.async_progress {
@@ -847,6 +853,22 @@ impl EngineShared {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// Keeps the memory of a window dropped without `free` (and its registration with
+    /// the backend) until the engine goes, after the transport's goodbyes: a peer may
+    /// still have an op on it under way, and it learns of the drop only from the
+    /// departure notice. Freed at once, its write would find no registration: on verbs
+    /// a remote access error, which breaks the pair's connection and made the peer take
+    /// this live process for dead (the `dead_peer` case, one run in 25 in the rxe VM).
+    /// Shared memory needs none of this (a peer's mapping outlives ours) but it costs
+    /// nothing there either: what is kept is what a correct program frees collectively.
+    pub(crate) fn park_abandoned(
+        &self,
+        segments: impl IntoIterator<Item = Arc<dyn crate::transport::Segment>>,
+    ) {
+        let mut kept = self.abandoned.lock().unwrap_or_else(|x| x.into_inner());
+        kept.extend(segments);
+    }
+
     pub(crate) fn unregister(&self, id: u32) {
         let mut ws = self.windows.write().unwrap_or_else(|x| x.into_inner());
         ws.retain(|w| w.id != id);
@@ -921,10 +943,18 @@ impl EngineShared {
         drop(events);
         // After the batch's packets: a peer whose departure notice came in the same poll
         // (or before) left the job; that its process is gone now (a pid check, a closed
-        // connection) is its exit, not a death. Its notice names whom it blamed.
+        // connection) is its exit, not a death. Its notice names whom it blamed. And the
+        // first death known stays the one named: a rank that left because of it (after
+        // its window's departure blamed the dead rank) fails later, a messenger (on verbs
+        // its window's memory, deregistered on its way out, refuses our write).
         for rank in failed_now {
             if !self.has_departed(rank) {
-                self.failed.store(u64::from(rank) + 1, Ordering::Release);
+                let _ = self.failed.compare_exchange(
+                    0,
+                    u64::from(rank) + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
             }
         }
         // A rank known dead (from its transport, the launcher or a peer) never unlocks:
@@ -1069,7 +1099,8 @@ impl EngineShared {
     /// - a failure of the transport (a native operation's error completion, a
     ///   connection reset) may be the target's death seen first by the network.
     ///
-    /// Both become [`PeerError::Dead`] naming the dead rank when a death is known. A
+    /// Both become [`PeerError::Dead`] naming the dead rank when a death is known, as
+    /// does a [`PeerError::Dead`] naming another rank than the first death known. A
     /// survivor hears of a departure from the launcher or its own collective as soon as
     /// from the peer's notice, and of a reset connection before the launcher or the
     /// process table says who died, so before deciding it makes progress and checks its
@@ -1082,6 +1113,15 @@ impl EngineShared {
             // Raised by a public call inside this one (get through get_strided, allocate
             // through Comm::allocate): explained there already, not waited for twice.
             return e;
+        }
+        if let Some(&PeerError::Dead { rank }) = e.peer() {
+            // Unreachable now, but another death was known first: that one is the
+            // cause (a rank that left because of it, its window's memory gone, is
+            // unreachable after it).
+            return match self.failed_rank() {
+                Some(first) if first != rank => PeerError::Dead { rank: first }.into(),
+                _ => e,
+            };
         }
         let departed = match e.peer() {
             Some(&PeerError::Departed { rank, .. }) => Some(rank),

@@ -912,6 +912,58 @@ fn a_dead_peer_fails_blocking_calls_instead_of_hanging() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+#[test]
+fn the_first_death_known_is_named_not_the_messenger_that_left_after_it() {
+    // Rank 1 dies; rank 2 sees it, abandons its window (the departure blames rank 1) and
+    // then its process ends too; rank 0, out of the library meanwhile, finds all of it in
+    // one poll: the blame, then both ranks failed. It names rank 1, the first death it
+    // knew of (from the blame), not rank 2, whose end is the messenger's (on verbs: its
+    // deregistered window refusing rank 0's write, a remote access error).
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    static PAST_FIRST_FENCE: AtomicUsize = AtomicUsize::new(0);
+    static RANK_2_ENDED: AtomicBool = AtomicBool::new(false);
+    let wait_for = |done: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never came");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let net = sim::Network::new(3, Profile::ActiveMessages, 29);
+    let killer = net.clone();
+    let out = sim::run_on(&net, config(), Duration::from_secs(30), move |e| {
+        let win = e.allocate::<u64>(4)?;
+        win.fence(Assert::NOPRECEDE)?;
+        PAST_FIRST_FENCE.fetch_add(1, Ordering::SeqCst);
+        match e.rank() {
+            1 => {
+                wait_for(&|| PAST_FIRST_FENCE.load(Ordering::SeqCst) == 3);
+                killer.kill(1);
+            }
+            2 => {
+                let seen = win.fence(Assert::NONE).map_err(Error::into_kind);
+                assert!(
+                    matches!(seen, Err(ErrorKind::Peer(PeerError::Dead { rank: 1 }))),
+                    "rank 2: {seen:?}"
+                );
+                drop(win);
+                killer.kill(2);
+                RANK_2_ENDED.store(true, Ordering::SeqCst);
+            }
+            _ => {
+                wait_for(&|| RANK_2_ENDED.load(Ordering::SeqCst));
+                let seen = win.fence(Assert::NONE).map_err(Error::into_kind);
+                assert!(
+                    matches!(seen, Err(ErrorKind::Peer(PeerError::Dead { rank: 1 }))),
+                    "rank 0 named the messenger: {seen:?}"
+                );
+            }
+        }
+        Ok(())
+    });
+    out.unwrap();
+}
+
 // ----- threads and progress ------------------------------------------------------------
 
 #[test]

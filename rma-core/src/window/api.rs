@@ -1780,7 +1780,9 @@ impl<T: Element> Window<T> {
 
 impl<T: Element> Drop for Window<T> {
     /// A window dropped without [`free`](Window::free) leaves the engine's registry (no
-    /// collective, no message): peers that still address it get their packets refused.
+    /// collective; a departure notice to its peers): peers that still address it get
+    /// their packets refused. Its memory stays allocated and registered until the World
+    /// goes, so that a peer's op under way lands instead of failing its connection.
     fn drop(&mut self) {
         if self.view {
             return;
@@ -1790,6 +1792,13 @@ impl<T: Element> Drop for Window<T> {
             // Peers waiting in a collective on this window learn that it will never
             // complete. Best effort, bounded: what the transport cannot take now is given
             // a few progress passes, then dropped with the window.
+            let segments: Vec<Arc<dyn Segment>> =
+                match &*w.memory.read().unwrap_or_else(|e| e.into_inner()) {
+                    Memory::Static(seg) => vec![seg.clone()],
+                    Memory::Dynamic(regions) => regions.iter().map(|(_, s)| s.clone()).collect(),
+                };
+            let anchor = w.anchor.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            w.engine.park_abandoned(segments.into_iter().chain(anchor));
             let mut st = w.lock_state();
             // Locks it holds in shared memory go now; locks held by message are revoked
             // by their targets when the departure below reaches them.
