@@ -355,3 +355,9 @@ int rmampi_thread_level_serialized(void) {
     PMPI_Query_thread(&level);
     return level == MPI_THREAD_SERIALIZED || level == MPI_THREAD_MULTIPLE;
 }
+/* Whether MPI runs at MPI_THREAD_MULTIPLE (calls from several threads at once). */
+int rmampi_thread_level_multiple(void) {
+    int level = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&level);
+    return level == MPI_THREAD_MULTIPLE;
+}

@@ -166,6 +166,7 @@ fn long_double_arithmetic(op: rma::AccOp, target: &mut [u8; 16], origin: &[u8; 1
 }
 
 fn start_rma() {
+    window::follow_thread_level();
     // SAFETY: a plain query.
     if unsafe { sys::rmampi_has_long_double() } != 0 {
         rma::engine::set_long_double_arithmetic(long_double_arithmetic);

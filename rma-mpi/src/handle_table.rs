@@ -14,6 +14,12 @@
 //! came before that barrier has its announcement visible to the taker after it; one
 //! whose load came after sees the null.
 //!
+//! Where MPI's calls come one at a time (the application initialized MPI below
+//! MPI_THREAD_MULTIPLE: [`HandleTable::calls_one_at_a_time`]), every call announces in
+//! one reader of the table instead of its thread's: finding the thread's cost a call into the
+//! dynamic linker (`__tls_get_addr`, a thread-local of a shared library) on every MPI
+//! call, 33 of the 650 instructions of an `MPI_Put` + `MPI_Win_flush` pair.
+//!
 //! A reader's announcement is cleared with a release store after its call: a taker
 //! that sees it cleared (acquire) sees every access of the call done, so it may drop
 //! the entry. Calls nest (attribute callbacks may call MPI on other windows): each
@@ -45,6 +51,9 @@ pub struct HandleTable<T> {
     /// A slot's index is in use from [`insert`](Self::insert) until [`remove`](Self::remove),
     /// also while its entry is taken out: what was taken can go back in.
     reserved: Mutex<Vec<bool>>,
+    /// The one reader of every call, where calls come one at a time
+    /// ([`calls_one_at_a_time`](Self::calls_one_at_a_time)); null: each thread's own.
+    serial: AtomicPtr<Reader>,
 }
 
 impl<T> HandleTable<T> {
@@ -55,7 +64,19 @@ impl<T> HandleTable<T> {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             reserved: Mutex::new(vec![false; n]),
+            serial: AtomicPtr::new(std::ptr::null_mut()),
         }
+    }
+
+    /// From now on calls come one at a time (MPI_THREAD_SINGLE, FUNNELED or SERIALIZED:
+    /// the application never makes two at once, and orders those it makes from several
+    /// threads itself): they announce in one reader of this table's, with no
+    /// thread-local lookup. Set before any entry is filled; the entries' safety then
+    /// rests on MPI's rule, as the communicators' already does (`bootstrap::Duplicate`).
+    pub fn calls_one_at_a_time(&self) {
+        let reader = new_reader();
+        self.serial
+            .store((reader as *const Reader).cast_mut(), Release);
     }
 
     fn reserved(&self) -> MutexGuard<'_, Vec<bool>> {
@@ -66,7 +87,7 @@ impl<T> HandleTable<T> {
     #[inline]
     pub fn with<R>(&self, index: usize, f: impl FnOnce(&T) -> R) -> Result<R, Unavailable> {
         let slot = self.slots.get(index).ok_or(Unavailable::Empty)?;
-        let announced = Announcement::new(slot)?;
+        let announced = Announcement::new(&self.serial, slot)?;
         asymmetric::light();
         let entry = slot.load(Acquire);
         if entry.is_null() {
@@ -165,6 +186,17 @@ struct Reader {
 /// Every reader made, for takers to read (leaked: a few per thread ever alive).
 static READERS: Mutex<Vec<&'static Reader>> = Mutex::new(Vec::new());
 
+/// A reader for takers to read, owned by its caller.
+fn new_reader() -> &'static Reader {
+    let r: &'static Reader = Box::leak(Box::new(Reader {
+        using: Default::default(),
+        depth: AtomicUsize::new(0),
+        owned: AtomicBool::new(true),
+    }));
+    READERS.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+    r
+}
+
 /// This thread's reader.
 struct ThisThread {
     reader: &'static Reader,
@@ -172,7 +204,7 @@ struct ThisThread {
 
 impl ThisThread {
     fn register() -> ThisThread {
-        let mut all = READERS.lock().unwrap_or_else(|e| e.into_inner());
+        let all = READERS.lock().unwrap_or_else(|e| e.into_inner());
         let free = all.iter().find(|r| {
             r.owned
                 .compare_exchange(false, true, Acquire, Relaxed)
@@ -181,13 +213,8 @@ impl ThisThread {
         let reader = match free {
             Some(r) => *r,
             None => {
-                let r: &'static Reader = Box::leak(Box::new(Reader {
-                    using: Default::default(),
-                    depth: AtomicUsize::new(0),
-                    owned: AtomicBool::new(true),
-                }));
-                all.push(r);
-                r
+                drop(all);
+                new_reader()
             }
         };
         // A reader left by an ended thread announces nothing (its drop cleared it).
@@ -217,21 +244,31 @@ struct Announcement {
 
 impl Announcement {
     #[inline]
-    fn new<T>(slot: &AtomicPtr<T>) -> Result<Announcement, Unavailable> {
+    fn new<T>(
+        serial: &AtomicPtr<Reader>,
+        slot: &AtomicPtr<T>,
+    ) -> Result<Announcement, Unavailable> {
+        let one = serial.load(Acquire);
+        if !one.is_null() {
+            // SAFETY: set from a `&'static Reader` (`calls_one_at_a_time`), never freed.
+            return Self::by(unsafe { &*one }, slot);
+        }
         THIS_THREAD
-            .try_with(|t| {
-                let reader = t.reader;
-                let level = reader.depth.load(Relaxed);
-                if level == NESTING {
-                    return Err(Unavailable::TooDeep);
-                }
-                reader.depth.store(level + 1, Relaxed);
-                reader.using[level].store(slot_word(slot), Relaxed);
-                Ok(Announcement { reader, level })
-            })
+            .try_with(|t| Self::by(t.reader, slot))
             // A thread past its thread-locals' destruction makes no MPI calls that
             // matter; it is told no.
             .unwrap_or(Err(Unavailable::TooDeep))
+    }
+
+    #[inline(always)]
+    fn by<T>(reader: &'static Reader, slot: &AtomicPtr<T>) -> Result<Announcement, Unavailable> {
+        let level = reader.depth.load(Relaxed);
+        if level == NESTING {
+            return Err(Unavailable::TooDeep);
+        }
+        reader.depth.store(level + 1, Relaxed);
+        reader.using[level].store(slot_word(slot), Relaxed);
+        Ok(Announcement { reader, level })
     }
 }
 
@@ -323,6 +360,40 @@ mod tests {
             assert_eq!(other.take(b).map(|e| *e), Ok(2));
         })
         .unwrap();
+    }
+
+    /// Calls one at a time (below MPI_THREAD_MULTIPLE) share the table's one reader,
+    /// from whichever thread: nested calls still keep their entries from a take, and
+    /// an entry no call uses goes.
+    #[test]
+    fn calls_one_at_a_time_announce_in_the_tables_reader() {
+        let t = Arc::new(HandleTable::new(2));
+        t.calls_one_at_a_time();
+        let a = insert(&*t, 1u32).unwrap();
+        let b = insert(&*t, 2u32).unwrap();
+        let other = t.clone();
+        std::thread::spawn(move || {
+            other
+                .with(a, |_| {
+                    other.with(b, |_| {
+                        assert_eq!(other.take(a).err(), Some(Unavailable::InUse));
+                        assert_eq!(other.take(b).err(), Some(Unavailable::InUse));
+                    })
+                })
+                .unwrap()
+                .unwrap();
+        })
+        .join()
+        .unwrap();
+        assert_eq!(t.with(a, |v| *v), Ok(1));
+        t.with(a, |_| assert_eq!(t.take(a).err(), Some(Unavailable::InUse)))
+            .unwrap();
+        assert_eq!(t.take(b).map(|e| *e), Ok(2));
+        assert_eq!(t.take(a).map(|e| *e), Ok(1));
+        assert!(
+            (0..NESTING).all(|_| t.with(a, |_| ()).is_err()),
+            "taken: empty"
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ extern "C" {
     pub fn rmampi_byte() -> MPI_Datatype;
     pub fn rmampi_int() -> MPI_Datatype;
     pub fn rmampi_thread_level_serialized() -> c_int;
+    pub fn rmampi_thread_level_multiple() -> c_int;
     pub fn rmampi_has_long_double() -> c_int;
     pub fn rmampi_long_double_apply(op: c_int, target: *mut c_void, origin: *const c_void);
 }

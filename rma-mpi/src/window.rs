@@ -157,6 +157,15 @@ fn table() -> &'static HandleTable<Win> {
     TABLE.get_or_init(|| HandleTable::new(4096))
 }
 
+/// At MPI_Init, before any window: below MPI_THREAD_MULTIPLE no two calls run at once,
+/// and the handles' lookups need no thread-local (`HandleTable::calls_one_at_a_time`).
+pub fn follow_thread_level() {
+    // SAFETY: a plain query, MPI initialized.
+    if unsafe { sys::rmampi_thread_level_multiple() } == 0 {
+        table().calls_one_at_a_time();
+    }
+}
+
 /// The table index `handle` names, if it names one.
 #[inline]
 fn index_of(handle: MPI_Win) -> MpiResult<usize> {
