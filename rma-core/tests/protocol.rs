@@ -1614,3 +1614,37 @@ fn gets_into_a_buffer_give_their_result_buffers_back() {
         }
     }
 }
+
+#[test]
+fn pscw_with_native_notices_and_progress_agents_loses_no_notice() {
+    // The hybrid litmus's shape (a CI run hung in it once: rank 0 in complete, rank 1 in
+    // wait): native post and complete notices, each process's progress agent passing
+    // over the window beside the application's thread, two more ranks idle.
+    let cfg = Config {
+        async_progress: rma_core::AsyncProgress::On,
+        ..config()
+    };
+    run(4, Profile::SharedMemory, 31, cfg, |e| {
+        let win = e.allocate::<u64>(2)?;
+        e.barrier()?;
+        for i in 1..=5_000u64 {
+            match e.rank() {
+                0 => {
+                    win.start(&[1], Assert::NONE)?;
+                    win.put(&[i], 1, 0)?;
+                    win.put(&[i], 1, 1)?;
+                    win.complete()?;
+                }
+                1 => {
+                    win.post(&[0], Assert::NONE)?;
+                    win.wait()?;
+                    assert_eq!(win.local_to_vec(), vec![i, i], "round {i}");
+                }
+                _ => break,
+            }
+        }
+        e.barrier()?;
+        win.free()?;
+        Ok(())
+    });
+}
