@@ -949,12 +949,7 @@ impl EngineShared {
         // its window's memory, deregistered on its way out, refuses our write).
         for rank in failed_now {
             if !self.has_departed(rank) {
-                let _ = self.failed.compare_exchange(
-                    0,
-                    u64::from(rank) + 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                self.record_death(rank);
             }
         }
         // A rank known dead (from its transport, the launcher or a peer) never unlocks:
@@ -1082,12 +1077,7 @@ impl EngineShared {
         if dead & BLAME_DEAD != 0 {
             // Known dead from now on (the launcher or a peer said so): every wait on it
             // fails, and the transport neither sends to it nor waits for its goodbye.
-            let _ = self.failed.compare_exchange(
-                0,
-                u64::from(rank) + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            self.record_death(rank);
             self.transport.peer_gone(rank);
         }
     }
@@ -1162,12 +1152,7 @@ impl EngineShared {
                 if self.has_departed(rank) {
                     continue;
                 }
-                let _ = self.failed.compare_exchange(
-                    0,
-                    u64::from(rank) + 1,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                self.record_death(rank);
             }
         }
     }
@@ -1187,15 +1172,21 @@ impl EngineShared {
             return None;
         }
         if word & BLAME_DEAD != 0 {
-            let _ = self.failed.compare_exchange(
-                0,
-                u64::from(rank) + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            self.record_death(rank);
             self.transport.peer_gone(rank);
         }
         Some(rank)
+    }
+
+    /// `rank` is dead, unless a death is known already: the first one known stays the
+    /// one every wait names (a rank that fails after it most likely left because of it).
+    fn record_death(&self, rank: Rank) {
+        let _ = self.failed.compare_exchange(
+            0,
+            u64::from(rank) + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
     /// The rank known dead, if any.
