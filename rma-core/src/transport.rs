@@ -201,6 +201,23 @@ pub trait WindowOps: Send + Sync {
     fn put(&self, target: Rank, offset: u64, data: &[u8]) -> Result<Issued, TransportError>;
     /// As [`Transport::get_into`].
     fn get_into(&self, target: Rank, offset: u64, dst: &mut [u8]) -> Result<bool, TransportError>;
+    /// A direct put's whole call ([`put`](Self::put) for an op that goes past the
+    /// window's op table): `true` once `data` is in `target`'s memory; `false` when
+    /// nothing was done (an error, no room now, memory not reached in the call), and
+    /// the engine then takes the general path, which reports whatever failed. A `bool`
+    /// comes back in a register: the hottest call of a put on shared memory builds no
+    /// [`Issued`] or error to be matched (43 instructions of a 222-instruction put +
+    /// flush went to `put`'s result).
+    fn put_in_call(&self, target: Rank, offset: u64, data: &[u8]) -> bool {
+        let _ = (target, offset, data);
+        false
+    }
+    /// A direct get's whole call, as [`put_in_call`](Self::put_in_call): `true` once
+    /// `dst` holds the bytes.
+    fn get_in_call(&self, target: Rank, offset: u64, dst: &mut [u8]) -> bool {
+        let _ = (target, offset, dst);
+        false
+    }
     /// As [`Transport::atomic`].
     fn atomic(
         &self,

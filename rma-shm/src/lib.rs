@@ -392,6 +392,40 @@ fn unlisted(what: &str) -> TransportError {
 const SCRATCH: usize = 64;
 
 impl WindowOps for ShmWindow {
+    #[inline]
+    fn put_in_call(&self, target: Rank, offset: u64, data: &[u8]) -> bool {
+        match self.peers.get(target as usize).map(|p| &p.memory) {
+            Some(PeerMemory::Mapped(region)) => {
+                let off = offset as usize;
+                if !region.contains(off, data.len()) {
+                    return false;
+                }
+                region.write(off, data);
+                true
+            }
+            // Memory reached otherwise (cross-memory attach, a dynamic window's regions)
+            // completes in the call too, at a syscall's or a lookup's cost.
+            Some(_) => matches!(self.put(target, offset, data), Ok(Issued::Complete(_))),
+            None => false,
+        }
+    }
+
+    #[inline]
+    fn get_in_call(&self, target: Rank, offset: u64, dst: &mut [u8]) -> bool {
+        match self.peers.get(target as usize).map(|p| &p.memory) {
+            Some(PeerMemory::Mapped(region)) => {
+                let off = offset as usize;
+                if !region.contains(off, dst.len()) {
+                    return false;
+                }
+                region.read(off, dst);
+                true
+            }
+            Some(_) => matches!(self.get_into(target, offset, dst), Ok(true)),
+            None => false,
+        }
+    }
+
     fn put(&self, target: Rank, offset: u64, data: &[u8]) -> Result<Issued, TransportError> {
         match &self.peers[target as usize].memory {
             PeerMemory::Mapped(region) => {

@@ -154,6 +154,13 @@ pub(crate) struct WindowShared {
     /// capabilities of the backend toward that target on this window), in runs.
     routes: PerRank<u8>,
     classes: Vec<crate::transport::Capabilities>,
+    /// Every target's puts and gets are native ([`Capabilities::rdma_write`],
+    /// [`Capabilities::rdma_read`]), folded once: a direct op looks no class up.
+    ///
+    /// [`Capabilities::rdma_write`]: crate::transport::Capabilities::rdma_write
+    /// [`Capabilities::rdma_read`]: crate::transport::Capabilities::rdma_read
+    every_target_writes: bool,
+    every_target_reads: bool,
     /// Some target shares memory with us (load/store): the flushes' MEM_SYNC matters.
     shares_memory: bool,
     /// Every member of the window has a native lock word toward this process

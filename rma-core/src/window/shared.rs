@@ -48,6 +48,8 @@ impl WindowShared {
                 .all(|&r| classes[*routes.get(r) as usize].native_locks),
         };
         WindowShared {
+            every_target_writes: classes.iter().all(|c| c.rdma_write),
+            every_target_reads: classes.iter().all(|c| c.rdma_read),
             members_lock_natively,
             ops,
             direct,
@@ -579,11 +581,14 @@ impl WindowShared {
     #[inline(always)]
     pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
         let ops = self.direct_ops(target, offset, data.len(), false)?;
-        if !self.caps(target).rdma_write {
+        if !(self.every_target_writes || self.caps(target).rdma_write) {
             return None;
         }
-        let issued = ops.put(target, offset, data);
-        self.direct_outcome(issued).map(|r| r.map(drop))
+        if ops.put_in_call(target, offset, data) {
+            self.counters.op_direct();
+            return Some(Ok(()));
+        }
+        None
     }
 
     /// What a direct op's call came to: done (with what it fetched), failed, or `None`
@@ -617,17 +622,14 @@ impl WindowShared {
         dst: &mut [u8],
     ) -> Option<Result<()>> {
         let ops = self.direct_ops(target, offset, dst.len(), false)?;
-        if !self.caps(target).rdma_read {
+        if !(self.every_target_reads || self.caps(target).rdma_read) {
             return None;
         }
-        match ops.get_into(target, offset, dst) {
-            Ok(true) => {
-                self.counters.op_direct();
-                Some(Ok(()))
-            }
-            Ok(false) => None,
-            Err(e) => Some(Err(e.into())),
+        if ops.get_in_call(target, offset, dst) {
+            self.counters.op_direct();
+            return Some(Ok(()));
         }
+        None
     }
 
     /// A native atomic of one element toward a [direct](super::direct) target, as
