@@ -177,10 +177,23 @@ impl<R> Request<R> {
     }
 
     /// Blocks (making progress) until the operation completes, and returns its value.
+    #[inline]
     pub fn wait(self) -> Result<R> {
+        // A fetch_and_op or compare_and_swap done in its call (shared memory) holds its
+        // value: inline, that is a move, where the whole match out of line cost 30
+        // instructions of a 354-instruction fetch_and_op + flush.
         match self.inner {
             Inner::Value(v) => Ok(v),
-            Inner::Ready(data) => Ok((self.convert)(data)),
+            inner => Self::wait_for(inner, self.convert),
+        }
+    }
+
+    /// [`wait`](Self::wait) of a request that does not hold its value yet.
+    #[inline(never)]
+    fn wait_for(inner: Inner<R>, convert: Convert<R>) -> Result<R> {
+        match inner {
+            Inner::Value(v) => Ok(v),
+            Inner::Ready(data) => Ok(convert(data)),
             Inner::Pending {
                 state,
                 window,
@@ -192,14 +205,14 @@ impl<R> Request<R> {
                         .engine
                         .wait_until("request wait", || Ok(state.is_done()))?;
                 }
-                state.take().map(self.convert)
+                state.take().map(convert)
             }
             Inner::Joined(pieces) => {
                 let mut bytes = Vec::new();
                 for p in pieces {
                     bytes.extend_from_slice(&p.wait()?);
                 }
-                Ok((self.convert)(Fetched::from(bytes)))
+                Ok(convert(Fetched::from(bytes)))
             }
         }
     }
