@@ -36,6 +36,9 @@ pub struct Flat {
     /// (long double complex where long double is not x86-64's): MPI_REPLACE and
     /// MPI_NO_OP could move it only as several words, which a concurrent update tears.
     pub wide: bool,
+    /// One item is one run of `size` bytes from its start (no blocks, or one block
+    /// `(0, size)`): found once, for the contiguity check of every call.
+    pub one_run: bool,
 }
 
 /// Blocks of one length at one stride: (first offset, length, stride).
@@ -45,6 +48,7 @@ impl Flat {
     /// A flat of `blocks`, its regular pattern found.
     pub fn new(size: usize, extent: isize, blocks: Vec<(isize, usize)>, code: u8) -> Flat {
         let pattern = Self::pattern_of(&blocks);
+        let one_run = blocks.is_empty() || (blocks.len() == 1 && blocks[0] == (0, size));
         Flat {
             size,
             extent,
@@ -52,6 +56,7 @@ impl Flat {
             code,
             pattern,
             wide: false,
+            one_run,
         }
     }
 
@@ -85,8 +90,7 @@ impl Flat {
     /// Whether `count` items are one run of bytes from the buffer's start.
     #[inline]
     pub fn contiguous(&self, count: usize) -> bool {
-        (self.blocks.is_empty() || (self.blocks.len() == 1 && self.blocks[0] == (0, self.size)))
-            && (count <= 1 || self.extent == self.size as isize)
+        self.one_run && (count <= 1 || self.extent == self.size as isize)
     }
 
     /// The runs of bytes of `count` items, merged where adjacent.
@@ -171,22 +175,33 @@ impl std::ops::Deref for FlatRef {
 /// of handle keys (plus one, so that 0 is empty) and their flats, filled under a mutex.
 /// Flats here are never freed (predefined datatypes live as long as MPI).
 struct Predefined {
-    keys: Vec<AtomicU64>,
-    flats: Vec<AtomicPtr<Flat>>,
+    slots: [PredefinedSlot; PREDEFINED_SLOTS],
     filling: Mutex<()>,
+}
+
+/// A slot of [`Predefined`]: a handle's key (plus one; 0 for a free slot) and its flat,
+/// side by side (one cache line's worth of a lookup).
+struct PredefinedSlot {
+    key: AtomicU64,
+    flat: AtomicPtr<Flat>,
 }
 
 const PREDEFINED_SLOTS: usize = 256;
 
+/// The table is a static of fixed size: its lookup, on every call's datatype, has no
+/// first-use check and no bounds to check (a tenth of MPI_Put's instructions went to
+/// them with a table behind a `OnceLock` of two `Vec`s).
 fn predefined() -> &'static Predefined {
-    static TABLE: OnceLock<Predefined> = OnceLock::new();
-    TABLE.get_or_init(|| Predefined {
-        keys: (0..PREDEFINED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
-        flats: (0..PREDEFINED_SLOTS)
-            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-            .collect(),
+    #[allow(clippy::declare_interior_mutable_const)] // each slot of the static gets its own
+    const FREE: PredefinedSlot = PredefinedSlot {
+        key: AtomicU64::new(0),
+        flat: AtomicPtr::new(std::ptr::null_mut()),
+    };
+    static TABLE: Predefined = Predefined {
+        slots: [FREE; PREDEFINED_SLOTS],
         filling: Mutex::new(()),
-    })
+    };
+    &TABLE
 }
 
 impl Predefined {
@@ -200,11 +215,11 @@ impl Predefined {
         let tag = key.wrapping_add(1);
         let start = Self::slot_of(key);
         for i in 0..PREDEFINED_SLOTS {
-            let at = (start + i) % PREDEFINED_SLOTS;
-            match self.keys[at].load(Ordering::Acquire) {
+            let slot = &self.slots[(start + i) % PREDEFINED_SLOTS];
+            match slot.key.load(Ordering::Acquire) {
                 0 => return None,
                 k if k == tag => {
-                    let p = self.flats[at].load(Ordering::Acquire);
+                    let p = slot.flat.load(Ordering::Acquire);
                     // SAFETY: a slot's flat is stored (a leaked Box, never freed) before
                     // its key is published with Release, and the Acquire above sees it.
                     return Some(unsafe { &*p });
@@ -223,10 +238,11 @@ impl Predefined {
         let leaked: &'static Flat = Box::leak(Box::new(flat));
         let start = Self::slot_of(key);
         for i in 0..PREDEFINED_SLOTS {
-            let at = (start + i) % PREDEFINED_SLOTS;
-            if self.keys[at].load(Ordering::Relaxed) == 0 {
-                self.flats[at].store(leaked as *const Flat as *mut Flat, Ordering::Release);
-                self.keys[at].store(key.wrapping_add(1), Ordering::Release);
+            let slot = &self.slots[(start + i) % PREDEFINED_SLOTS];
+            if slot.key.load(Ordering::Relaxed) == 0 {
+                slot.flat
+                    .store(leaked as *const Flat as *mut Flat, Ordering::Release);
+                slot.key.store(key.wrapping_add(1), Ordering::Release);
                 break;
             }
         }
@@ -245,6 +261,7 @@ pub fn nothing() -> FlatRef {
         code: 0,
         pattern: None,
         wide: false,
+        one_run: true,
     };
     FlatRef::Predefined(&NOTHING)
 }
