@@ -1049,6 +1049,11 @@ fn op_code(op: MPI_Op) -> c_int {
 }
 
 /// A communication call without a request.
+///
+/// `what` names the call as a closure, not a [`Comm`] value: each MPI function's call
+/// is then an instance of its own, where the kind is a constant and the paths of the
+/// other kinds fold away (one instance for all kept a 73 KiB body that matched on the
+/// kind and copied every argument of every kind, on every call).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 fn call(
@@ -1058,10 +1063,10 @@ fn call(
     rank: c_int,
     disp: MPI_Aint,
     tgt: (i64, MPI_Datatype),
-    what: Comm,
+    what: impl Fn() -> Comm,
 ) -> c_int {
     on_window(name, win, |w| {
-        communicate(w, origin, rank, disp, tgt, what).map(drop)
+        communicate(w, origin, rank, disp, tgt, what()).map(drop)
     })
 }
 
@@ -1074,12 +1079,12 @@ fn call_with_request(
     rank: c_int,
     disp: MPI_Aint,
     tgt: (i64, MPI_Datatype),
-    what: Comm,
+    what: impl Fn() -> Comm,
     request: *mut MPI_Request,
 ) -> c_int {
     on_window(name, win, |w| {
         let out = out_ptr(request, "request")?;
-        let c = communicate(w, origin, rank, disp, tgt, what)?;
+        let c = communicate(w, origin, rank, disp, tgt, what())?;
         let handle = request::new_request(c)?;
         // SAFETY: checked non-null.
         unsafe { *out = handle };
@@ -1108,7 +1113,7 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::Put,
+                    || Comm::Put,
                 )
             }
         }
@@ -1131,7 +1136,7 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::Get,
+                    || Comm::Get,
                 )
             }
         }
@@ -1155,7 +1160,7 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::Accumulate(op_code(op)),
+                    || Comm::Accumulate(op_code(op)),
                 )
             }
         }
@@ -1182,10 +1187,12 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::GetAccumulate(
-                        op_code(op),
-                        (result_addr, result_count as i64, result_datatype),
-                    ),
+                    || {
+                        Comm::GetAccumulate(
+                            op_code(op),
+                            (result_addr, result_count as i64, result_datatype),
+                        )
+                    },
                 )
             }
         }
@@ -1209,7 +1216,7 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::Put,
+                    || Comm::Put,
                     request,
                 )
             }
@@ -1234,7 +1241,7 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::Get,
+                    || Comm::Get,
                     request,
                 )
             }
@@ -1260,7 +1267,7 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::Accumulate(op_code(op)),
+                    || Comm::Accumulate(op_code(op)),
                     request,
                 )
             }
@@ -1289,10 +1296,12 @@ macro_rules! communication_calls {
                     target_rank,
                     target_disp,
                     (target_count as i64, target_datatype),
-                    Comm::GetAccumulate(
-                        op_code(op),
-                        (result_addr, result_count as i64, result_datatype),
-                    ),
+                    || {
+                        Comm::GetAccumulate(
+                            op_code(op),
+                            (result_addr, result_count as i64, result_datatype),
+                        )
+                    },
                     request,
                 )
             }
@@ -2061,7 +2070,7 @@ macro_rules! notified_calls {
                 target_rank,
                 target_disp,
                 (target_count as i64, target_datatype),
-                $what(notification_idx),
+                || $what(notification_idx),
             )
         }
     };
@@ -2086,7 +2095,7 @@ macro_rules! notified_calls {
                 target_rank,
                 target_disp,
                 (target_count as i64, target_datatype),
-                $what(notification_idx),
+                || $what(notification_idx),
             )
         }
     };
@@ -2103,9 +2112,10 @@ fn notified_call(
     rank: c_int,
     disp: MPI_Aint,
     tgt: (i64, MPI_Datatype),
-    what: Comm,
+    what: impl Fn() -> Comm,
 ) -> c_int {
     on_window(name, win, |w| {
+        let what = what();
         if let Comm::PutNotify(index) = what {
             if let Some((n, _)) = contiguous_both(origin, rank, tgt) {
                 let (addr, rank, disp) = (origin.0.cast(), rank_of(rank)?, disp as i64);
