@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use rma::{Elements, Rank};
@@ -17,7 +18,7 @@ use rma::{Elements, Rank};
 use crate::error::{MpiError, MpiResult};
 use crate::handle_table::{self, HandleTable, Unavailable};
 use crate::request::Shared;
-use crate::sys::{self, int, MPI_Aint, MPI_Comm, MPI_Errhandler, MPI_Group, MPI_Win};
+use crate::sys::{self, int, HandleBits, MPI_Aint, MPI_Comm, MPI_Errhandler, MPI_Group, MPI_Win};
 
 /// The typed views of a window, one per rma element type (accumulates name theirs).
 pub struct Views {
@@ -166,12 +167,32 @@ pub fn follow_thread_level() {
     }
 }
 
-/// The table index `handle` names, if it names one.
+/// The table index `handle` names: its distance from the handle of index 0 (the ABI
+/// layer's handles are consecutive, `csrc/abi.c`). A handle below or far past them
+/// comes out past the table, whose lookup refuses it as any empty index. Computed here
+/// rather than by the ABI layer's `rmampi_win_index`: a call per MPI call on a window,
+/// which its arithmetic did not need.
 #[inline]
 fn index_of(handle: MPI_Win) -> MpiResult<usize> {
-    // SAFETY: the ABI layer compares the handle with its own range.
-    let i = unsafe { sys::rmampi_win_index(handle) };
+    let i = handle.0.bits().wrapping_sub(first_window_handle());
     usize::try_from(i).map_err(|_| bad_window())
+}
+
+/// The bits of the window handle of index 0, asked of the ABI layer once.
+#[inline]
+fn first_window_handle() -> u64 {
+    // 0 until asked: no handle of ours is 0 (a pointer into our array, or MPICH's
+    // encoding from 0x13000000).
+    static FIRST: AtomicU64 = AtomicU64::new(0);
+    match FIRST.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: a pure function of the ABI layer.
+            let first = unsafe { sys::rmampi_win_handle(0) }.0.bits();
+            FIRST.store(first, Ordering::Relaxed);
+            first
+        }
+        first => first,
+    }
 }
 
 /// Runs `f` on the window `handle` names; MPI_ERR_WIN for a handle that names none.
