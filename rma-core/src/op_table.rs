@@ -397,10 +397,18 @@ impl OpTable {
     }
     #[inline]
     pub(crate) fn get(&self, rank: Rank) -> Option<&TargetElem> {
+        // An empty table (every op of the epoch went direct, shared memory's usual
+        // case: lock and unlock ask it each) answers without a slot's cache line.
+        if self.active == 0 {
+            return None;
+        }
         self.slots[self.slot(rank)].get(rank)
     }
     #[inline]
     pub(crate) fn get_mut(&mut self, rank: Rank) -> Option<&mut TargetElem> {
+        if self.active == 0 {
+            return None;
+        }
         let s = self.slot(rank);
         self.slots[s].get_mut(rank)
     }

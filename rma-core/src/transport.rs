@@ -249,6 +249,20 @@ pub trait WindowOps: Send + Sync {
     /// are visible to whoever takes the lock next (the MEM_SYNC before PROC_SYNC in
     /// WIN_UNLOCK).
     fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError>;
+    /// [`try_lock`](Self::try_lock) for the lock's hot path, answering in a register
+    /// as [`put_in_call`](Self::put_in_call) does: `true` once the lock is taken;
+    /// `false` when it is not (busy, or an error: nothing is held), and the engine takes
+    /// its general path, which asks [`try_lock`](Self::try_lock) again and reports what
+    /// failed.
+    fn lock_in_call(&self, target: Rank, exclusive: bool) -> bool {
+        matches!(self.try_lock(target, exclusive), Ok(true))
+    }
+    /// [`unlock`](Self::unlock) for the unlock's hot path: `true` once released; `false`
+    /// when nothing was done (an error), and the engine calls [`unlock`](Self::unlock)
+    /// for it.
+    fn unlock_in_call(&self, target: Rank, exclusive: bool) -> bool {
+        self.unlock(target, exclusive).is_ok()
+    }
     /// As [`Transport::notify`] (a wait polls [`take_notices`](Self::take_notices) in
     /// its loop, and a PSCW ping-pong is its notices: bound to the window, neither
     /// looks the window up).

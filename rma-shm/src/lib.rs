@@ -744,33 +744,39 @@ impl WindowOps for ShmWindow {
 
     fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
         let word = self.checked_lock_word(target)?.get();
-        let cur = word.load(Ordering::Acquire);
-        if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
-            return Ok(false);
+        Ok(Self::try_lock_word(word, self.rank, exclusive))
+    }
+
+    #[inline]
+    fn lock_in_call(&self, target: Rank, exclusive: bool) -> bool {
+        match self
+            .peers
+            .get(target as usize)
+            .and_then(|p| p.lock_word.as_ref())
+        {
+            // The same attempt as `try_lock`'s.
+            Some(word) => Self::try_lock_word(word.get(), self.rank, exclusive),
+            None => false,
         }
-        // An exclusive word says who holds it (rank + 1 below the bit): a holder that
-        // dies can be told from a live one, and its lock revoked (`revoke_exclusive`).
-        let next = if exclusive {
-            EXCLUSIVE | (u64::from(self.rank) + 1)
-        } else {
-            cur + 1
-        };
-        // Acquire: the lock is taken before any access of the epoch (seed 004, passive
-        // row: PROC_SYNC "lock granted", then MEM_SYNC by the engine).
-        Ok(word
-            .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok())
+    }
+
+    #[inline]
+    fn unlock_in_call(&self, target: Rank, exclusive: bool) -> bool {
+        match self
+            .peers
+            .get(target as usize)
+            .and_then(|p| p.lock_word.as_ref())
+        {
+            Some(word) => {
+                Self::unlock_word(word.get(), exclusive);
+                true
+            }
+            None => false,
+        }
     }
 
     fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError> {
-        let word = self.checked_lock_word(target)?.get();
-        // Release: every access of the epoch happens before the lock is seen free (seed
-        // 004, passive row: MEM_SYNC by the engine, then PROC_SYNC "lock released").
-        if exclusive {
-            word.store(0, Ordering::Release);
-        } else {
-            word.fetch_sub(1, Ordering::Release);
-        }
+        Self::unlock_word(self.checked_lock_word(target)?.get(), exclusive);
         Ok(())
     }
 
@@ -816,6 +822,39 @@ impl ShmWindow {
             return None;
         };
         region.checked_u64(usize::try_from(offset).ok()?)
+    }
+
+    /// One attempt at a target's lock word for `rank`: taken (`true`), or held by
+    /// others in a way that excludes this lock.
+    #[inline(always)]
+    fn try_lock_word(word: &AtomicU64, rank: Rank, exclusive: bool) -> bool {
+        let cur = word.load(Ordering::Acquire);
+        if cur & EXCLUSIVE != 0 || (exclusive && cur != 0) {
+            return false;
+        }
+        // An exclusive word says who holds it (rank + 1 below the bit): a holder that
+        // dies can be told from a live one, and its lock revoked (`revoke_exclusive`).
+        let next = if exclusive {
+            EXCLUSIVE | (u64::from(rank) + 1)
+        } else {
+            cur + 1
+        };
+        // Acquire: the lock is taken before any access of the epoch (seed 004, passive
+        // row: PROC_SYNC "lock granted", then MEM_SYNC by the engine).
+        word.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Releases a lock word this process holds.
+    #[inline(always)]
+    fn unlock_word(word: &AtomicU64, exclusive: bool) {
+        // Release: every access of the epoch happens before the lock is seen free (seed
+        // 004, passive row: MEM_SYNC by the engine, then PROC_SYNC "lock released").
+        if exclusive {
+            word.store(0, Ordering::Release);
+        } else {
+            word.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// `target`'s lock word of this window, as an atomic checked once.

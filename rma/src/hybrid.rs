@@ -753,6 +753,22 @@ impl WindowOps for NodeWindowOps {
         self.ops
             .atomic_into(self.on_node(target)?, offset, atomic, old)
     }
+    fn put_in_call(&self, target: Rank, offset: u64, data: &[u8]) -> bool {
+        self.on_node(target)
+            .is_ok_and(|i| self.ops.put_in_call(i, offset, data))
+    }
+    fn get_in_call(&self, target: Rank, offset: u64, dst: &mut [u8]) -> bool {
+        self.on_node(target)
+            .is_ok_and(|i| self.ops.get_in_call(i, offset, dst))
+    }
+    fn lock_in_call(&self, target: Rank, exclusive: bool) -> bool {
+        self.on_node(target)
+            .is_ok_and(|i| self.ops.lock_in_call(i, exclusive))
+    }
+    fn unlock_in_call(&self, target: Rank, exclusive: bool) -> bool {
+        self.on_node(target)
+            .is_ok_and(|i| self.ops.unlock_in_call(i, exclusive))
+    }
     fn try_lock(&self, target: Rank, exclusive: bool) -> Result<bool, TransportError> {
         self.ops.try_lock(self.on_node(target)?, exclusive)
     }

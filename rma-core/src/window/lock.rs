@@ -34,7 +34,7 @@ impl WindowShared {
             return false;
         }
         let exclusive = lock_type == LockType::Exclusive;
-        if !matches!(self.try_lock_word(target, exclusive), Ok(true)) {
+        if !self.lock_word_now(target, exclusive) {
             // Busy (or failed): the general path waits for it (or reports it).
             return false;
         }
@@ -204,7 +204,7 @@ impl WindowShared {
             Ok(())
         } else {
             self.lock_word_memory_sync();
-            self.unlock_word(target, info.exclusive)
+            self.unlock_word_now(target, info.exclusive)
         };
         st.end_epoch_without_locks();
         Some(match released {

@@ -22,7 +22,7 @@ impl WindowShared {
             self.lock_word_memory_sync(); // seed 004 RMA+shm, passive row: MEM_SYNC before PROC_SYNC in UNLOCK_ALL
             let mut released = Ok(());
             for rank in self.members() {
-                released = released.and(self.unlock_word(rank, false));
+                released = released.and(self.unlock_word_now(rank, false));
             }
             return Some(Self::unlock_all_closed(st, released));
         }
@@ -132,7 +132,7 @@ impl WindowShared {
             return false;
         }
         for (taken, rank) in self.members().enumerate() {
-            if !matches!(self.try_lock_word(rank, false), Ok(true)) {
+            if !self.lock_word_now(rank, false) {
                 for rank in self.members().take(taken) {
                     let _ = self.unlock_word(rank, false);
                 }

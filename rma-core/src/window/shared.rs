@@ -377,6 +377,33 @@ impl WindowShared {
         }
     }
 
+    /// [`try_lock_word`](Self::try_lock_word) for the lock's hot path: `true` once
+    /// taken, `false` when not taken now (busy, or an error the general path reports).
+    #[inline(always)]
+    pub(super) fn lock_word_now(&self, target: Rank, exclusive: bool) -> bool {
+        match &self.ops {
+            Some(ops) => ops.lock_in_call(target, exclusive),
+            None => matches!(
+                self.engine.transport.try_lock(self.id, target, exclusive),
+                Ok(true)
+            ),
+        }
+    }
+
+    /// [`unlock_word`](Self::unlock_word) for the unlock's hot path: the bound ops'
+    /// release answering in a register, the full call only for its error.
+    #[inline(always)]
+    pub(super) fn unlock_word_now(
+        &self,
+        target: Rank,
+        exclusive: bool,
+    ) -> std::result::Result<(), TransportError> {
+        match &self.ops {
+            Some(ops) if ops.unlock_in_call(target, exclusive) => Ok(()),
+            _ => self.unlock_word(target, exclusive),
+        }
+    }
+
     /// Releases `target`'s lock word of this window (see [`try_lock_word`](Self::try_lock_word)).
     #[inline]
     pub(super) fn unlock_word(
