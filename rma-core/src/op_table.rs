@@ -483,14 +483,26 @@ impl OpTable {
             return;
         }
         let start = self.next_slot % n;
-        // Plain loops: this runs on every progress pass, and the iterator-adapter chain
-        // (flat_map, filter, map into extend) cost several times as many instructions.
-        for i in (start..n).chain(0..start) {
-            for t in self.slots[self.occupied[i]].iter() {
+        // Plain loops: this runs on every progress pass (on a network backend, every
+        // look of a flush's wait), and iterator chains (the two halves of the round, a
+        // slot's first element and the rest) cost several times as many instructions.
+        let mut visit = |slot: &Slot| {
+            if let Some(t) = &slot.first {
                 if keep(t) {
                     out.push(t.rank);
                 }
             }
+            for t in &slot.more {
+                if keep(t) {
+                    out.push(t.rank);
+                }
+            }
+        };
+        for &s in &self.occupied[start..] {
+            visit(&self.slots[s]);
+        }
+        for &s in &self.occupied[..start] {
+            visit(&self.slots[s]);
         }
         if !out.is_empty() {
             self.next_slot = (start + 1) % n;
