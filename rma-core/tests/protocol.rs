@@ -18,6 +18,14 @@ fn config() -> Config {
     }
 }
 
+/// [`config`] with a progress agent in every process beside the application's thread.
+fn config_with_progress_agent() -> Config {
+    Config {
+        async_progress: rma_core::AsyncProgress::On,
+        ..config()
+    }
+}
+
 fn run(n: usize, profile: Profile, seed: u64, config: Config, f: fn(Engine) -> Result<()>) {
     sim::run_with(n, profile, seed, config, f)
         .unwrap_or_else(|e| panic!("{profile:?} seed {seed}: {e}"));
@@ -970,10 +978,7 @@ fn the_first_death_known_is_named_not_the_messenger_that_left_after_it() {
 fn async_progress_lets_passive_target_complete_while_the_target_computes() {
     use std::sync::atomic::{AtomicBool, Ordering};
     static DONE: AtomicBool = AtomicBool::new(false);
-    let cfg = Config {
-        async_progress: rma_core::AsyncProgress::On,
-        ..config()
-    };
+    let cfg = config_with_progress_agent();
     run(2, Profile::ActiveMessages, 24, cfg, |e| {
         let win = e.allocate::<u64>(2)?;
         e.barrier()?;
@@ -1620,10 +1625,7 @@ fn pscw_with_native_notices_and_progress_agents_loses_no_notice() {
     // The hybrid litmus's shape (a CI run hung in it once: rank 0 in complete, rank 1 in
     // wait): native post and complete notices, each process's progress agent passing
     // over the window beside the application's thread, two more ranks idle.
-    let cfg = Config {
-        async_progress: rma_core::AsyncProgress::On,
-        ..config()
-    };
+    let cfg = config_with_progress_agent();
     run(4, Profile::SharedMemory, 31, cfg, |e| {
         let win = e.allocate::<u64>(2)?;
         e.barrier()?;

@@ -394,35 +394,32 @@ const SCRATCH: usize = 64;
 impl WindowOps for ShmWindow {
     #[inline]
     fn put_in_call(&self, target: Rank, offset: u64, data: &[u8]) -> bool {
-        match self.peers.get(target as usize).map(|p| &p.memory) {
-            Some(PeerMemory::Mapped(region)) => {
-                let off = offset as usize;
-                if !region.contains(off, data.len()) {
-                    return false;
-                }
-                region.write(off, data);
+        match self.plainly_mapped(target, offset, data.len()) {
+            Some((region, at)) => {
+                region.write(at, data);
                 true
             }
             // Memory reached otherwise (cross-memory attach, a dynamic window's regions)
-            // completes in the call too, at a syscall's or a lookup's cost.
-            Some(_) => matches!(self.put(target, offset, data), Ok(Issued::Complete(_))),
-            None => false,
+            // completes in the call too, at a syscall's or a lookup's cost; an access
+            // outside the mapping fails there, and the general path reports it.
+            None => {
+                (target as usize) < self.peers.len()
+                    && matches!(self.put(target, offset, data), Ok(Issued::Complete(_)))
+            }
         }
     }
 
     #[inline]
     fn get_in_call(&self, target: Rank, offset: u64, dst: &mut [u8]) -> bool {
-        match self.peers.get(target as usize).map(|p| &p.memory) {
-            Some(PeerMemory::Mapped(region)) => {
-                let off = offset as usize;
-                if !region.contains(off, dst.len()) {
-                    return false;
-                }
-                region.read(off, dst);
+        match self.plainly_mapped(target, offset, dst.len()) {
+            Some((region, at)) => {
+                region.read(at, dst);
                 true
             }
-            Some(_) => matches!(self.get_into(target, offset, dst), Ok(true)),
-            None => false,
+            None => {
+                (target as usize) < self.peers.len()
+                    && matches!(self.get_into(target, offset, dst), Ok(true))
+            }
         }
     }
 
@@ -749,30 +746,17 @@ impl WindowOps for ShmWindow {
 
     #[inline]
     fn lock_in_call(&self, target: Rank, exclusive: bool) -> bool {
-        match self
-            .peers
-            .get(target as usize)
-            .and_then(|p| p.lock_word.as_ref())
-        {
-            // The same attempt as `try_lock`'s.
-            Some(word) => Self::try_lock_word(word.get(), self.rank, exclusive),
-            None => false,
-        }
+        self.lock_word_of(target)
+            .is_some_and(|word| Self::try_lock_word(word.get(), self.rank, exclusive))
     }
 
     #[inline]
     fn unlock_in_call(&self, target: Rank, exclusive: bool) -> bool {
-        match self
-            .peers
-            .get(target as usize)
-            .and_then(|p| p.lock_word.as_ref())
-        {
-            Some(word) => {
-                Self::unlock_word(word.get(), exclusive);
-                true
-            }
-            None => false,
-        }
+        let Some(word) = self.lock_word_of(target) else {
+            return false;
+        };
+        Self::unlock_word(word.get(), exclusive);
+        true
     }
 
     fn unlock(&self, target: Rank, exclusive: bool) -> Result<(), TransportError> {
@@ -860,10 +844,27 @@ impl ShmWindow {
     /// `target`'s lock word of this window, as an atomic checked once.
     #[inline]
     fn checked_lock_word(&self, target: Rank) -> Result<&Word, TransportError> {
-        self.peers[target as usize]
-            .lock_word
-            .as_ref()
+        self.lock_word_of(target)
             .ok_or(TransportError::Unsupported("native locks"))
+    }
+
+    /// `target`'s lock word of this window, if it has one.
+    #[inline(always)]
+    fn lock_word_of(&self, target: Rank) -> Option<&Word> {
+        self.peers.get(target as usize)?.lock_word.as_ref()
+    }
+
+    /// `len` bytes at `offset` of `target`'s window where its memory is mapped here as
+    /// one region (not a dynamic window's regions, not memory reached by cross-memory
+    /// attach), checked against the mapping: the region and the offset in it. A direct
+    /// put's or get's whole call on shared memory.
+    #[inline(always)]
+    fn plainly_mapped(&self, target: Rank, offset: u64, len: usize) -> Option<(&Region, usize)> {
+        let PeerMemory::Mapped(region) = &self.peers.get(target as usize)?.memory else {
+            return None;
+        };
+        let at = offset as usize;
+        region.contains(at, len).then_some((region, at))
     }
 
     /// `target`'s lock words of this window.

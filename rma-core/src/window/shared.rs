@@ -611,11 +611,9 @@ impl WindowShared {
         if !(self.every_target_writes || self.caps(target).rdma_write) {
             return None;
         }
-        if ops.put_in_call(target, offset, data) {
-            self.counters.op_direct();
-            return Some(Ok(()));
-        }
-        None
+        ops.put_in_call(target, offset, data)
+            .then(|| self.counters.op_direct())
+            .map(Ok)
     }
 
     /// What a direct op's call came to: done (with what it fetched), failed, or `None`
@@ -652,11 +650,9 @@ impl WindowShared {
         if !(self.every_target_reads || self.caps(target).rdma_read) {
             return None;
         }
-        if ops.get_in_call(target, offset, dst) {
-            self.counters.op_direct();
-            return Some(Ok(()));
-        }
-        None
+        ops.get_in_call(target, offset, dst)
+            .then(|| self.counters.op_direct())
+            .map(Ok)
     }
 
     /// A native atomic of one element toward a [direct](super::direct) target, as
