@@ -487,7 +487,8 @@ fn stress_fetch_and_op(world: &World) -> Result<()> {
     let win_ref = &win;
     let stalled =
         |round: u64| move |e: &rma::Error| say!("round {round}: {e}; {:?}", win_ref.stats());
-    for round in 0..100_000 {
+    let rounds = reps(100_000);
+    for round in 0..rounds {
         let old = win
             .fetch_and_op(1, AccOp::Sum, 0, 0)
             .and_then(|r| r.wait())
@@ -496,10 +497,10 @@ fn stress_fetch_and_op(world: &World) -> Result<()> {
         last = old;
     }
     win.unlock_all()?;
-    world.barrier().inspect_err(stalled(100_000))?;
+    world.barrier().inspect_err(stalled(rounds))?;
     if world.rank() == 0 {
         check(
-            win.local_to_vec()[0] == 100_000 * world.size() as u64,
+            win.local_to_vec()[0] == rounds * world.size() as u64,
             "every fetch_and_op counted",
         )?;
     }

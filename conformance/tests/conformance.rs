@@ -1181,7 +1181,6 @@ mod hybrid {
             (4, &["ops", "dynamic"]),
             (4, &["progress"]),
             (4, &["bad_input"]),
-            (4, &["stress_fetch_and_op"]),
             (4, &["stress_lock_counter"]),
             (4, &["stress_overlap"]),
             (2, &["litmus", "fence"]),
@@ -1207,6 +1206,16 @@ mod hybrid {
         for (n, args) in cases {
             ok_on_two_hosts(*n, args, &[]);
         }
+        // A fifth of the shared-memory run's 10^5 increments per rank: the two ranks
+        // across the hosts make each one a round trip over tcp, four spinning ranks on
+        // two cores (the simulated hosts share them, and each believes it has two), and
+        // in CI they took past RMA_TIMEOUT_MS (90 s) for the 10^5 while the ranks of
+        // the target's host, done in seconds, waited for them in the final barrier.
+        ok_on_two_hosts(
+            4,
+            &["stress_fetch_and_op"],
+            &[("RMA_CONFORMANCE_DIVISOR", "5")],
+        );
         // Every op and its request form past one message, inside a host and across.
         ok_on_two_hosts(4, &["large_ops"], &[("RMA_LARGE_MIB", "2")]);
         // Rank 0 locks, puts and unlocks on rank 1 of its host while rank 1 computes:
