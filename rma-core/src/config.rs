@@ -101,6 +101,15 @@ pub struct Config {
     /// Let the transport do ops natively where it can (`RMA_NATIVE`, 0 or 1); off, every op
     /// is an active message.
     pub native_ops: bool,
+    /// The application calls into the library from one thread at a time (MPI's
+    /// `MPI_THREAD_SERIALIZED` and below: it orders calls made from several threads
+    /// itself). Then the count of ops that go straight to the backend
+    /// ([`Stats::ops_direct`](crate::Stats::ops_direct)) is kept in one place, without
+    /// finding the calling thread's share of it: in a shared library (librma-mpi) that
+    /// is a call into the dynamic linker per op. Off by default; set where it holds, a
+    /// count with calls from two threads at once may come out short (the counts only:
+    /// the operations are unaffected).
+    pub calls_one_at_a_time: bool,
 }
 
 impl Default for Config {
@@ -122,6 +131,7 @@ impl Default for Config {
             agent_start: None,
             timeout: Some(Duration::from_secs(60)),
             native_ops: true,
+            calls_one_at_a_time: false,
         }
     }
 }

@@ -26,6 +26,14 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Counters of a window whose application calls from one thread at a time
+    /// ([`Config::calls_one_at_a_time`](crate::Config::calls_one_at_a_time)) when
+    /// `one_at_a_time`, of any number of threads otherwise.
+    pub(crate) fn new(one_at_a_time: bool) -> Counters {
+        let mut c = Counters::default();
+        c.ops_direct.one_caller = one_at_a_time;
+        c
+    }
     /// A communicator's collective ran in its members' shared memory.
     pub(crate) fn collective_in_shared_memory(&self) {
         self.collectives_in_shared_memory.fetch_add(1, Relaxed);
@@ -111,10 +119,15 @@ impl Counters {
 /// a shard, where a load and a store add exactly (one writer); later threads share a
 /// locked add. A sum may be a few counts behind the adds
 /// happening meanwhile, as any relaxed counter.
+///
+/// Where calls come one at a time (`one_caller`), every add is a load and a store of
+/// `shared`: the application's order of its calls orders them, and no thread looks its
+/// shard up (a thread-local: in a shared library, a call into the dynamic linker).
 #[derive(Debug, Default)]
 struct PerThreadCount {
     shards: [Shard; PerThreadCount::SHARDS],
     shared: AtomicU64,
+    one_caller: bool,
 }
 
 /// One thread's share of a [`PerThreadCount`], on a cache line of its own.
@@ -127,6 +140,10 @@ impl PerThreadCount {
 
     #[inline]
     fn add_one(&self) {
+        if self.one_caller {
+            self.shared.store(self.shared.load(Relaxed) + 1, Relaxed);
+            return;
+        }
         match self.shards.get(thread_shard()) {
             Some(Shard(mine)) => mine.store(mine.load(Relaxed) + 1, Relaxed),
             None => {
@@ -248,5 +265,31 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(count.sum(), (PerThreadCount::SHARDS as u64 + 4) * 10_000);
+    }
+
+    /// Calls one at a time from several threads, each handing over to the next (as an
+    /// application at MPI_THREAD_SERIALIZED orders them): one place counts every add.
+    #[test]
+    fn one_caller_count_is_exact_across_handed_over_threads() {
+        let counters = std::sync::Arc::new(Counters::new(true));
+        for _ in 0..PerThreadCount::SHARDS + 4 {
+            let c = counters.clone();
+            // join() is the hand-over: the next thread's adds come after this one's.
+            std::thread::spawn(move || (0..1_000).for_each(|_| c.op_direct()))
+                .join()
+                .unwrap();
+        }
+        let stats = counters.snapshot();
+        assert_eq!(
+            stats.ops_direct,
+            (PerThreadCount::SHARDS as u64 + 4) * 1_000
+        );
+        assert_eq!(stats.ops_native, stats.ops_direct);
+        // Every add went to the shared word: no thread's shard holds any.
+        assert!(counters
+            .ops_direct
+            .shards
+            .iter()
+            .all(|s| s.0.load(Relaxed) == 0));
     }
 }

@@ -174,7 +174,10 @@ fn start_rma() {
     // The configuration from the environment: the progress agent runs where peers need
     // it from the start (networks) and is started by the first window of active
     // messages on shared memory (`window::create`), unless RMA_ASYNC_PROGRESS=0.
-    let world = rma::Config::from_env().and_then(|config| {
+    let world = rma::Config::from_env().and_then(|mut config| {
+        // Below MPI_THREAD_MULTIPLE the application makes one call at a time.
+        // SAFETY: a plain query.
+        config.calls_one_at_a_time = unsafe { sys::rmampi_thread_level_multiple() } == 0;
         let bootstrap = crate::bootstrap::over_comm_world()?;
         rma::World::from_bootstrap(std::sync::Arc::new(bootstrap), config)
     });

@@ -47,6 +47,7 @@ impl WindowShared {
                 .iter()
                 .all(|&r| classes[*routes.get(r) as usize].native_locks),
         };
+        let counters = Counters::new(engine.config.calls_one_at_a_time);
         WindowShared {
             every_target_writes: classes.iter().all(|c| c.rdma_write),
             every_target_reads: classes.iter().all(|c| c.rdma_read),
@@ -72,7 +73,7 @@ impl WindowShared {
             memory: RwLock::new(memory),
             anchor: Mutex::new(anchor),
             state,
-            counters: Counters::default(),
+            counters,
             user_copy: Mutex::new(None),
             freed: std::sync::atomic::AtomicBool::new(false),
             local_access: std::sync::atomic::AtomicBool::new(false),
