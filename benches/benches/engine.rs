@@ -5,8 +5,9 @@
 //!   transport (`rma_core::sim::echo`), rank 0 of a large job that answers for every
 //!   other rank at once;
 //! - `native`: put + flush and get + flush over a transport whose native ops complete at
-//!   the next poll (`next_poll`: the engine's share of an RDMA backend's latency) or in
-//!   the call (`in_call`: as rma-verbs reports them on rxe);
+//!   the next poll (`next_poll`: the engine's share of an RDMA backend's latency), after
+//!   16 empty polls (`after_16_empty_polls`: the passes of a wait for a wire's latency)
+//!   or in the call (`in_call`: as rma-verbs reports them on rxe);
 //! - `pool`: the two-level element pools;
 //! - `sim_put_flush`: put + flush between two ranks of the simulated transport (threads).
 //!
@@ -165,6 +166,9 @@ fn native(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for (mode, echo) in [
         ("next_poll", Echo::native(2)),
+        // A wire's latency in the waiter's passes: 16 polls find nothing before the
+        // completion (what each look of a flush's wait costs, times 16).
+        ("after_16_empty_polls", Echo::native_after_polls(2, 17)),
         ("in_call", Echo::native_in_call(2)),
     ] {
         let engine = Engine::new(Arc::new(echo), Config::default());

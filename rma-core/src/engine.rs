@@ -898,46 +898,49 @@ impl EngineShared {
         let mut failed_now: Vec<Rank> = Vec::new();
         let windows = self.windows.read().unwrap_or_else(|x| x.into_inner());
         let mut held = HeldState::default();
-        for ev in events.drain(..) {
-            match ev {
-                Event::Received { from, data } => {
-                    self.dispatch(&windows, &mut held, from, &data);
-                    self.transport.recycle(data);
-                }
-                Event::Completed { token, data } => {
-                    if let Some(i) = find(&windows, (token >> 40) as u32) {
-                        held.state(&windows, i)
-                            .handle_completion(&windows[i], token, Ok(data));
+        // Most passes of a wait find nothing: no drain to set up and tear down.
+        if !events.is_empty() {
+            for ev in events.drain(..) {
+                match ev {
+                    Event::Received { from, data } => {
+                        self.dispatch(&windows, &mut held, from, &data);
+                        self.transport.recycle(data);
                     }
-                }
-                Event::Failed { token, error } => {
-                    if let Some(i) = find(&windows, (token >> 40) as u32) {
-                        held.state(&windows, i).handle_completion(
-                            &windows[i],
-                            token,
-                            Err(error.into()),
-                        );
-                    }
-                }
-                Event::Notified { from, win, index } => {
-                    // The data is in (the backend's promise); the counter is checked here,
-                    // whatever the origin claimed: a window or index this process does
-                    // not have is refused, as an active message's would be.
-                    match find(&windows, win) {
-                        Some(i) if windows[i].has_notification(index) => {
-                            windows[i].notification_arrived(index);
-                        }
-                        Some(i) => {
-                            tracing::warn!(from, win, index, "refused a notice of no counter");
-                            windows[i].counters.refused();
-                        }
-                        None => {
-                            tracing::warn!(from, win, index, "refused a notice of no window");
-                            self.stats.refused();
+                    Event::Completed { token, data } => {
+                        if let Some(i) = find(&windows, (token >> 40) as u32) {
+                            held.state(&windows, i)
+                                .handle_completion(&windows[i], token, Ok(data));
                         }
                     }
+                    Event::Failed { token, error } => {
+                        if let Some(i) = find(&windows, (token >> 40) as u32) {
+                            held.state(&windows, i).handle_completion(
+                                &windows[i],
+                                token,
+                                Err(error.into()),
+                            );
+                        }
+                    }
+                    Event::Notified { from, win, index } => {
+                        // The data is in (the backend's promise); the counter is checked here,
+                        // whatever the origin claimed: a window or index this process does
+                        // not have is refused, as an active message's would be.
+                        match find(&windows, win) {
+                            Some(i) if windows[i].has_notification(index) => {
+                                windows[i].notification_arrived(index);
+                            }
+                            Some(i) => {
+                                tracing::warn!(from, win, index, "refused a notice of no counter");
+                                windows[i].counters.refused();
+                            }
+                            None => {
+                                tracing::warn!(from, win, index, "refused a notice of no window");
+                                self.stats.refused();
+                            }
+                        }
+                    }
+                    Event::PeerFailed { rank } => failed_now.push(rank),
                 }
-                Event::PeerFailed { rank } => failed_now.push(rank),
             }
         }
         drop(events);

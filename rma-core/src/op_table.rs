@@ -482,7 +482,13 @@ impl OpTable {
         if n == 0 {
             return;
         }
-        let start = self.next_slot % n;
+        // No division on the way (a pass keeps the position below `n` but for slots
+        // freed meanwhile).
+        let start = if self.next_slot < n {
+            self.next_slot
+        } else {
+            self.next_slot % n
+        };
         // Plain loops: this runs on every progress pass (on a network backend, every
         // look of a flush's wait), and iterator chains (the two halves of the round, a
         // slot's first element and the rest) cost several times as many instructions.
@@ -505,7 +511,7 @@ impl OpTable {
             visit(&self.slots[s]);
         }
         if !out.is_empty() {
-            self.next_slot = (start + 1) % n;
+            self.next_slot = if start + 1 < n { start + 1 } else { 0 };
         }
     }
 

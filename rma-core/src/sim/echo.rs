@@ -52,8 +52,10 @@ impl Segment for EchoSegment {
 struct EchoState {
     /// Packets waiting for the next poll, with their sender.
     inbox: VecDeque<(Rank, Vec<u8>)>,
-    /// Native operations issued, completed at the next poll (token, fetched bytes).
-    completions: VecDeque<(u64, Option<Fetched>)>,
+    /// Native operations issued (token, fetched bytes, the poll that completes them).
+    completions: VecDeque<(u64, Option<Fetched>, u64)>,
+    /// Polls so far.
+    polls: u64,
     enc: Encoder,
     zeros: Vec<u8>,
 }
@@ -70,6 +72,9 @@ pub struct Echo {
     native: bool,
     /// Native ops complete in the call instead of at the next poll.
     in_call: bool,
+    /// Polls a native op is under way: 1 completes it at the next poll, more leave the
+    /// polls before empty (a wire's latency, in the waiter's passes).
+    polls_in_flight: u64,
     state: Mutex<EchoState>,
 }
 
@@ -80,6 +85,7 @@ impl Echo {
             size,
             native: false,
             in_call: false,
+            polls_in_flight: 1,
             state: Mutex::default(),
         }
     }
@@ -89,6 +95,16 @@ impl Echo {
         Echo {
             native: true,
             ..Echo::new(size)
+        }
+    }
+
+    /// As [`native`](Self::native), with each native op complete at the `polls`-th poll
+    /// after its call (at least the next): the polls before find nothing, as a waiter's
+    /// passes over a network do until the completion arrives.
+    pub fn native_after_polls(size: usize, polls: u64) -> Self {
+        Echo {
+            polls_in_flight: polls.max(1),
+            ..Echo::native(size)
         }
     }
 
@@ -105,7 +121,8 @@ impl Echo {
             return Ok(Issued::Complete(data));
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.completions.push_back((token, data));
+        let due = st.polls + self.polls_in_flight;
+        st.completions.push_back((token, data, due));
         Ok(Issued::Pending)
     }
 }
@@ -238,17 +255,47 @@ impl Transport for Echo {
 
     fn poll(&self, events: &mut Vec<Event>) -> Result<usize, TransportError> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let n = st.inbox.len() + st.completions.len();
-        events.extend(
-            st.inbox
-                .drain(..)
-                .map(|(from, data)| Event::Received { from, data }),
-        );
-        events.extend(
-            st.completions
-                .drain(..)
-                .map(|(token, data)| Event::Completed { token, data }),
-        );
-        Ok(n)
+        st.polls += 1;
+        let n = events.len();
+        if !st.inbox.is_empty() {
+            events.extend(
+                st.inbox
+                    .drain(..)
+                    .map(|(from, data)| Event::Received { from, data }),
+            );
+        }
+        // Issued in order, each as long under way: the due ones are a prefix.
+        while st.completions.front().is_some_and(|c| c.2 <= st.polls) {
+            let (token, data, _) = st.completions.pop_front().expect("checked");
+            events.push(Event::Completed { token, data });
+        }
+        Ok(events.len() - n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A native op of `native_after_polls(_, 3)` completes at the third poll after its
+    /// call, the polls before it empty; ops issued one after another complete in order.
+    #[test]
+    fn native_ops_complete_after_their_polls() {
+        let echo = Echo::native_after_polls(2, 3);
+        assert!(matches!(echo.put(0, 1, 0, &[1], 7), Ok(Issued::Pending)));
+        let mut events = Vec::new();
+        assert_eq!(echo.poll(&mut events).unwrap(), 0);
+        assert!(matches!(echo.put(0, 1, 0, &[2], 8), Ok(Issued::Pending)));
+        assert_eq!(echo.poll(&mut events).unwrap(), 0);
+        assert_eq!(echo.poll(&mut events).unwrap(), 1);
+        assert!(matches!(events[..], [Event::Completed { token: 7, .. }]));
+        // The second, called after the first poll, at the fourth.
+        assert_eq!(echo.poll(&mut events).unwrap(), 1);
+        assert!(matches!(events[1], Event::Completed { token: 8, .. }));
+        assert_eq!(echo.poll(&mut events).unwrap(), 0);
+        // 0 polls is the next one, as `native`'s.
+        let echo = Echo::native_after_polls(2, 0);
+        assert!(matches!(echo.put(0, 1, 0, &[1], 9), Ok(Issued::Pending)));
+        assert_eq!(echo.poll(&mut events).unwrap(), 1);
     }
 }

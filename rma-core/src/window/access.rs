@@ -167,14 +167,17 @@ impl WinState {
     }
 
     /// CLEANUP_OPS_WIN: free idle target elements where the epoch allows.
+    #[inline]
     pub(super) fn cleanup_ops_win(&mut self, w: &WindowShared) {
-        if self.table.active == 0 {
-            return;
-        }
+        // Every progress pass asks: with lazy target free, only a restore frees early.
         let eager = self.restoring || !w.engine.config.lazy_target_free;
-        if !eager {
-            return;
+        if self.table.active != 0 && eager {
+            self.free_idle_targets(w);
         }
+    }
+
+    #[inline(never)]
+    fn free_idle_targets(&mut self, w: &WindowShared) {
         let keep_locks = matches!(self.epoch, WindowEpoch::LockAllCalled);
         let idle: Vec<Rank> = self
             .table

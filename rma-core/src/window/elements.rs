@@ -49,7 +49,16 @@ impl WinState {
     /// PSCW notices that peers left natively ([`Transport::notify`](crate::Transport::notify)) join the ones that
     /// came by message: posts of targets this access epoch still waits for, completes of
     /// origins of the open exposure epoch.
+    #[inline]
     pub(super) fn take_native_notices(&mut self, w: &WindowShared) {
+        // Every progress pass asks: outside PSCW there is nothing to look at.
+        if matches!(self.epoch, WindowEpoch::Pscw(_)) || self.target.exposure.is_some() {
+            self.take_native_notices_of_pscw(w);
+        }
+    }
+
+    #[inline(never)]
+    fn take_native_notices_of_pscw(&mut self, w: &WindowShared) {
         if let WindowEpoch::Pscw(p) = &self.epoch {
             for (i, &rank) in p.group.iter().enumerate() {
                 if !p.granted[i] {

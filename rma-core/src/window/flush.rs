@@ -125,6 +125,30 @@ impl WindowShared {
                     && !t.pending.is_empty()
                     && target.is_none_or(|x| x == t.rank)
             };
+            if let Some(r) = target {
+                // One target (every look of a wait for one, on a network backend: one
+                // lookup of its element for all the questions of a look).
+                match st.table.get_mut(r) {
+                    None => {
+                        deferred = st.deferred.take();
+                        return Ok(true);
+                    }
+                    Some(t) if !waiting(t) => {
+                        if remote
+                            && t.puts_since_done > 0
+                            && self.engine.transport.ordered_puts_delivered(r)
+                        {
+                            t.puts_since_done = 0;
+                        }
+                        let finished = done(t);
+                        if finished {
+                            deferred = st.deferred.take();
+                        }
+                        return Ok(finished);
+                    }
+                    Some(_) => {}
+                }
+            }
             let any_waiting = match target {
                 Some(r) => st.table.get(r).is_some_and(waiting),
                 None => st.table.iter().any(waiting),

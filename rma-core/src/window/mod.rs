@@ -324,6 +324,14 @@ struct PeerDepartures {
     freeing: Vec<Option<u32>>,
 }
 
+impl PeerDepartures {
+    /// No peer said anything of leaving (the vectors grow at the first notice).
+    #[inline]
+    fn none_heard(&self) -> bool {
+        self.mismatch.is_none() && self.abandoned.is_empty() && self.freeing.is_empty()
+    }
+}
+
 /// The locks of a PER_TARGET epoch: few (the ones the user holds at once), so a vector
 /// searched linearly beats hashing.
 #[derive(Debug, Default)]
