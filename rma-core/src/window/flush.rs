@@ -134,11 +134,8 @@ impl WindowShared {
                         return Ok(true);
                     }
                     Some(t) if !waiting(t) => {
-                        if remote
-                            && t.puts_since_done > 0
-                            && self.engine.transport.ordered_puts_delivered(r)
-                        {
-                            t.puts_since_done = 0;
+                        if remote {
+                            take_delivered_puts_of(self, t);
                         }
                         let finished = done(t);
                         if finished {
@@ -206,10 +203,16 @@ impl WinState {
         };
         for &rank in ranks {
             if let Some(t) = self.table.get_mut(rank) {
-                if t.puts_since_done > 0 && w.engine.transport.ordered_puts_delivered(rank) {
-                    t.puts_since_done = 0;
-                }
+                take_delivered_puts_of(w, t);
             }
         }
+    }
+}
+
+/// [`take_delivered_puts`](WinState::take_delivered_puts) for one target's element.
+#[inline]
+fn take_delivered_puts_of(w: &WindowShared, t: &mut TargetElem) {
+    if t.puts_since_done > 0 && w.engine.transport.ordered_puts_delivered(t.rank) {
+        t.puts_since_done = 0;
     }
 }
