@@ -18,6 +18,18 @@
 //!
 //! Holding the state twice in one thread deadlocks a mutex; here it would alias the
 //! state, so it is checked and refused with a panic (no caller does it).
+//!
+//! A thread is known by its [token](owner_token): on Linux with glibc on x86-64 and
+//! AArch64, its thread pointer, one register read (a thread-local costs a call into the
+//! dynamic linker per read inside a shared library such as librma-mpi: two per lock +
+//! unlock); elsewhere its [`thread_id`]. Two live threads never share a thread pointer
+//! (each points to its own thread control block). A thread that starts after another
+//! exited may get the exited one's, and if that one owned a lock, the new thread holds it
+//! as its owner: sound, because the exited owner holds nothing (its holds were guards on
+//! its own stack, and each ended with a release store of `owner_holds`), and the new
+//! thread's first fast hold reads `owner_holds` with acquire, after the C library took
+//! the exited thread's stack back and handed it to the new one under its stack cache's
+//! lock, so the exited owner's holds happen before it.
 
 use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +47,7 @@ pub struct BiasedLock<T> {
     data: UnsafeCell<T>,
     /// Held by every hold that is not the owner's fast one.
     mutex: Mutex<()>,
-    /// The owner's thread id, [`NO_OWNER`] or [`REVOKED`].
+    /// The owner's [token](owner_token), [`NO_OWNER`] or [`REVOKED`].
     owner: AtomicU64,
     /// The owner holds the state without the mutex.
     owner_holds: AtomicBool,
@@ -66,8 +78,10 @@ impl<T> BiasedLock<T> {
     /// Holds the state until the guard drops.
     #[inline]
     pub fn lock(&self) -> BiasedGuard<'_, T> {
-        let me = thread_id();
-        if self.owner.load(Ordering::Relaxed) == me && !self.owner_holds.load(Ordering::Relaxed) {
+        let me = owner_token();
+        // Acquire: the owner's last hold happens before this one, also where this thread
+        // took over an exited owner's token (module docs); a plain load on x86-64.
+        if self.owner.load(Ordering::Relaxed) == me && !self.owner_holds.load(Ordering::Acquire) {
             self.owner_holds.store(true, Ordering::Relaxed);
             asymmetric::light();
             if self.owner.load(Ordering::Relaxed) == me {
@@ -143,9 +157,58 @@ impl<T> Drop for BiasedGuard<'_, T> {
     }
 }
 
-/// This thread's number, the same for every user in the process ([`BiasedLock`]s, the
-/// engine's per-thread counters): threads are numbered from 1 as they first ask, never
-/// renumbered (an owner that exits is never mistaken for a new thread).
+/// How [`BiasedLock`]s know this thread (module docs): its thread pointer, never
+/// [`NO_OWNER`] or [`REVOKED`] (the address of its thread control block, neither null
+/// nor all ones).
+#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "x86_64"))]
+#[inline(always)]
+fn owner_token() -> u64 {
+    let tcb: u64;
+    // SAFETY: the x86-64 psABI's TLS layout, which glibc follows: %fs holds the thread
+    // pointer, whose first word is the thread control block's own address (glibc's
+    // `THREAD_SELF` reads it the same way). A read of this thread's own memory, always
+    // mapped while the thread runs; no stack, no flags touched.
+    unsafe {
+        std::arch::asm!(
+            "mov {}, qword ptr fs:[0]",
+            out(reg) tcb,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+    tcb
+}
+
+/// How [`BiasedLock`]s know this thread: its thread pointer (as above).
+#[cfg(all(target_os = "linux", target_env = "gnu", target_arch = "aarch64"))]
+#[inline(always)]
+fn owner_token() -> u64 {
+    let tp: u64;
+    // SAFETY: reads TPIDR_EL0, the thread pointer register user code may read (AArch64's
+    // TLS ABI); it touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "mrs {}, tpidr_el0",
+            out(reg) tp,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    tp
+}
+
+/// How [`BiasedLock`]s know this thread where no thread pointer is read: its number.
+#[cfg(not(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+#[inline(always)]
+fn owner_token() -> u64 {
+    thread_id()
+}
+
+/// This thread's number, the same for every user in the process (the engine's
+/// per-thread counters, whose shards it indexes; [`BiasedLock`]s where no thread pointer
+/// is read): threads are numbered from 1 as they first ask, never renumbered.
 #[inline]
 pub fn thread_id() -> u64 {
     let me = THREAD_ID.get();
@@ -230,6 +293,68 @@ mod tests {
         assert!(lock.mutex.try_lock().is_ok(), "and leaves the mutex free");
         drop(g);
         assert!(!lock.owner_holds.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn live_threads_have_tokens_of_their_own() {
+        let all_alive = Arc::new(std::sync::Barrier::new(4));
+        let tokens: Vec<u64> = (0..4)
+            .map(|_| {
+                let all_alive = all_alive.clone();
+                std::thread::spawn(move || {
+                    let first = owner_token();
+                    // Every thread reads its token while the others still run.
+                    all_alive.wait();
+                    assert_eq!(owner_token(), first, "a thread's token changed");
+                    first
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        let mut distinct = tokens.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            4,
+            "two live threads shared a token: {tokens:?}"
+        );
+        assert!(tokens.iter().all(|&t| t != NO_OWNER && t != REVOKED));
+        assert!(!tokens.contains(&owner_token()));
+    }
+
+    /// A thread that starts after the owner exited holds the lock with the owner's
+    /// writes seen: as the owner when it got the exited owner's token (the C library
+    /// reuses a joined thread's stack and control block), through the mutex otherwise.
+    #[test]
+    fn a_thread_after_an_exited_owner_sees_its_writes() {
+        let lock = Arc::new(BiasedLock::new(0u64));
+        let owner = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                *lock.lock() = 41; // the first hold: this thread owns the lock
+                *lock.lock() += 1;
+                owner_token()
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(lock.owner.load(Ordering::Relaxed), owner);
+        let lock2 = lock.clone();
+        let (token, value, fast) = std::thread::spawn(move || {
+            let g = lock2.lock();
+            (owner_token(), *g, g.mutex.is_none())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(value, 42, "the exited owner's writes were not seen");
+        assert_eq!(
+            fast,
+            token == owner,
+            "a hold's kind does not follow its token (owner {owner:#x}, this {token:#x})"
+        );
     }
 
     #[test]
