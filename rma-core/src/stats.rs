@@ -66,7 +66,7 @@ impl Counters {
     }
     /// An op went straight to the backend, past the window's state
     /// ([`direct`](crate::window)), from any thread.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn op_direct(&self) {
         self.ops_direct.add_one();
     }
@@ -138,7 +138,7 @@ struct Shard(AtomicU64);
 impl PerThreadCount {
     const SHARDS: usize = 8;
 
-    #[inline]
+    #[inline(always)]
     fn add_one(&self) {
         if self.one_caller {
             self.shared.store(self.shared.load(Relaxed) + 1, Relaxed);
@@ -160,7 +160,7 @@ impl PerThreadCount {
 
 /// This thread's shard index in every [`PerThreadCount`]: its process-wide number, from
 /// 0 (a thread's shard is its own for good: no other thread ever stores to it).
-#[inline]
+#[inline(always)]
 fn thread_shard() -> usize {
     (rma_sync::thread_id() - 1) as usize
 }

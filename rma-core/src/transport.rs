@@ -241,6 +241,20 @@ pub trait WindowOps: Send + Sync {
         let _ = (target, offset, atomic, old);
         Ok(false)
     }
+    /// A direct fetching atomic's whole call, as [`put_in_call`](Self::put_in_call):
+    /// `true` once the atomic is done and the previous values are in `old`; `false` when
+    /// nothing was done (the engine then takes its general path, which reports what
+    /// failed). An [`atomic_into`](Self::atomic_into) answers in memory (a result of
+    /// 40 bytes the caller reads back); this one in a register.
+    fn atomic_in_call(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> bool {
+        matches!(self.atomic_into(target, offset, atomic, old), Ok(true))
+    }
     /// As [`Transport::try_lock`], with acquire ordering: this process's accesses after
     /// a lock taken here cannot move before it (the engine takes it as the MEM_SYNC
     /// that seed 004 puts after PROC_SYNC in WIN_LOCK: no fence of its own).

@@ -77,7 +77,7 @@ macro_rules! width {
 
 /// `op` on the one 8-byte element `a` (a fetch_and_op of a u64, a notification
 /// counter's add): its previous value into `old` (8 bytes).
-#[inline]
+#[inline(always)]
 pub fn word_accumulate(a: &AtomicU64, op: AccOp, dt: DataType, operand: &[u8], old: &mut [u8]) {
     width!(AtomicU64, u64, a.as_ptr(), op, dt, operand, old);
 }
@@ -383,7 +383,7 @@ pub fn compare_and_swap_into(
 
 /// Compare-and-swap of the one 8-byte element `a` (bitwise comparison): its previous
 /// value into `old`.
-#[inline]
+#[inline(always)]
 pub fn word_compare_and_swap(a: &AtomicU64, compare: &[u8], swap: &[u8], old: &mut [u8]) {
     cas_width!(AtomicU64, u64, a.as_ptr(), compare, swap, old);
 }

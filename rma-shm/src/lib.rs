@@ -601,46 +601,18 @@ impl WindowOps for ShmWindow {
         atomic: NativeAtomic<'_>,
         old: &mut [u8],
     ) -> Result<bool, TransportError> {
-        match atomic {
-            NativeAtomic::Accumulate {
-                op,
-                datatype,
-                operand,
-                ..
-            } if datatype.updated_whole() => {
-                self.accumulate_locked(target, offset, op, datatype, operand, old)?
-            }
-            NativeAtomic::Accumulate {
-                op,
-                datatype,
-                operand,
-                ..
-            } => {
-                // One 8-byte element in mapped memory (fetch_and_op of a u64, a notified
-                // op's counter): its word found with one check.
-                if (operand.len(), datatype.size(), old.len()) == (8, 8, 8) {
-                    if let Some(word) = self.mapped_word(target, offset) {
-                        atomics::word_accumulate(word, op, datatype, operand, old);
-                        return Ok(true);
-                    }
-                }
-                self.accumulate_atomically(target, offset, op, datatype, operand, old)?
-            }
-            NativeAtomic::CompareAndSwap { compare, swap, .. } => {
-                // One 8-byte element in mapped memory: as the accumulate's above.
-                if (compare.len(), swap.len(), old.len()) == (8, 8, 8) {
-                    if let Some(word) = self.mapped_word(target, offset) {
-                        atomics::word_compare_and_swap(word, compare, swap, old);
-                        return Ok(true);
-                    }
-                }
-                self.with_mapped(target, offset, compare.len(), |region, off| {
-                    atomics::compare_and_swap_into(region, off, compare, swap, old)
-                        .ok_or(TransportError::Unsupported("misaligned atomic"))
-                })?
-            }
-        }
-        Ok(true)
+        self.atomic_now(target, offset, atomic, old)
+    }
+
+    fn atomic_in_call(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> bool {
+        // The same body, its outcome read in place rather than built in memory.
+        matches!(self.atomic_now(target, offset, atomic, old), Ok(true))
     }
 
     fn barrier_arrive(&self) -> Result<Option<u64>, TransportError> {
@@ -798,6 +770,58 @@ impl WindowOps for ShmWindow {
 }
 
 impl ShmWindow {
+    /// [`WindowOps::atomic_into`]'s body, inline in it and in
+    /// [`WindowOps::atomic_in_call`].
+    #[inline(always)]
+    fn atomic_now(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        match atomic {
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                ..
+            } if datatype.updated_whole() => {
+                self.accumulate_locked(target, offset, op, datatype, operand, old)?
+            }
+            NativeAtomic::Accumulate {
+                op,
+                datatype,
+                operand,
+                ..
+            } => {
+                // One 8-byte element in mapped memory (fetch_and_op of a u64, a notified
+                // op's counter): its word found with one check.
+                if (operand.len(), datatype.size(), old.len()) == (8, 8, 8) {
+                    if let Some(word) = self.mapped_word(target, offset) {
+                        atomics::word_accumulate(word, op, datatype, operand, old);
+                        return Ok(true);
+                    }
+                }
+                self.accumulate_atomically(target, offset, op, datatype, operand, old)?
+            }
+            NativeAtomic::CompareAndSwap { compare, swap, .. } => {
+                // One 8-byte element in mapped memory: as the accumulate's above.
+                if (compare.len(), swap.len(), old.len()) == (8, 8, 8) {
+                    if let Some(word) = self.mapped_word(target, offset) {
+                        atomics::word_compare_and_swap(word, compare, swap, old);
+                        return Ok(true);
+                    }
+                }
+                self.with_mapped(target, offset, compare.len(), |region, off| {
+                    atomics::compare_and_swap_into(region, off, compare, swap, old)
+                        .ok_or(TransportError::Unsupported("misaligned atomic"))
+                })?
+            }
+        }
+        Ok(true)
+    }
+
     /// The 8-byte word at `offset` of `target`'s window where that memory is mapped here
     /// and the word lies inside it, aligned (`None` otherwise: the general path decides).
     #[inline]

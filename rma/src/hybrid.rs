@@ -753,6 +753,16 @@ impl WindowOps for NodeWindowOps {
         self.ops
             .atomic_into(self.on_node(target)?, offset, atomic, old)
     }
+    fn atomic_in_call(
+        &self,
+        target: Rank,
+        offset: u64,
+        atomic: NativeAtomic<'_>,
+        old: &mut [u8],
+    ) -> bool {
+        self.on_node(target)
+            .is_ok_and(|i| self.ops.atomic_in_call(i, offset, atomic, old))
+    }
     fn put_in_call(&self, target: Rank, offset: u64, data: &[u8]) -> bool {
         self.on_node(target)
             .is_ok_and(|i| self.ops.put_in_call(i, offset, data))

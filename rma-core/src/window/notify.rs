@@ -188,7 +188,7 @@ impl Notifications {
         // Scratch for the previous value the add produces anyway: the backend's atomic
         // completes in its call here, so no result is built to be dropped.
         let mut previous = [0u8; 8];
-        if ops.atomic_into(target, u64::from(index) * 8, add, &mut previous)? {
+        if ops.atomic_in_call(target, u64::from(index) * 8, add, &mut previous) {
             self.counters.counters.op_direct();
             return Ok(());
         }

@@ -687,15 +687,13 @@ impl WindowShared {
         if !self.native_atomic(target, &atomic) {
             return None;
         }
-        match ops.atomic_into(target, offset, atomic, old) {
-            Ok(true) => {
-                self.counters.op_direct();
-                Some(Ok(()))
-            }
-            Ok(false) => None,
-            Err(TransportError::Busy) => None,
-            Err(e) => Some(Err(e.into())),
+        // Not done in the call (an error among them): the general path asks again and
+        // reports it.
+        if !ops.atomic_in_call(target, offset, atomic, old) {
+            return None;
         }
+        self.counters.op_direct();
+        Some(Ok(()))
     }
 
     /// Whether the backend does `atomic` natively toward `target`.
