@@ -1017,6 +1017,13 @@ impl Win {
         if !self.any_pending.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.finish_pending(target)
+    }
+
+    /// [`finish_due`](Self::finish_due) where requests are pending, out of line: the
+    /// common call (nothing pending) is one load in its caller.
+    #[inline(never)]
+    fn finish_pending(&self, target: Option<Rank>) -> MpiResult<()> {
         let due: Vec<Shared> = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             if p.is_empty() {

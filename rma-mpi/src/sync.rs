@@ -140,6 +140,7 @@ impl Win {
         self.rma.test().map_err(Into::into)
     }
 
+    #[inline]
     pub fn lock(&self, lock_type: c_int, rank: Rank, assert: c_int) -> MpiResult<()> {
         let t = if lock_type == int!(MPI_LOCK_EXCLUSIVE) {
             LockType::Exclusive
@@ -152,16 +153,19 @@ impl Win {
         Ok(())
     }
 
+    #[inline]
     pub fn unlock(&self, rank: Rank) -> MpiResult<()> {
         self.rma.unlock(rank)?;
         self.finish_due(Some(rank))
     }
 
+    #[inline]
     pub fn lock_all(&self, assert: c_int) -> MpiResult<()> {
         self.rma.lock_all(assert_of(assert)?)?;
         Ok(())
     }
 
+    #[inline]
     pub fn unlock_all(&self) -> MpiResult<()> {
         self.rma.unlock_all()?;
         self.finish_due(None)
