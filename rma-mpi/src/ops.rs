@@ -296,6 +296,7 @@ macro_rules! by_element {
 /// racing a writer could see half of each (MPICH's atomic_get tests saw pairs whose
 /// halves came from different writers): a wrong answer is worse than a refusal, so it is
 /// MPI_ERR_TYPE.
+#[inline(always)]
 fn bitwise(code: u8, op: AccOp, data: &[u8], wide: bool) -> MpiResult<u8> {
     if code != 0 || !matches!(op, AccOp::Replace | AccOp::NoOp) {
         return Ok(code);
@@ -321,7 +322,15 @@ fn land_now<E: Element>(old: E, result: *mut u8) -> MpiResult<()> {
     Ok(())
 }
 
+/// MPI_ERR_DISP, saying why.
+#[cold]
+#[inline(never)]
+fn disp_error(why: &'static str) -> MpiError {
+    MpiError::new(int!(MPI_ERR_DISP), why)
+}
+
 /// The refusal of a [`Flat::wide`] element under MPI_REPLACE or MPI_NO_OP.
+#[cold]
 fn would_tear() -> MpiError {
     MpiError::new(
         int!(MPI_ERR_TYPE),
@@ -355,13 +364,12 @@ fn elements<E: Pod>(bytes: &[u8]) -> Cow<'_, [E]> {
 
 impl Win {
     /// The byte offset of displacement `disp` in `target`'s window.
-    #[inline]
+    /// Inline in every communication call (it was a call of its own in the accumulate
+    /// family's); its errors are built out of line.
+    #[inline(always)]
     fn byte_disp(&self, target: Rank, disp: i64) -> MpiResult<u64> {
         if disp < 0 {
-            return Err(MpiError::new(
-                int!(MPI_ERR_DISP),
-                "negative target displacement",
-            ));
+            return Err(disp_error("negative target displacement"));
         }
         if self.is_dynamic() {
             return Ok(disp as u64);
@@ -369,22 +377,29 @@ impl Win {
         let unit = self.disp_units.get(target as usize).copied().unwrap_or(1);
         (disp as u64)
             .checked_mul(unit)
-            .ok_or_else(|| MpiError::new(int!(MPI_ERR_DISP), "displacement times unit overflows"))
+            .ok_or_else(|| disp_error("displacement times unit overflows"))
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_rank(&self, rank: Rank) -> MpiResult<()> {
         if (rank as usize) < self.size {
             Ok(())
         } else {
-            Err(MpiError::new(
-                int!(MPI_ERR_RANK),
-                format!(
-                    "target rank {rank} is outside the window's group of {}",
-                    self.size
-                ),
-            ))
+            Err(self.rank_error(rank))
         }
+    }
+
+    /// MPI_ERR_RANK for `rank`.
+    #[cold]
+    #[inline(never)]
+    fn rank_error(&self, rank: Rank) -> MpiError {
+        MpiError::new(
+            int!(MPI_ERR_RANK),
+            format!(
+                "target rank {rank} is outside the window's group of {}",
+                self.size
+            ),
+        )
     }
 
     /// The target's runs as (byte offset in its window, length). Inlined whole for a

@@ -171,7 +171,7 @@ impl Win {
         self.finish_due(None)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn flush(&self, rank: Rank, local: bool) -> MpiResult<()> {
         if local {
             self.rma.flush_local(rank)?;

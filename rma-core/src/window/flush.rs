@@ -180,6 +180,7 @@ impl WindowShared {
     /// Seed 004, RMA+shm, passive row: MEM_SYNC in WIN_FLUSH. Only where some target
     /// shares memory with us: a network backend's completions already say the data is at
     /// the target, and no load or store of a peer meets ours.
+    #[inline(always)]
     pub(super) fn flush_memory_sync(&self) {
         if self.shares_memory {
             self.engine.transport.memory_sync();

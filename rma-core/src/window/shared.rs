@@ -85,7 +85,7 @@ impl WindowShared {
 
     /// The World rank of the window's rank `rank` (the communicator's numbering), or
     /// the error for a rank outside its group.
-    #[inline]
+    #[inline(always)]
     pub(super) fn world(&self, rank: Rank) -> Result<Rank> {
         match &self.group {
             None => self.check_rank(rank).map(|()| rank),
@@ -459,7 +459,7 @@ impl WindowShared {
     }
 
     /// The backend's native capabilities toward `target` on this window.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn caps(&self, target: Rank) -> &crate::transport::Capabilities {
         &self.classes[*self.routes.get(target) as usize]
     }
