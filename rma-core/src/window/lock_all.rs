@@ -78,11 +78,8 @@ impl WindowShared {
     fn release_member_words(&self) -> std::result::Result<(), TransportError> {
         let mut first_error = None;
         for rank in self.members() {
-            let released = matches!(&self.ops, Some(ops) if ops.unlock_in_call(rank, false));
-            if !released {
-                if let Err(e) = self.unlock_word(rank, false) {
-                    first_error.get_or_insert(e);
-                }
+            if let Err(e) = self.unlock_word_now(rank, false) {
+                first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
