@@ -21,7 +21,7 @@ use crate::progress::{self, Activity};
 use crate::stats::{Counters, Stats};
 use crate::target::Memory;
 use crate::transport::{Event, RemoteSegment, Segment, SharedAmong, Transport};
-use crate::window::{WinState, Window, WindowKind, WindowShared};
+use crate::window::{WinState, Window, WindowKind, WindowShared, COUNTED};
 use crate::wire::{self, Body, Kind};
 use crate::Rank;
 
@@ -889,18 +889,43 @@ impl EngineShared {
     /// [`progress`](Self::progress), saying whether this thread made the pass (false:
     /// another thread was polling, and dispatches for it).
     fn progress_pass(&self) -> Result<bool> {
+        self.pass(false)
+    }
+
+    /// [`progress_pass`](Self::progress_pass), or with `completions_only` a pass of a wait
+    /// for completions alone ([`wait_for_completions`](Self::wait_for_completions)): it
+    /// polls the backend and handles what it finds, but when that is nothing, or only
+    /// counted puts' completions (which change no window's state), it leaves out the
+    /// dead-rank checks and every window's ISSUE_OPS, which nothing new asks for.
+    #[inline(always)]
+    fn pass(&self, completions_only: bool) -> Result<bool> {
         let Ok(mut events) = self.events.try_lock() else {
             // Another thread is polling; it will dispatch for us.
             std::thread::yield_now();
             return Ok(false);
         };
         self.transport.poll(&mut events)?;
+        if completions_only && events.is_empty() {
+            return Ok(true);
+        }
         let mut failed_now: Vec<Rank> = Vec::new();
         let windows = self.windows.read().unwrap_or_else(|x| x.into_inner());
         let mut held = HeldState::default();
+        // Whether every event was a counted put's completion.
+        let mut only_counted = true;
         // Most passes of a wait find nothing: no drain to set up and tear down.
         if !events.is_empty() {
             for ev in events.drain(..) {
+                match ev {
+                    Event::Completed { token, .. } if token & COUNTED != 0 => {
+                        // A counted put: its count, without the window's state.
+                        if let Some(i) = find(&windows, (token >> 40) as u32) {
+                            windows[i].counted_put_completed(token as Rank);
+                        }
+                        continue;
+                    }
+                    _ => only_counted = false,
+                }
                 match ev {
                     Event::Received { from, data } => {
                         self.dispatch(&windows, &mut held, from, &data);
@@ -944,6 +969,9 @@ impl EngineShared {
             }
         }
         drop(events);
+        if completions_only && only_counted {
+            return Ok(true);
+        }
         // After the batch's packets: a peer whose departure notice came in the same poll
         // (or before) left the job; that its process is gone now (a pid check, a closed
         // connection) is its exit, not a death. Its notice names whom it blamed. And the
@@ -1052,7 +1080,21 @@ impl EngineShared {
         call: &'static str,
         cond: impl FnMut() -> Result<bool>,
     ) -> Result<()> {
-        self.wait_until_inner(call, cond)
+        self.wait_until_inner(call, cond, false)
+            .inspect_err(|e| self.blame(e))
+    }
+
+    /// PROGRESS_WAIT for `cond`, which only completions change (counted puts): as
+    /// [`wait_until`](Self::wait_until), with passes for completions alone
+    /// ([`pass`](Self::pass)) and a full progress pass every [`FULL_PASS_EVERY`] of them, so that whatever else
+    /// waits for this thread (a busy backend's sends, a lock word to retry, another
+    /// window's ops) still moves.
+    pub(crate) fn wait_for_completions(
+        &self,
+        call: &'static str,
+        cond: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        self.wait_until_inner(call, cond, true)
             .inspect_err(|e| self.blame(e))
     }
 
@@ -1202,6 +1244,7 @@ impl EngineShared {
         &self,
         call: &'static str,
         mut cond: impl FnMut() -> Result<bool>,
+        completions_only: bool,
     ) -> Result<()> {
         // The progress agent stays out of the way while this thread uses the library,
         // also when its waits end at once (ops complete in the call: without this, a
@@ -1220,7 +1263,8 @@ impl EngineShared {
         let mut spins = 0u32;
         let mut passes_left_to_others = 0u32;
         loop {
-            if !self.progress_pass()? {
+            let full = !completions_only || (spins + 1).is_multiple_of(FULL_PASS_EVERY);
+            if !self.pass(!full)? {
                 passes_left_to_others += 1;
             }
             if cond()? {
@@ -1254,6 +1298,10 @@ impl EngineShared {
         }
     }
 }
+
+/// A [wait for completions](Engine::wait_for_completions) makes a full progress pass once
+/// in this many passes.
+const FULL_PASS_EVERY: u32 = 16;
 
 /// The index of window `id` among the registered ones.
 fn find(windows: &[Arc<WindowShared>], id: u32) -> Option<usize> {

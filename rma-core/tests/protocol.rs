@@ -506,6 +506,129 @@ fn flush_with_native_puts_needs_no_message() {
     });
 }
 
+/// Counted puts (a network's direct puts, `window::direct`): after the first put of a
+/// passive epoch, puts to a target go straight to the backend, counted, and a flush waits
+/// for the count alone. The simulated network places a native put only when its
+/// completion is polled, in any order its seed picks: a flush that returned before its
+/// puts completed would leave the target's memory stale here.
+#[test]
+fn counted_puts_are_at_the_target_when_flush_unlock_and_unlock_all_return() {
+    for seed in 0..4 {
+        run(2, Profile::Rdma, 40 + seed, config(), |e| {
+            let win = e.allocate::<u64>(8)?;
+            let expect = |round: u64| -> [u64; 8] { std::array::from_fn(|k| round * 8 + k as u64) };
+            let check = |round: u64, how: &str| -> Result<()> {
+                e.barrier()?;
+                if e.rank() == 1 {
+                    let mut seen = [0u64; 8];
+                    win.read_local(0, &mut seen)?;
+                    assert_eq!(seen, expect(round), "after {how}, round {round}");
+                }
+                e.barrier()
+            };
+            let rounds = 100;
+            win.lock_all(Assert::NONE)?;
+            let before = win.stats();
+            for round in 0..rounds {
+                if e.rank() == 0 {
+                    win.put(&expect(round), 1, 0)?;
+                    win.flush(1)?;
+                }
+                check(round, "flush")?;
+            }
+            if e.rank() == 0 {
+                let s = win.stats().since(&before);
+                assert_eq!(s.ops_native, rounds, "{s:?}");
+                // The first waits for lock_all's lazy lock of its target, the second
+                // marks it: every one after goes direct.
+                assert_eq!(
+                    s.ops_direct,
+                    rounds - 2,
+                    "the puts after the second went direct: {s:?}"
+                );
+                assert_eq!(s.ops_active_message, 0, "{s:?}");
+                win.put(&expect(rounds), 1, 0)?;
+            }
+            win.unlock_all()?;
+            check(rounds, "unlock_all")?;
+            if e.rank() == 0 {
+                win.lock(LockType::Shared, 1, Assert::NONE)?;
+                for round in rounds + 1..rounds + 4 {
+                    for k in 0..8 {
+                        win.put(&[expect(round)[k]], 1, k as u64)?;
+                    }
+                }
+                win.unlock(1)?;
+            }
+            check(rounds + 3, "unlock")?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
+/// A counted put that fails at its completion (a remote access error) is reported, typed,
+/// by the flush that waits for it; the window goes on.
+#[test]
+fn a_counted_put_that_fails_is_reported_by_its_flush() {
+    use rma_core::sim::echo::Echo;
+    use rma_core::TransportError;
+    use std::sync::Arc;
+    let echo = Arc::new(Echo::native_after_polls(2, 3));
+    let engine = Engine::new(echo.clone(), config());
+    let win = engine.allocate::<u64>(8).expect("allocate");
+    win.lock_all(Assert::NONE).expect("lock_all");
+    // The first put waits for the lazy lock, the second marks its target.
+    for k in 0..2 {
+        win.put(&[1], 1, k).expect("put");
+        win.flush(1).expect("flush");
+    }
+    let before = win.stats();
+    win.put(&[2], 1, 0).expect("put");
+    echo.fail_next_native();
+    win.put(&[3], 1, 1).expect("put");
+    assert_eq!(win.stats().since(&before).ops_direct, 2, "both went direct");
+    let failed = win.flush(1).map_err(Error::into_kind);
+    assert!(
+        matches!(failed, Err(ErrorKind::Transport(TransportError::Failed(_)))),
+        "{failed:?}"
+    );
+    // Reported once; the next puts and flushes go on.
+    for k in 0..4 {
+        win.put(&[k], 1, k).expect("put");
+        win.flush(1).expect("flush after the failure");
+    }
+    win.unlock_all().expect("unlock_all");
+    win.free().expect("free");
+}
+
+/// Past 64 ranks, ranks share the slots of counted puts: a slot marks one rank at a time,
+/// so rank 65's puts (the slot of rank 1) take the locked path, counted in the slot, and
+/// each flush still waits for its own puts.
+#[test]
+fn ranks_that_share_a_slot_of_counted_puts_each_flush_their_own() {
+    use rma_core::sim::echo::Echo;
+    use std::sync::Arc;
+    let engine = Engine::new(Arc::new(Echo::native_after_polls(130, 2)), config());
+    let win = engine.allocate::<u64>(8).expect("allocate");
+    win.lock_all(Assert::NONE).expect("lock_all");
+    let before = win.stats();
+    for k in 0..20 {
+        win.put(&[k], 1, 0).expect("put to 1");
+        win.put(&[k], 65, 0).expect("put to 65");
+        win.flush(65).expect("flush 65");
+        win.flush(1).expect("flush 1");
+    }
+    let s = win.stats().since(&before);
+    assert_eq!(s.ops_native, 40, "{s:?}");
+    // Rank 1's after its first two (the first waits for its lazy lock, the second marks
+    // it), none of 65's.
+    assert_eq!(s.ops_direct, 18, "{s:?}");
+    win.flush_all().expect("flush_all");
+    win.unlock_all().expect("unlock_all");
+    win.free().expect("free");
+}
+
 // ----- tiny pools ------------------------------------------------------------------------
 
 fn tiny() -> Config {

@@ -52,8 +52,11 @@ impl Segment for EchoSegment {
 struct EchoState {
     /// Packets waiting for the next poll, with their sender.
     inbox: VecDeque<(Rank, Vec<u8>)>,
-    /// Native operations issued (token, fetched bytes, the poll that completes them).
-    completions: VecDeque<(u64, Option<Fetched>, u64)>,
+    /// Native operations issued (token, fetched bytes or the failure that ends them, the
+    /// poll that completes them).
+    completions: VecDeque<(u64, Result<Option<Fetched>, TransportError>, u64)>,
+    /// The next native op issued fails at its completion.
+    fail_next: bool,
     /// Polls so far.
     polls: u64,
     enc: Encoder,
@@ -122,8 +125,25 @@ impl Echo {
         }
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let due = st.polls + self.polls_in_flight;
-        st.completions.push_back((token, data, due));
+        let outcome = if std::mem::take(&mut st.fail_next) {
+            Err(TransportError::Failed(
+                "the echo transport failed it, as asked".into(),
+            ))
+        } else {
+            Ok(data)
+        };
+        st.completions.push_back((token, outcome, due));
         Ok(Issued::Pending)
+    }
+
+    /// The next native op that goes under way (not one complete in its call) fails at its
+    /// completion, as a remote access error would: its [`Event::Failed`] comes when its
+    /// [`Event::Completed`] would have.
+    pub fn fail_next_native(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .fail_next = true;
     }
 }
 
@@ -266,8 +286,11 @@ impl Transport for Echo {
         }
         // Issued in order, each as long under way: the due ones are a prefix.
         while st.completions.front().is_some_and(|c| c.2 <= st.polls) {
-            let (token, data, _) = st.completions.pop_front().expect("checked");
-            events.push(Event::Completed { token, data });
+            let (token, outcome, _) = st.completions.pop_front().expect("checked");
+            events.push(match outcome {
+                Ok(data) => Event::Completed { token, data },
+                Err(error) => Event::Failed { token, error },
+            });
         }
         Ok(events.len() - n)
     }

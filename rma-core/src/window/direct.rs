@@ -40,6 +40,46 @@
 //! it then lands in the target's memory as it would have a moment
 //! earlier: no memory of this process is touched unsafely, the mapping lives as long as
 //! the window.
+//!
+//! # Counted puts, on a network
+//!
+//! Over a network (verbs, libfabric) a native put is under way after its call: its
+//! completion comes back later, through the backend's poll. Seed 004's path for it is
+//! still heavier than the op: the window's state lock, the target element's count, and a
+//! flush that waits through whole progress passes (every window's ISSUE_OPS and CLEANUP
+//! for every look at the completion queue). Callgrind, the echo transport completing
+//! each put at the next poll: about 1,900 instructions per put + flush, of which the
+//! backend's own are some 300; in the rxe VM, where every instruction is emulated, that
+//! is most of what a put + flush adds to raw verbs.
+//!
+//! A window whose ops may stay pending therefore has a second set of marks: targets that
+//! **puts** may reach directly, each counted in flight until its completion comes. The
+//! invariant, kept under the window's state lock like the first: **a target's put mark is
+//! set only in a passive epoch, while its access is granted, nothing of it is queued,
+//! issued or awaited in its target element (no active message since its last completion,
+//! no ordered put waiting for a message after it), no error is deferred, and its puts
+//! complete at the target when their completions come (not [`ordered_puts`]).** A marked
+//! put counts itself in its target's in-flight count, then goes to the backend with a
+//! token that names the window and the target and no op element; its completion, taken
+//! by whichever thread polls, uncounts it without the state lock (a failure defers its
+//! error and clears every mark first, under the lock).
+//!
+//! - Set by the locked path's put ([`rma_op`](super::rma_op)) that finds its target so.
+//! - Cleared where the first marks are, and the same way.
+//! - Awaited by every call that must see the puts complete: a flush of a marked target
+//!   waits for its count alone, polling the backend and handling what it finds (and
+//!   a full progress pass now and then, so that everything else still progresses); the
+//!   locked flush, unlock and unlock_all wait for the counts of their targets before
+//!   they look at the state (the unlocks take the marks away first).
+//!
+//! Marks and counts are kept in [`COUNTED_SLOTS`] slots, rank `r` in slot `r %
+//! COUNTED_SLOTS`, so that a window's memory stays flat in the number of ranks: up to
+//! that many ranks each has a slot of its own. Beyond them, a slot's mark is one rank's
+//! at a time (the others' puts take the locked path, and are counted in the slot all
+//! the same), and a flush may wait for puts to another rank of its slot as well (more
+//! than MPI asks, never less).
+//!
+//! [`ordered_puts`]: crate::transport::Capabilities::ordered_puts
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -55,12 +95,43 @@ pub(crate) struct DirectAccess {
     members: Box<[u64]>,
     /// The bits were set in a passive epoch (lock, lock_all): a flush may take them.
     passive: AtomicBool,
+    /// The slots of counted puts (see the module's docs): [`COUNTED_SLOTS`] of them,
+    /// rank `r` in slot `r % COUNTED_SLOTS`; empty where the window's ops complete in
+    /// their call, or none of its targets takes a native put.
+    slots: Box<[CountedSlot]>,
+    /// Which slots hold a mark (bit `i`: slot `i`), so that clearing them all looks at
+    /// those alone. Changed under the window's state lock only.
+    marked_slots: AtomicU64,
 }
+
+/// The counted puts of the ranks of one slot.
+#[derive(Debug, Default)]
+struct CountedSlot {
+    /// The rank whose puts go direct and counted, plus one; 0: none.
+    mark: AtomicU64,
+    /// Counted puts under way toward the slot's ranks.
+    in_flight: AtomicU64,
+}
+
+/// The slots of a window's counted puts: as many ranks have marks of their own at once
+/// (a power of two, so that a rank's slot is a mask of it).
+pub(crate) const COUNTED_SLOTS: usize = 64;
 
 impl DirectAccess {
     /// For a window of `ranks` World ranks whose members are `members`; `enabled`:
     /// every native op of the window's backend completes in its call.
-    pub(crate) fn new(ranks: usize, members: impl Iterator<Item = Rank>, enabled: bool) -> Self {
+    /// `counted`: puts may go direct and counted instead (ops that stay pending).
+    pub(crate) fn new(
+        ranks: usize,
+        members: impl Iterator<Item = Rank>,
+        enabled: bool,
+        counted: bool,
+    ) -> Self {
+        let slots = if counted && !enabled {
+            COUNTED_SLOTS
+        } else {
+            0
+        };
         let words = if enabled { ranks.div_ceil(64) } else { 0 };
         let mut mask = vec![0u64; words];
         for rank in members {
@@ -73,6 +144,8 @@ impl DirectAccess {
             bits: (0..words).map(|_| AtomicU64::new(0)).collect(),
             members: mask.into(),
             passive: AtomicBool::new(false),
+            slots: (0..slots).map(|_| CountedSlot::default()).collect(),
+            marked_slots: AtomicU64::new(0),
         }
     }
 
@@ -124,7 +197,7 @@ impl DirectAccess {
         }
     }
 
-    /// Takes `rank`'s mark away. Under the window's state lock only.
+    /// Takes `rank`'s marks away (both kinds). Under the window's state lock only.
     #[inline]
     pub(super) fn close(&self, rank: Rank) {
         let (word, bit) = Self::at(rank);
@@ -134,15 +207,104 @@ impl DirectAccess {
                 w.store(now & !bit, Ordering::Release);
             }
         }
+        if let Some(s) = self.slot(rank) {
+            if s.mark.load(Ordering::Relaxed) == u64::from(rank) + 1 {
+                s.mark.store(0, Ordering::Release);
+                let i = rank as usize % COUNTED_SLOTS;
+                let marked = self.marked_slots.load(Ordering::Relaxed);
+                self.marked_slots
+                    .store(marked & !(1 << i), Ordering::Relaxed);
+            }
+        }
     }
 
-    /// Takes every mark away. Under the window's state lock only.
+    /// Takes every mark away (both kinds). Under the window's state lock only.
     pub(super) fn close_all(&self) {
         for w in self.bits.iter() {
             if w.load(Ordering::Relaxed) != 0 {
                 w.store(0, Ordering::Release);
             }
         }
+        let mut marked = self.marked_slots.load(Ordering::Relaxed);
+        if marked != 0 {
+            self.marked_slots.store(0, Ordering::Relaxed);
+            while marked != 0 {
+                let i = marked.trailing_zeros() as usize;
+                marked &= marked - 1;
+                self.slots[i].mark.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether puts may go direct and counted on this window at all.
+    #[inline(always)]
+    pub(crate) fn counts_puts(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
+    /// Whether a put toward `rank` may go direct and counted.
+    #[inline(always)]
+    pub(crate) fn counts_puts_to(&self, rank: Rank) -> bool {
+        // Acquire: pairs with the Release of `open_counted`, as in `allows`.
+        self.slot(rank)
+            .is_some_and(|s| s.mark.load(Ordering::Acquire) == u64::from(rank) + 1)
+    }
+
+    /// Marks `rank`'s puts direct and counted, unless another rank of its slot holds the
+    /// slot's mark (its puts then take the locked path, counted all the same). Under the
+    /// window's state lock only, in a passive epoch, with the module's invariant checked
+    /// by the caller.
+    pub(super) fn open_counted(&self, rank: Rank) {
+        if let Some(s) = self.slot(rank) {
+            if s.mark.load(Ordering::Relaxed) == 0 {
+                let i = rank as usize % COUNTED_SLOTS;
+                let marked = self.marked_slots.load(Ordering::Relaxed);
+                self.marked_slots.store(marked | 1 << i, Ordering::Relaxed);
+                s.mark.store(u64::from(rank) + 1, Ordering::Release);
+            }
+        }
+    }
+
+    /// The slot of `rank`'s counted puts (none on a window without them).
+    #[inline(always)]
+    fn slot(&self, rank: Rank) -> Option<&CountedSlot> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        self.slots.get(rank as usize % COUNTED_SLOTS)
+    }
+
+    /// A counted put toward `rank` is about to go to the backend (counted before, so its
+    /// completion, which any thread may take, never finds the count without it).
+    #[inline(always)]
+    pub(crate) fn put_issued(&self, rank: Rank) {
+        if let Some(s) = self.slot(rank) {
+            s.in_flight.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A counted put toward `rank` completed (or failed, or never went).
+    #[inline(always)]
+    pub(crate) fn put_completed(&self, rank: Rank) {
+        if let Some(s) = self.slot(rank) {
+            // Release: whatever the completion's handler did before (a deferred error,
+            // the marks cleared) is seen by the waiter that sees the count drop.
+            s.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether no counted put toward `rank` (or another rank of its slot) is under way.
+    #[inline(always)]
+    pub(crate) fn puts_settled(&self, rank: Rank) -> bool {
+        self.slot(rank)
+            .is_none_or(|s| s.in_flight.load(Ordering::Acquire) == 0)
+    }
+
+    /// Whether no counted put is under way toward any rank.
+    pub(crate) fn all_puts_settled(&self) -> bool {
+        self.slots
+            .iter()
+            .all(|s| s.in_flight.load(Ordering::Acquire) == 0)
     }
 
     fn at(rank: Rank) -> (usize, u64) {
@@ -156,7 +318,7 @@ mod tests {
 
     #[test]
     fn marks_open_and_close_per_rank_and_all_at_once() {
-        let d = DirectAccess::new(130, [1, 63, 64, 129, 7].into_iter(), true);
+        let d = DirectAccess::new(130, [1, 63, 64, 129, 7].into_iter(), true, false);
         assert!(!d.allows(0) && !d.allows(129) && !d.allows(130) && !d.allows(u32::MAX));
         d.open(129, true);
         d.open(3, true);
@@ -184,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_backend_whose_ops_may_stay_pending_has_no_direct_target() {
-        let d = DirectAccess::new(4, 0..4, false);
+        let d = DirectAccess::new(4, 0..4, false, false);
         d.open_members(true);
         assert!(!d.allows(2));
         d.open(1, true);

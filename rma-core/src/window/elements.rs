@@ -6,7 +6,7 @@ use super::*;
 impl WinState {
     pub(super) fn new_token(&mut self, w: &WindowShared) -> u64 {
         self.next_token += 1;
-        (u64::from(w.id) << 40) | (self.next_token & (UNTRACKED - 1))
+        (u64::from(w.id) << 40) | (self.next_token & (COUNTED - 1))
     }
 
     /// The target element of `rank`, created in the state the epoch implies; `None` when

@@ -34,8 +34,86 @@ impl WindowShared {
                 self.flush_memory_sync();
                 return Ok(());
             }
+            if self.direct.counts_puts_to(t) {
+                // A target whose puts go counted (a network): its ops are those puts,
+                // complete once its count is zero.
+                if self.direct.puts_settled(t) && !tracing::level_enabled!(tracing::Level::DEBUG) {
+                    self.engine.activity.bump();
+                    // A hybrid window's targets on this node: their puts were stores.
+                    self.flush_memory_sync();
+                    return Ok(());
+                }
+                return self.flush_counted(t, remote);
+            }
         }
         self.flush_locked(target, remote)
+    }
+
+    /// A flush of a target whose puts go counted: waits for its count, then, if the
+    /// target is still marked (no failure cleared the marks meanwhile), it is done;
+    /// otherwise the locked flush reports what happened.
+    #[inline(never)]
+    fn flush_counted(&self, target: Rank, remote: bool) -> Result<()> {
+        let call = if remote { "flush" } else { "flush_local" };
+        let _span = sync_span!(call, win = self.id, target);
+        self.settle_counted_puts(call, Some(target))?;
+        if self.direct.counts_puts_to(target) {
+            self.flush_memory_sync();
+            return Ok(());
+        }
+        self.flush_locked(Some(target), remote)
+    }
+
+    /// A counted put toward `rank` completed (the engine's progress pass, any thread).
+    #[inline]
+    pub(crate) fn counted_put_completed(&self, rank: Rank) {
+        self.direct.put_completed(rank);
+    }
+
+    /// Before an unlock of `target` (unlock_all: `None`) looks at the state: its puts go
+    /// counted no more, and those under way complete.
+    #[inline(never)]
+    pub(super) fn end_counted_puts(&self, call: &'static str, target: Option<Rank>) -> Result<()> {
+        let marked = match target {
+            Some(t) => self.direct.counts_puts_to(t) || !self.direct.puts_settled(t),
+            None => true,
+        };
+        if !marked {
+            return Ok(());
+        }
+        {
+            let _st = self.lock_state();
+            match target {
+                Some(t) => self.direct.close(t),
+                None => self.direct.close_all(),
+            }
+        }
+        self.settle_counted_puts(call, target)
+    }
+
+    /// Waits until no counted put toward `target` (every target: `None`) is under way
+    /// (see [`direct`](super::direct)): polls the backend and takes what it finds,
+    /// without this window's state.
+    pub(super) fn settle_counted_puts(
+        &self,
+        call: &'static str,
+        target: Option<Rank>,
+    ) -> Result<()> {
+        let settled = || match target {
+            Some(t) => self.direct.puts_settled(t),
+            None => self.direct.all_puts_settled(),
+        };
+        if settled() {
+            return Ok(());
+        }
+        self.engine
+            .wait_for_completions(call, || Ok(settled()))
+            .map_err(|e| match e.peer() {
+                Some(&PeerError::Timeout { call, rank: None }) => {
+                    PeerError::Timeout { call, rank: target }.into()
+                }
+                _ => e,
+            })
     }
 
     /// A direct flush inside its span (debug events may be on: `RMA_LOG`).
@@ -57,6 +135,8 @@ impl WindowShared {
         if let Some(t) = target {
             self.check_rank(t)?;
         }
+        // Counted puts (a network's direct ones) are outside the state: complete first.
+        self.settle_counted_puts(call, target)?;
         let done = |t: &TargetElem| {
             if remote {
                 t.ops_complete()

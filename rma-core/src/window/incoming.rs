@@ -321,6 +321,17 @@ impl WinState {
         token: u64,
         result: Result<Option<Fetched>>,
     ) {
+        if token & COUNTED != 0 {
+            // A counted put that failed (a success is taken without the state): its error
+            // for the next synchronization call, every mark cleared (`defer`) before its
+            // count drops, so that the flush waiting for it takes the locked path and
+            // reports it.
+            if let Err(e) = result {
+                self.defer(e);
+            }
+            w.direct.put_completed(token as Rank);
+            return;
+        }
         if token & UNTRACKED != 0 {
             let rank = token as Rank;
             if let Some(elem) = self.table.get_mut(rank) {

@@ -237,6 +237,18 @@ impl WindowShared {
     }
 
     pub(super) fn unlock_all(&self) -> Result<()> {
+        if self.direct.counts_puts() {
+            if let Err(e) = self.end_counted_puts("unlock_all", None) {
+                // The epoch ends all the same; the first error is the one reported.
+                return self.unlock_all_after_counted_puts().and(Err(e));
+            }
+        }
+        self.unlock_all_after_counted_puts()
+    }
+
+    /// [`unlock_all`](Self::unlock_all) once no counted put is under way.
+    #[inline(always)]
+    fn unlock_all_after_counted_puts(&self) -> Result<()> {
         {
             // The hot path in one hold of the state, outside `sync_call` (which would take
             // it twice more): no other synchronization call under way, the epoch settled.

@@ -239,6 +239,16 @@ fn untracked_token(win: u32, rank: Rank) -> u64 {
     (u64::from(win) << 40) | UNTRACKED | u64::from(rank)
 }
 
+/// Token bit of [counted](direct) puts: tracked by their target's in-flight count alone,
+/// outside the window's state. The low 32 bits are the target rank.
+pub(crate) const COUNTED: u64 = 1 << 38;
+
+/// The token of a counted put of window `win` toward `rank`.
+#[inline(always)]
+fn counted_token(win: u32, rank: Rank) -> u64 {
+    (u64::from(win) << 40) | COUNTED | u64::from(rank)
+}
+
 /// Hashes the tokens of native ops and ranks: distinct counters, so one multiplication
 /// spreads them (these maps are on every native op's and every PSCW epoch's path;
 /// SipHash's flood resistance buys nothing for keys we make ourselves or ranks the

@@ -85,12 +85,33 @@ impl WinState {
                 // Nothing to hand back: no op element, no token of its own. The target
                 // element counts it, and its completion names the target (as a provider
                 // counter would); the backend bounds how many are under way (Busy).
-                let token = untracked_token(w.id, rank);
-                return match native_call_desc(w, d, token, !self.epoch.is_passive(), notice_of(d)) {
+                // A put toward a target with nothing else outstanding, in a passive
+                // epoch, on a window whose ops may stay pending: counted, and the target's
+                // next puts go direct (see `direct`).
+                let counted = self.may_count_puts(w, d, rank);
+                let token = if counted {
+                    w.direct.put_issued(rank);
+                    counted_token(w.id, rank)
+                } else {
+                    untracked_token(w.id, rank)
+                };
+                let issued = native_call_desc(w, d, token, !self.epoch.is_passive(), notice_of(d));
+                if counted && !matches!(issued, Ok(Issued::Pending)) {
+                    w.direct.put_completed(rank);
+                }
+                return match issued {
                     Ok(Issued::Complete(_)) => {
                         w.counters.op_under_lock(true);
                         self.native_done_in_call(w, rank, d.kind);
+                        if counted {
+                            self.direct.open_counted(rank);
+                        }
                         Ok(Step::Done(Posted::Done(None)))
+                    }
+                    Ok(Issued::Pending) if counted => {
+                        w.counters.op_under_lock(true);
+                        self.direct.open_counted(rank);
+                        Ok(Step::Done(Posted::Later(None)))
                     }
                     Ok(Issued::Pending) => {
                         w.counters.op_under_lock(true);
@@ -222,6 +243,28 @@ impl WinState {
         } else {
             self.open_direct_if_settled(rank);
         }
+    }
+
+    /// Whether the native put `d` toward `rank` (access granted) may go counted and mark
+    /// its target's puts direct: the invariant of [`direct`](super::direct)'s counted
+    /// puts holds once it has gone.
+    #[inline]
+    fn may_count_puts(&self, w: &WindowShared, d: &OpDesc<'_>, rank: Rank) -> bool {
+        if !(self.direct.counts_puts() && d.kind == OpKind::Put) {
+            return false;
+        }
+        let caps = w.caps(rank);
+        d.notify.is_none()
+            && d.extent.count <= 1
+            && self.epoch.is_passive()
+            && self.deferred.is_none()
+            && caps.rdma_write
+            && !caps.ordered_puts
+            && self.table.get(rank).is_none_or(|t| {
+                t.is_idle()
+                    && !t.needs_done()
+                    && matches!(t.state, TargetState::LockGranted | TargetState::Ready)
+            })
     }
 
     /// After a native op toward `rank` completed in its call, access granted: the next

@@ -21,8 +21,6 @@ impl WindowShared {
             Some(g) => Box::new(g.members().iter().copied()),
             None => Box::new(0..engine.size as Rank),
         };
-        let direct = Arc::new(DirectAccess::new(engine.size, members, blocks_in_call));
-        let state = StateLock::new(WinState::new(&engine, direct.clone()));
         // Capabilities per target, once: the few distinct classes, and which class each
         // rank's is (in runs: consecutive ranks usually share one).
         let mut classes: Vec<crate::transport::Capabilities> = Vec::new();
@@ -39,6 +37,19 @@ impl WindowShared {
             })
             .collect::<Vec<u8>>();
         let routes = PerRank::new(&routes);
+        // Counted direct puts where ops may stay pending (a network), native ops are
+        // allowed, and the origin knows the target's extent (not a dynamic window, whose
+        // regions only the target knows: those puts take the locked path's checks).
+        let counted = engine.config.native_ops
+            && kind != WindowKind::Dynamic
+            && classes.iter().any(|c| c.rdma_write && !c.ordered_puts);
+        let direct = Arc::new(DirectAccess::new(
+            engine.size,
+            members,
+            blocks_in_call,
+            counted,
+        ));
+        let state = StateLock::new(WinState::new(&engine, direct.clone()));
         let shares_memory = classes.iter().any(|c| c.shared_memory);
         let members_lock_natively = match &group {
             None => classes.iter().all(|c| c.native_locks),
@@ -608,6 +619,9 @@ impl WindowShared {
     /// backend now; the general path takes it.
     #[inline(always)]
     pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
+        if self.direct.counts_puts_to(target) {
+            return self.put_counted(target, offset, data);
+        }
         let ops = self.direct_ops(target, offset, data.len(), false)?;
         if !(self.every_target_writes || self.caps(target).rdma_write) {
             return None;
@@ -615,6 +629,37 @@ impl WindowShared {
         ops.put_in_call(target, offset, data)
             .then(|| self.counters.op_direct())
             .map(Ok)
+    }
+
+    /// A put toward a target whose puts go [direct and counted](super::direct) (a
+    /// network): counted in flight, then the backend's put with a token that names the
+    /// target; its completion uncounts it. `None`: no room in the backend now (nothing
+    /// was done); the locked path takes it.
+    #[inline(always)]
+    fn put_counted(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
+        // The application is in the library: the progress agent stays away.
+        self.engine.activity.bump();
+        self.direct.put_issued(target);
+        let issued = (self.engine.transport).put(
+            self.id,
+            target,
+            offset,
+            data,
+            counted_token(self.id, target),
+        );
+        match issued {
+            Ok(Issued::Pending) => {}
+            Ok(Issued::Complete(_)) => self.direct.put_completed(target),
+            Err(e) => {
+                self.direct.put_completed(target);
+                return match e {
+                    TransportError::Busy => None,
+                    e => Some(Err(e.into())),
+                };
+            }
+        }
+        self.counters.op_direct();
+        Some(Ok(()))
     }
 
     /// What a direct op's call came to: done (with what it fetched), failed, or `None`
