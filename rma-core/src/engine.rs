@@ -21,7 +21,7 @@ use crate::progress::{self, Activity};
 use crate::stats::{Counters, Stats};
 use crate::target::Memory;
 use crate::transport::{Event, RemoteSegment, Segment, SharedAmong, Transport};
-use crate::window::{WinState, Window, WindowKind, WindowShared, COUNTED};
+use crate::window::{WinState, Window, WindowKind, WindowShared, COUNTED, COUNTED_GET};
 use crate::wire::{self, Body, Kind};
 use crate::Rank;
 
@@ -895,7 +895,7 @@ impl EngineShared {
     /// [`progress_pass`](Self::progress_pass), or with `completions_only` a pass of a wait
     /// for completions alone ([`wait_for_completions`](Self::wait_for_completions)): it
     /// polls the backend and handles what it finds, but when that is nothing, or only
-    /// counted puts' completions (which change no window's state), it leaves out the
+    /// counted ops' completions (which change no window's state), it leaves out the
     /// dead-rank checks and every window's ISSUE_OPS, which nothing new asks for.
     #[inline(always)]
     fn pass(&self, completions_only: bool) -> Result<bool> {
@@ -911,21 +911,33 @@ impl EngineShared {
         let mut failed_now: Vec<Rank> = Vec::new();
         let windows = self.windows.read().unwrap_or_else(|x| x.into_inner());
         let mut held = HeldState::default();
-        // Whether every event was a counted put's completion.
+        // Whether every event was a counted op's completion.
         let mut only_counted = true;
         // Most passes of a wait find nothing: no drain to set up and tear down.
         if !events.is_empty() {
             for ev in events.drain(..) {
-                match ev {
-                    Event::Completed { token, .. } if token & COUNTED != 0 => {
-                        // A counted put: its count, without the window's state.
-                        if let Some(i) = find(&windows, (token >> 40) as u32) {
-                            windows[i].counted_put_completed(token as Rank);
-                        }
-                        continue;
+                // A counted op (a put, a get): its count and its request, without the
+                // window's state. (A counted put's failure goes through the state below,
+                // which defers it; a get's request carries its own.)
+                let counted = match &ev {
+                    Event::Completed { token, .. } => token & COUNTED != 0,
+                    Event::Failed { token, .. } => {
+                        token & (COUNTED | COUNTED_GET) == COUNTED | COUNTED_GET
                     }
-                    _ => only_counted = false,
+                    _ => false,
+                };
+                if counted {
+                    let (token, result) = match ev {
+                        Event::Failed { token, error } => (token, Err(error.into())),
+                        Event::Completed { token, data } => (token, Ok(data)),
+                        _ => continue,
+                    };
+                    if let Some(i) = find(&windows, (token >> 40) as u32) {
+                        windows[i].counted_op_completed(token, result);
+                    }
+                    continue;
                 }
+                only_counted = false;
                 match ev {
                     Event::Received { from, data } => {
                         self.dispatch(&windows, &mut held, from, &data);
@@ -1084,7 +1096,7 @@ impl EngineShared {
             .inspect_err(|e| self.blame(e))
     }
 
-    /// PROGRESS_WAIT for `cond`, which only completions change (counted puts): as
+    /// PROGRESS_WAIT for `cond`, which only completions change (counted ops): as
     /// [`wait_until`](Self::wait_until), with passes for completions alone
     /// ([`pass`](Self::pass)) and a full progress pass every [`FULL_PASS_EVERY`] of them, so that whatever else
     /// waits for this thread (a busy backend's sends, a lock word to retry, another

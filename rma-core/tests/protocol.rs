@@ -547,6 +547,25 @@ fn counted_puts_are_at_the_target_when_flush_unlock_and_unlock_all_return() {
                     "the puts after the second went direct: {s:?}"
                 );
                 assert_eq!(s.ops_active_message, 0, "{s:?}");
+                // Gets of what the puts left, direct and counted as well: each one's bytes
+                // are in the caller's buffer once its flush returns.
+                let before = win.stats();
+                for _ in 0..10 {
+                    let mut seen = [0u64; 8];
+                    let get = win.get_into(1, 0, &mut seen)?;
+                    win.flush(1)?;
+                    assert!(get.test()?, "the get is complete once its flush returns");
+                    get.wait()?;
+                    assert_eq!(seen, expect(rounds - 1));
+                }
+                let mut one = [0u64; 1];
+                for k in 0..8 {
+                    let get = win.get_into(1, k, &mut one)?;
+                    win.flush(1)?;
+                    assert_eq!(get.wait()?, &[expect(rounds - 1)[k as usize]]);
+                }
+                let s = win.stats().since(&before);
+                assert_eq!((s.ops_native, s.ops_direct), (18, 18), "{s:?}");
                 win.put(&expect(rounds), 1, 0)?;
             }
             win.unlock_all()?;
@@ -568,9 +587,9 @@ fn counted_puts_are_at_the_target_when_flush_unlock_and_unlock_all_return() {
 }
 
 /// A counted put that fails at its completion (a remote access error) is reported, typed,
-/// by the flush that waits for it; the window goes on.
+/// by the flush that waits for it, a counted get's by its request; the window goes on.
 #[test]
-fn a_counted_put_that_fails_is_reported_by_its_flush() {
+fn a_counted_put_that_fails_is_reported_by_its_flush_a_get_by_its_request() {
     use rma_core::sim::echo::Echo;
     use rma_core::TransportError;
     use std::sync::Arc;
@@ -598,6 +617,25 @@ fn a_counted_put_that_fails_is_reported_by_its_flush() {
         win.put(&[k], 1, k).expect("put");
         win.flush(1).expect("flush after the failure");
     }
+    // A counted get that fails: its request carries the error, not the flush.
+    let mut one = [0u64; 1];
+    let before = win.stats();
+    echo.fail_next_native();
+    let get = win.get_into(1, 0, &mut one).expect("get");
+    assert_eq!(
+        win.stats().since(&before).ops_direct,
+        1,
+        "the get went direct"
+    );
+    win.flush(1).expect("the flush of a failed get");
+    let failed = get.wait().map_err(Error::into_kind);
+    assert!(
+        matches!(failed, Err(ErrorKind::Transport(TransportError::Failed(_)))),
+        "{failed:?}"
+    );
+    let get = win.get_into(1, 0, &mut one).expect("get");
+    win.flush(1).expect("flush");
+    get.wait().expect("the next get");
     win.unlock_all().expect("unlock_all");
     win.free().expect("free");
 }

@@ -729,6 +729,14 @@ impl<T: Element> Window<T> {
         extent: Extent,
         buf: &'b mut [T],
     ) -> Result<GetInto<'b, T>> {
+        if extent.count <= 1 {
+            if let Some(posted) =
+                (self.shared).get_counted(target, extent.offset, extent.bytes() as usize)
+            {
+                let pending = Some(self.request(posted?, target, |bytes| bytes));
+                return Ok(GetInto { buf, pending });
+            }
+        }
         if let Some(p) = self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
             let parts = self.post_pieces(OpKind::Get, None, target, p, &[], true)?;
             let pending = Some(Request::joined(parts, |bytes| bytes));

@@ -41,9 +41,9 @@
 //! earlier: no memory of this process is touched unsafely, the mapping lives as long as
 //! the window.
 //!
-//! # Counted puts, on a network
+//! # Counted ops, on a network
 //!
-//! Over a network (verbs, libfabric) a native put is under way after its call: its
+//! Over a network (verbs, libfabric) a native op is under way after its call: its
 //! completion comes back later, through the backend's poll. Seed 004's path for it is
 //! still heavier than the op: the window's state lock, the target element's count, and a
 //! flush that waits through whole progress passes (every window's ISSUE_OPS and CLEANUP
@@ -53,20 +53,25 @@
 //! is most of what a put + flush adds to raw verbs.
 //!
 //! A window whose ops may stay pending therefore has a second set of marks: targets that
-//! **puts** may reach directly, each counted in flight until its completion comes. The
-//! invariant, kept under the window's state lock like the first: **a target's put mark is
-//! set only in a passive epoch, while its access is granted, nothing of it is queued,
-//! issued or awaited in its target element (no active message since its last completion,
-//! no ordered put waiting for a message after it), no error is deferred, and its puts
-//! complete at the target when their completions come (not [`ordered_puts`]).** A marked
-//! put counts itself in its target's in-flight count, then goes to the backend with a
-//! token that names the window and the target and no op element; its completion, taken
-//! by whichever thread polls, uncounts it without the state lock (a failure defers its
-//! error and clears every mark first, under the lock).
+//! **puts and gets** may reach directly, each counted in flight until its completion
+//! comes. The invariant, kept under the window's state lock like the first: **a target's
+//! mark is set only in a passive epoch, while its access is granted, nothing of it is
+//! queued, issued or awaited in its target element (no active message since its last
+//! completion, no ordered put waiting for a message after it), no error is deferred, and
+//! its puts complete at the target when their completions come (not [`ordered_puts`]).**
+//! A marked op counts itself in its target's in-flight count, then goes to the backend
+//! with a token that names the window and, for a put, the target, for a get, its entry
+//! among the window's [`CountedGets`] (its target and request); no op element, no table.
+//! Its completion, taken by whichever thread polls, uncounts it without the state lock: a
+//! get's request gets its bytes first, so a flush that sees the count drop finds them. A
+//! failed put defers its error and clears every mark first, under the lock; a failed
+//! get's error is its request's, as for any get.
 //!
-//! - Set by the locked path's put ([`rma_op`](super::rma_op)) that finds its target so.
+//! - Set by the locked path's put or get ([`rma_op`](super::rma_op)) that finds its
+//!   target so (a get only where the backend reads into a buffer of its own: a large get
+//!   it reads straight into the caller's keeps the locked path).
 //! - Cleared where the first marks are, and the same way.
-//! - Awaited by every call that must see the puts complete: a flush of a marked target
+//! - Awaited by every call that must see the ops complete: a flush of a marked target
 //!   waits for its count alone, polling the backend and handling what it finds (and
 //!   a full progress pass now and then, so that everything else still progresses); the
 //!   locked flush, unlock and unlock_all wait for the counts of their targets before
@@ -75,14 +80,16 @@
 //! Marks and counts are kept in [`COUNTED_SLOTS`] slots, rank `r` in slot `r %
 //! COUNTED_SLOTS`, so that a window's memory stays flat in the number of ranks: up to
 //! that many ranks each has a slot of its own. Beyond them, a slot's mark is one rank's
-//! at a time (the others' puts take the locked path, and are counted in the slot all
-//! the same), and a flush may wait for puts to another rank of its slot as well (more
+//! at a time (the others' ops take the locked path; their puts are counted in the slot
+//! all the same), and a flush may wait for ops to another rank of its slot as well (more
 //! than MPI asks, never less).
 //!
 //! [`ordered_puts`]: crate::transport::Capabilities::ordered_puts
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::request::RequestState;
 use crate::Rank;
 
 /// The targets of one window that ops may reach directly (see the module's docs).
@@ -95,7 +102,7 @@ pub(crate) struct DirectAccess {
     members: Box<[u64]>,
     /// The bits were set in a passive epoch (lock, lock_all): a flush may take them.
     passive: AtomicBool,
-    /// The slots of counted puts (see the module's docs): [`COUNTED_SLOTS`] of them,
+    /// The slots of counted ops (see the module's docs): [`COUNTED_SLOTS`] of them,
     /// rank `r` in slot `r % COUNTED_SLOTS`; empty where the window's ops complete in
     /// their call, or none of its targets takes a native put.
     slots: Box<[CountedSlot]>,
@@ -104,23 +111,23 @@ pub(crate) struct DirectAccess {
     marked_slots: AtomicU64,
 }
 
-/// The counted puts of the ranks of one slot.
+/// The counted ops of the ranks of one slot.
 #[derive(Debug, Default)]
 struct CountedSlot {
-    /// The rank whose puts go direct and counted, plus one; 0: none.
+    /// The rank whose ops go direct and counted, plus one; 0: none.
     mark: AtomicU64,
-    /// Counted puts under way toward the slot's ranks.
+    /// Counted ops under way toward the slot's ranks.
     in_flight: AtomicU64,
 }
 
-/// The slots of a window's counted puts: as many ranks have marks of their own at once
+/// The slots of a window's counted ops: as many ranks have marks of their own at once
 /// (a power of two, so that a rank's slot is a mask of it).
 pub(crate) const COUNTED_SLOTS: usize = 64;
 
 impl DirectAccess {
     /// For a window of `ranks` World ranks whose members are `members`; `enabled`:
     /// every native op of the window's backend completes in its call.
-    /// `counted`: puts may go direct and counted instead (ops that stay pending).
+    /// `counted`: puts and gets may go direct and counted instead (ops that stay pending).
     pub(crate) fn new(
         ranks: usize,
         members: impl Iterator<Item = Rank>,
@@ -236,22 +243,22 @@ impl DirectAccess {
         }
     }
 
-    /// Whether puts may go direct and counted on this window at all.
+    /// Whether ops may go direct and counted on this window at all.
     #[inline(always)]
-    pub(crate) fn counts_puts(&self) -> bool {
+    pub(crate) fn counts_ops(&self) -> bool {
         !self.slots.is_empty()
     }
 
-    /// Whether a put toward `rank` may go direct and counted.
+    /// Whether an op toward `rank` may go direct and counted.
     #[inline(always)]
-    pub(crate) fn counts_puts_to(&self, rank: Rank) -> bool {
+    pub(crate) fn counts_ops_to(&self, rank: Rank) -> bool {
         // Acquire: pairs with the Release of `open_counted`, as in `allows`.
         self.slot(rank)
             .is_some_and(|s| s.mark.load(Ordering::Acquire) == u64::from(rank) + 1)
     }
 
-    /// Marks `rank`'s puts direct and counted, unless another rank of its slot holds the
-    /// slot's mark (its puts then take the locked path, counted all the same). Under the
+    /// Marks `rank`'s ops direct and counted, unless another rank of its slot holds the
+    /// slot's mark (its ops then take the locked path). Under the
     /// window's state lock only, in a passive epoch, with the module's invariant checked
     /// by the caller.
     pub(super) fn open_counted(&self, rank: Rank) {
@@ -265,7 +272,7 @@ impl DirectAccess {
         }
     }
 
-    /// The slot of `rank`'s counted puts (none on a window without them).
+    /// The slot of `rank`'s counted ops (none on a window without them).
     #[inline(always)]
     fn slot(&self, rank: Rank) -> Option<&CountedSlot> {
         if self.slots.is_empty() {
@@ -274,18 +281,18 @@ impl DirectAccess {
         self.slots.get(rank as usize % COUNTED_SLOTS)
     }
 
-    /// A counted put toward `rank` is about to go to the backend (counted before, so its
+    /// A counted op toward `rank` is about to go to the backend (counted before, so its
     /// completion, which any thread may take, never finds the count without it).
     #[inline(always)]
-    pub(crate) fn put_issued(&self, rank: Rank) {
+    pub(crate) fn op_issued(&self, rank: Rank) {
         if let Some(s) = self.slot(rank) {
             s.in_flight.fetch_add(1, Ordering::AcqRel);
         }
     }
 
-    /// A counted put toward `rank` completed (or failed, or never went).
+    /// A counted op toward `rank` completed (or failed, or never went).
     #[inline(always)]
-    pub(crate) fn put_completed(&self, rank: Rank) {
+    pub(crate) fn op_completed(&self, rank: Rank) {
         if let Some(s) = self.slot(rank) {
             // Release: whatever the completion's handler did before (a deferred error,
             // the marks cleared) is seen by the waiter that sees the count drop.
@@ -293,15 +300,15 @@ impl DirectAccess {
         }
     }
 
-    /// Whether no counted put toward `rank` (or another rank of its slot) is under way.
+    /// Whether no counted op toward `rank` (or another rank of its slot) is under way.
     #[inline(always)]
-    pub(crate) fn puts_settled(&self, rank: Rank) -> bool {
+    pub(crate) fn ops_settled(&self, rank: Rank) -> bool {
         self.slot(rank)
             .is_none_or(|s| s.in_flight.load(Ordering::Acquire) == 0)
     }
 
-    /// Whether no counted put is under way toward any rank.
-    pub(crate) fn all_puts_settled(&self) -> bool {
+    /// Whether no counted op is under way toward any rank.
+    pub(crate) fn all_ops_settled(&self) -> bool {
         self.slots
             .iter()
             .all(|s| s.in_flight.load(Ordering::Acquire) == 0)
@@ -309,6 +316,47 @@ impl DirectAccess {
 
     fn at(rank: Rank) -> (usize, u64) {
         ((rank / 64) as usize, 1 << (rank % 64))
+    }
+}
+
+/// The counted gets of a window under way: each one's target and request, found by the
+/// index its token carries (see the module's docs).
+#[derive(Debug, Default)]
+pub(crate) struct CountedGets {
+    /// By index: the target and the request of a get under way.
+    waiting: Vec<Option<(Rank, Arc<RequestState>)>>,
+    /// Indices free for the next gets.
+    free: Vec<u32>,
+    /// The request state of the last get that completed, for the next get once its
+    /// request is done with it: a loop of gets allocates none.
+    spare: Option<Arc<RequestState>>,
+}
+
+impl CountedGets {
+    /// A get toward `rank` is about to go: its index and its request's state.
+    pub(crate) fn start(&mut self, rank: Rank) -> (u32, Arc<RequestState>) {
+        let state = RequestState::reuse_or_new(self.spare.take());
+        let entry = Some((rank, state.clone()));
+        let index = match self.free.pop() {
+            Some(i) => {
+                self.waiting[i as usize] = entry;
+                i
+            }
+            None => {
+                self.waiting.push(entry);
+                (self.waiting.len() - 1) as u32
+            }
+        };
+        (index, state)
+    }
+
+    /// Get `index` completed, failed or never went: its target and request state, if it
+    /// was under way (a token this window never gave: `None`).
+    pub(crate) fn finish(&mut self, index: u32) -> Option<(Rank, Arc<RequestState>)> {
+        let entry = self.waiting.get_mut(index as usize)?.take()?;
+        self.free.push(index);
+        self.spare = Some(entry.1.clone());
+        Some(entry)
     }
 }
 

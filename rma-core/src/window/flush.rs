@@ -34,10 +34,10 @@ impl WindowShared {
                 self.flush_memory_sync();
                 return Ok(());
             }
-            if self.direct.counts_puts_to(t) {
-                // A target whose puts go counted (a network): its ops are those puts,
+            if self.direct.counts_ops_to(t) {
+                // A target whose ops go counted (a network): its ops are those counted,
                 // complete once its count is zero.
-                if self.direct.puts_settled(t) && !tracing::level_enabled!(tracing::Level::DEBUG) {
+                if self.direct.ops_settled(t) && !tracing::level_enabled!(tracing::Level::DEBUG) {
                     self.engine.activity.bump();
                     // A hybrid window's targets on this node: their puts were stores.
                     self.flush_memory_sync();
@@ -49,33 +49,27 @@ impl WindowShared {
         self.flush_locked(target, remote)
     }
 
-    /// A flush of a target whose puts go counted: waits for its count, then, if the
+    /// A flush of a target whose ops go counted: waits for its count, then, if the
     /// target is still marked (no failure cleared the marks meanwhile), it is done;
     /// otherwise the locked flush reports what happened.
     #[inline(never)]
     fn flush_counted(&self, target: Rank, remote: bool) -> Result<()> {
         let call = if remote { "flush" } else { "flush_local" };
         let _span = sync_span!(call, win = self.id, target);
-        self.settle_counted_puts(call, Some(target))?;
-        if self.direct.counts_puts_to(target) {
+        self.settle_counted_ops(call, Some(target))?;
+        if self.direct.counts_ops_to(target) {
             self.flush_memory_sync();
             return Ok(());
         }
         self.flush_locked(Some(target), remote)
     }
 
-    /// A counted put toward `rank` completed (the engine's progress pass, any thread).
-    #[inline]
-    pub(crate) fn counted_put_completed(&self, rank: Rank) {
-        self.direct.put_completed(rank);
-    }
-
-    /// Before an unlock of `target` (unlock_all: `None`) looks at the state: its puts go
+    /// Before an unlock of `target` (unlock_all: `None`) looks at the state: its ops go
     /// counted no more, and those under way complete.
     #[inline(never)]
-    pub(super) fn end_counted_puts(&self, call: &'static str, target: Option<Rank>) -> Result<()> {
+    pub(super) fn end_counted_ops(&self, call: &'static str, target: Option<Rank>) -> Result<()> {
         let marked = match target {
-            Some(t) => self.direct.counts_puts_to(t) || !self.direct.puts_settled(t),
+            Some(t) => self.direct.counts_ops_to(t) || !self.direct.ops_settled(t),
             None => true,
         };
         if !marked {
@@ -88,20 +82,20 @@ impl WindowShared {
                 None => self.direct.close_all(),
             }
         }
-        self.settle_counted_puts(call, target)
+        self.settle_counted_ops(call, target)
     }
 
-    /// Waits until no counted put toward `target` (every target: `None`) is under way
+    /// Waits until no counted op toward `target` (every target: `None`) is under way
     /// (see [`direct`](super::direct)): polls the backend and takes what it finds,
     /// without this window's state.
-    pub(super) fn settle_counted_puts(
+    pub(super) fn settle_counted_ops(
         &self,
         call: &'static str,
         target: Option<Rank>,
     ) -> Result<()> {
         let settled = || match target {
-            Some(t) => self.direct.puts_settled(t),
-            None => self.direct.all_puts_settled(),
+            Some(t) => self.direct.ops_settled(t),
+            None => self.direct.all_ops_settled(),
         };
         if settled() {
             return Ok(());
@@ -135,8 +129,8 @@ impl WindowShared {
         if let Some(t) = target {
             self.check_rank(t)?;
         }
-        // Counted puts (a network's direct ones) are outside the state: complete first.
-        self.settle_counted_puts(call, target)?;
+        // Counted ops (a network's direct ones) are outside the state: complete first.
+        self.settle_counted_ops(call, target)?;
         let done = |t: &TargetElem| {
             if remote {
                 t.ops_complete()

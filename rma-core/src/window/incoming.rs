@@ -329,7 +329,7 @@ impl WinState {
             if let Err(e) = result {
                 self.defer(e);
             }
-            w.direct.put_completed(token as Rank);
+            w.direct.op_completed(token as Rank);
             return;
         }
         if token & UNTRACKED != 0 {

@@ -173,8 +173,8 @@ impl WindowShared {
         let _span = sync_span!(call = "unlock", win = self.id, target);
         // A World rank its public call translated and checked (`world`).
         debug_assert!(self.check_rank(target).is_ok());
-        if self.direct.counts_puts() {
-            if let Err(e) = self.end_counted_puts("unlock", Some(target)) {
+        if self.direct.counts_ops() {
+            if let Err(e) = self.end_counted_ops("unlock", Some(target)) {
                 // The epoch ends all the same (the general path's error handling); the
                 // first error is the one reported.
                 return self.unlock_general(target).and(Err(e));

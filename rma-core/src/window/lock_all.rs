@@ -237,8 +237,8 @@ impl WindowShared {
     }
 
     pub(super) fn unlock_all(&self) -> Result<()> {
-        if self.direct.counts_puts() {
-            if let Err(e) = self.end_counted_puts("unlock_all", None) {
+        if self.direct.counts_ops() {
+            if let Err(e) = self.end_counted_ops("unlock_all", None) {
                 // The epoch ends all the same; the first error is the one reported.
                 return self.unlock_all_after_counted_puts().and(Err(e));
             }
@@ -246,7 +246,7 @@ impl WindowShared {
         self.unlock_all_after_counted_puts()
     }
 
-    /// [`unlock_all`](Self::unlock_all) once no counted put is under way.
+    /// [`unlock_all`](Self::unlock_all) once no counted op is under way.
     #[inline(always)]
     fn unlock_all_after_counted_puts(&self) -> Result<()> {
         {

@@ -68,7 +68,7 @@ mod rma_op;
 mod shared;
 
 pub use api::{Elements, FreeError, GetInto, Window};
-use direct::DirectAccess;
+use direct::{CountedGets, DirectAccess};
 use issue::{encode_op, native_call, native_call_desc, op_kind_wire, sync_flags};
 use rma_op::short_op;
 
@@ -172,6 +172,9 @@ pub(crate) struct WindowShared {
     pub(crate) ops: Option<Arc<dyn crate::transport::WindowOps>>,
     /// The targets ops may reach without this state's lock ([`direct`]).
     direct: Arc<DirectAccess>,
+    /// The counted gets under way ([`direct`]), each found by the index its token
+    /// carries.
+    counted_gets: Mutex<CountedGets>,
     /// The window's ops complete in their call ([`WindowOps::completes_in_call`]): a
     /// strided op runs natively, block by block, in its own call
     /// ([`native_blocks`](issue::native_blocks)).
@@ -239,14 +242,25 @@ fn untracked_token(win: u32, rank: Rank) -> u64 {
     (u64::from(win) << 40) | UNTRACKED | u64::from(rank)
 }
 
-/// Token bit of [counted](direct) puts: tracked by their target's in-flight count alone,
-/// outside the window's state. The low 32 bits are the target rank.
+/// Token bit of [counted](direct) ops: tracked by their target's in-flight count alone,
+/// outside the window's state. The low 32 bits are a put's target rank, or with
+/// [`COUNTED_GET`] a get's index.
 pub(crate) const COUNTED: u64 = 1 << 38;
+
+/// Token bit, beside [`COUNTED`], of counted gets: the low 32 bits are the get's index
+/// among the window's [`CountedGets`].
+pub(crate) const COUNTED_GET: u64 = 1 << 37;
 
 /// The token of a counted put of window `win` toward `rank`.
 #[inline(always)]
 fn counted_token(win: u32, rank: Rank) -> u64 {
     (u64::from(win) << 40) | COUNTED | u64::from(rank)
+}
+
+/// The token of counted get `index` of window `win`.
+#[inline(always)]
+fn counted_get_token(win: u32, index: u32) -> u64 {
+    (u64::from(win) << 40) | COUNTED | COUNTED_GET | u64::from(index)
 }
 
 /// Hashes the tokens of native ops and ranks: distinct counters, so one multiplication

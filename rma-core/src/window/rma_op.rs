@@ -79,6 +79,24 @@ impl WinState {
                     }
                 }
             }
+            // A get toward a target with nothing else outstanding, in a passive epoch, on
+            // a window whose ops may stay pending: counted, and the target's next ops go
+            // direct (see `direct`).
+            if granted
+                && d.kind == OpKind::Get
+                && d.extent.count <= 1
+                && self.may_count_ops(w, d, rank)
+            {
+                self.direct.open_counted(rank);
+                if let Some(posted) =
+                    w.get_counted(rank, d.extent.offset, d.extent.bytes() as usize)
+                {
+                    return posted.map(Step::Done);
+                }
+                // Not one the backend reads into a buffer of its own, or no room now:
+                // tracked below, and the mark goes (its element is no longer idle).
+                self.direct.close(rank);
+            }
             // Resources to track the op in case it does not complete at once.
             let room = has_elem || !self.target_pool_empty(w);
             if granted && room && !d.wants_result {
@@ -87,17 +105,17 @@ impl WinState {
                 // counter would); the backend bounds how many are under way (Busy).
                 // A put toward a target with nothing else outstanding, in a passive
                 // epoch, on a window whose ops may stay pending: counted, and the target's
-                // next puts go direct (see `direct`).
-                let counted = self.may_count_puts(w, d, rank);
+                // next ops go direct (see `direct`).
+                let counted = self.may_count_ops(w, d, rank);
                 let token = if counted {
-                    w.direct.put_issued(rank);
+                    w.direct.op_issued(rank);
                     counted_token(w.id, rank)
                 } else {
                     untracked_token(w.id, rank)
                 };
                 let issued = native_call_desc(w, d, token, !self.epoch.is_passive(), notice_of(d));
                 if counted && !matches!(issued, Ok(Issued::Pending)) {
-                    w.direct.put_completed(rank);
+                    w.direct.op_completed(rank);
                 }
                 return match issued {
                     Ok(Issued::Complete(_)) => {
@@ -245,12 +263,13 @@ impl WinState {
         }
     }
 
-    /// Whether the native put `d` toward `rank` (access granted) may go counted and mark
-    /// its target's puts direct: the invariant of [`direct`](super::direct)'s counted
-    /// puts holds once it has gone.
+    /// Whether the native put or get `d` toward `rank` (access granted) may go counted
+    /// and mark its target's ops direct: the invariant of [`direct`](super::direct)'s
+    /// counted ops holds once it has gone. (A get asks the backend's read besides, in
+    /// [`WindowShared::get_counted`].)
     #[inline]
-    fn may_count_puts(&self, w: &WindowShared, d: &OpDesc<'_>, rank: Rank) -> bool {
-        if !(self.direct.counts_puts() && d.kind == OpKind::Put) {
+    fn may_count_ops(&self, w: &WindowShared, d: &OpDesc<'_>, rank: Rank) -> bool {
+        if !(self.direct.counts_ops() && matches!(d.kind, OpKind::Put | OpKind::Get)) {
             return false;
         }
         let caps = w.caps(rank);

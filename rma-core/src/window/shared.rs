@@ -65,6 +65,7 @@ impl WindowShared {
             members_lock_natively,
             ops,
             direct,
+            counted_gets: Mutex::default(),
             blocks_in_call,
             routes,
             classes,
@@ -619,7 +620,7 @@ impl WindowShared {
     /// backend now; the general path takes it.
     #[inline(always)]
     pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
-        if self.direct.counts_puts_to(target) {
+        if self.direct.counts_ops_to(target) {
             return self.put_counted(target, offset, data);
         }
         let ops = self.direct_ops(target, offset, data.len(), false)?;
@@ -631,7 +632,7 @@ impl WindowShared {
             .map(Ok)
     }
 
-    /// A put toward a target whose puts go [direct and counted](super::direct) (a
+    /// A put toward a target whose ops go [direct and counted](super::direct) (a
     /// network): counted in flight, then the backend's put with a token that names the
     /// target; its completion uncounts it. `None`: no room in the backend now (nothing
     /// was done); the locked path takes it.
@@ -639,7 +640,7 @@ impl WindowShared {
     fn put_counted(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
         // The application is in the library: the progress agent stays away.
         self.engine.activity.bump();
-        self.direct.put_issued(target);
+        self.direct.op_issued(target);
         let issued = (self.engine.transport).put(
             self.id,
             target,
@@ -649,9 +650,9 @@ impl WindowShared {
         );
         match issued {
             Ok(Issued::Pending) => {}
-            Ok(Issued::Complete(_)) => self.direct.put_completed(target),
+            Ok(Issued::Complete(_)) => self.direct.op_completed(target),
             Err(e) => {
-                self.direct.put_completed(target);
+                self.direct.op_completed(target);
                 return match e {
                     TransportError::Busy => None,
                     e => Some(Err(e.into())),
@@ -660,6 +661,86 @@ impl WindowShared {
         }
         self.counters.op_direct();
         Some(Ok(()))
+    }
+
+    /// A contiguous get of `len` bytes toward a target whose ops go [direct and
+    /// counted](super::direct) (a network): counted in flight, then the backend's get
+    /// with a token that names it among the window's counted gets, whose completion
+    /// completes its request. `None`: not such a target, a get the backend would read
+    /// straight into the caller's buffer (a large one, where it can), or no room in the
+    /// backend now (nothing was done); the locked path takes it.
+    #[inline]
+    pub(super) fn get_counted(
+        &self,
+        target: Rank,
+        offset: u64,
+        len: usize,
+    ) -> Option<Result<Posted>> {
+        if !self.direct.counts_ops_to(target) {
+            return None;
+        }
+        let caps = self.caps(target);
+        if !caps.rdma_read || (caps.get_in_call && len as u64 > SPLIT_ABOVE) {
+            return None;
+        }
+        self.engine.activity.bump();
+        let (index, state) = self.lock_counted_gets().start(target);
+        self.direct.op_issued(target);
+        let issued = (self.engine.transport).get(
+            self.id,
+            target,
+            offset,
+            len,
+            counted_get_token(self.id, index),
+        );
+        let posted = match issued {
+            Ok(Issued::Pending) => Posted::Later(Some(state)),
+            Ok(Issued::Complete(data)) => {
+                self.lock_counted_gets().finish(index);
+                self.direct.op_completed(target);
+                Posted::Done(Some(data.unwrap_or_default()))
+            }
+            Err(e) => {
+                self.lock_counted_gets().finish(index);
+                self.direct.op_completed(target);
+                return match e {
+                    TransportError::Busy => None,
+                    e => Some(Err(e.into())),
+                };
+            }
+        };
+        self.counters.op_direct();
+        Some(Ok(posted))
+    }
+
+    /// The window's counted gets: a lock of their own, taken alone or inside the state's
+    /// (a get's locked path), never the other way round.
+    fn lock_counted_gets(&self) -> std::sync::MutexGuard<'_, super::direct::CountedGets> {
+        self.counted_gets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A counted op of this window completed (the engine's progress pass, any thread,
+    /// without the window's state): a get's request gets its bytes or its error, and the
+    /// op leaves its target's in-flight count. (A counted put's failure goes through
+    /// the state instead: `WinState::handle_completion` defers it.)
+    #[inline(always)]
+    pub(crate) fn counted_op_completed(&self, token: u64, result: Result<Option<Fetched>>) {
+        if token & COUNTED_GET == 0 {
+            self.direct.op_completed(token as Rank);
+            return;
+        }
+        self.counted_get_completed(token as u32, result);
+    }
+
+    /// [`counted_op_completed`](Self::counted_op_completed) of get `index`.
+    #[inline(never)]
+    fn counted_get_completed(&self, index: u32, result: Result<Option<Fetched>>) {
+        let Some((rank, state)) = self.lock_counted_gets().finish(index) else {
+            return;
+        };
+        // The request before the count: a flush that sees the count drop finds the data.
+        state.complete(result.map(Option::unwrap_or_default));
+        self.direct.op_completed(rank);
     }
 
     /// What a direct op's call came to: done (with what it fetched), failed, or `None`
