@@ -572,14 +572,34 @@ fn counted_puts_are_at_the_target_when_flush_unlock_and_unlock_all_return() {
             check(rounds, "unlock_all")?;
             if e.rank() == 0 {
                 win.lock(LockType::Shared, 1, Assert::NONE)?;
-                for round in rounds + 1..rounds + 4 {
+                // Granted by the first flush: the puts after it go direct, and only the
+                // unlock completes them.
+                win.put(&expect(rounds + 1), 1, 0)?;
+                win.flush(1)?;
+                let before = win.stats();
+                for round in rounds + 2..rounds + 5 {
                     for k in 0..8 {
                         win.put(&[expect(round)[k]], 1, k as u64)?;
                     }
                 }
+                assert!(win.stats().since(&before).ops_direct >= 23);
                 win.unlock(1)?;
             }
-            check(rounds + 3, "unlock")?;
+            check(rounds + 4, "unlock")?;
+            // Under NOCHECK no lock message is sent: nothing but the counts' wait keeps
+            // unlock_all from returning before the puts are in.
+            win.lock_all(Assert::NOCHECK)?;
+            if e.rank() == 0 {
+                win.put(&expect(rounds + 5), 1, 0)?;
+                win.flush(1)?;
+                for round in rounds + 6..rounds + 9 {
+                    for k in 0..8 {
+                        win.put(&[expect(round)[k]], 1, k as u64)?;
+                    }
+                }
+            }
+            win.unlock_all()?;
+            check(rounds + 8, "unlock_all under NOCHECK")?;
             win.free()?;
             Ok(())
         });

@@ -546,6 +546,12 @@ impl<T: Element> Window<T> {
         disp: u64,
         extent: Extent,
     ) -> Result<()> {
+        // A network's direct put (see `direct`).
+        if let Some(done) =
+            (self.shared).put_counted(target, extent.offset, bytemuck::cast_slice(data))
+        {
+            return done;
+        }
         let layout = Layout::contiguous(data.len());
         if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
             return self

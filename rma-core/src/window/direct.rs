@@ -213,7 +213,18 @@ impl DirectAccess {
             if now & bit != 0 {
                 w.store(now & !bit, Ordering::Release);
             }
+            // A window has one kind of marks or the other (see `new`).
+            return;
         }
+        if !self.slots.is_empty() {
+            self.close_counted(rank);
+        }
+    }
+
+    /// [`close`](Self::close) on a window with counted ops (out of line: shared memory's
+    /// unlock and locked ops close their target's mark on every call).
+    #[inline(never)]
+    fn close_counted(&self, rank: Rank) {
         if let Some(s) = self.slot(rank) {
             if s.mark.load(Ordering::Relaxed) == u64::from(rank) + 1 {
                 s.mark.store(0, Ordering::Release);

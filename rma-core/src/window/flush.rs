@@ -34,9 +34,19 @@ impl WindowShared {
                 self.flush_memory_sync();
                 return Ok(());
             }
+        }
+        self.flush_not_direct(target, remote)
+    }
+
+    /// [`flush`](Self::flush) of a target that is not direct: counted (its ops are its
+    /// count's), or through the window's state. Out of line, so that the direct flush
+    /// stays small enough to inline in its callers.
+    #[inline(never)]
+    fn flush_not_direct(&self, target: Option<Rank>, remote: bool) -> Result<()> {
+        if let Some(t) = target {
             if self.direct.counts_ops_to(t) {
-                // A target whose ops go counted (a network): its ops are those counted,
-                // complete once its count is zero.
+                // A target whose ops go counted (a network): complete once its count is
+                // zero.
                 if self.direct.ops_settled(t) && !tracing::level_enabled!(tracing::Level::DEBUG) {
                     self.engine.activity.bump();
                     // A hybrid window's targets on this node: their puts were stores.

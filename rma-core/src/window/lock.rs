@@ -173,13 +173,6 @@ impl WindowShared {
         let _span = sync_span!(call = "unlock", win = self.id, target);
         // A World rank its public call translated and checked (`world`).
         debug_assert!(self.check_rank(target).is_ok());
-        if self.direct.counts_ops() {
-            if let Err(e) = self.end_counted_ops("unlock", Some(target)) {
-                // The epoch ends all the same (the general path's error handling); the
-                // first error is the one reported.
-                return self.unlock_general(target).and(Err(e));
-            }
-        }
         if let Some(done) = self.unlock_settled(target) {
             return done;
         }
@@ -188,9 +181,13 @@ impl WindowShared {
 
     /// UNLOCK's hottest path, small enough to stay inline in its call: a native lock
     /// whose target has no element (every op of the epoch went direct, or none was
-    /// made) and nothing waits to be sent. `None`: the general path's case.
+    /// made) and nothing waits to be sent, on a window whose ops are never counted.
+    /// `None`: the general path's case.
     #[inline(always)]
     fn unlock_settled(&self, target: Rank) -> Option<Result<()>> {
+        if self.direct.counts_ops() {
+            return None;
+        }
         let mut st = self.lock_state();
         if !(matches!(st.epoch, WindowEpoch::PerTarget)
             && st.table.get(target).is_none()
@@ -224,7 +221,16 @@ impl WindowShared {
     /// queued or under way, or a lock by message.
     #[inline(never)]
     fn unlock_general(&self, target: Rank) -> Result<()> {
-        self.unlock_inner(target).inspect_err(|e| {
+        // Ops that may have gone counted (see `direct`): toward `target` they go counted
+        // no more, and complete first. The epoch ends all the same if that fails (the
+        // error handling below); the first error is the one reported.
+        let counted = if self.direct.counts_ops() {
+            self.end_counted_ops("unlock", Some(target))
+        } else {
+            Ok(())
+        };
+        let unlocked = self.unlock_inner(target);
+        counted.and(unlocked).inspect_err(|e| {
             if !e.is_usage() {
                 // The lock of `target` is over either way: release what this rank holds
                 // of it and fail its ops, so that the window is not stuck in the epoch.

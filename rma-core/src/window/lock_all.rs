@@ -238,17 +238,25 @@ impl WindowShared {
 
     pub(super) fn unlock_all(&self) -> Result<()> {
         if self.direct.counts_ops() {
-            if let Err(e) = self.end_counted_ops("unlock_all", None) {
-                // The epoch ends all the same; the first error is the one reported.
-                return self.unlock_all_after_counted_puts().and(Err(e));
-            }
+            return self.unlock_all_counted();
         }
-        self.unlock_all_after_counted_puts()
+        self.unlock_all_after_counted_ops()
+    }
+
+    /// UNLOCK_ALL on a window whose ops may go [counted](super::direct): they go counted
+    /// no more and complete first.
+    #[inline(never)]
+    fn unlock_all_counted(&self) -> Result<()> {
+        if let Err(e) = self.end_counted_ops("unlock_all", None) {
+            // The epoch ends all the same; the first error is the one reported.
+            return self.unlock_all_after_counted_ops().and(Err(e));
+        }
+        self.unlock_all_after_counted_ops()
     }
 
     /// [`unlock_all`](Self::unlock_all) once no counted op is under way.
     #[inline(always)]
-    fn unlock_all_after_counted_puts(&self) -> Result<()> {
+    fn unlock_all_after_counted_ops(&self) -> Result<()> {
         {
             // The hot path in one hold of the state, outside `sync_call` (which would take
             // it twice more): no other synchronization call under way, the epoch settled.

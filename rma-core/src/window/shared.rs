@@ -620,9 +620,6 @@ impl WindowShared {
     /// backend now; the general path takes it.
     #[inline(always)]
     pub(super) fn put_direct(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
-        if self.direct.counts_ops_to(target) {
-            return self.put_counted(target, offset, data);
-        }
         let ops = self.direct_ops(target, offset, data.len(), false)?;
         if !(self.every_target_writes || self.caps(target).rdma_write) {
             return None;
@@ -634,10 +631,15 @@ impl WindowShared {
 
     /// A put toward a target whose ops go [direct and counted](super::direct) (a
     /// network): counted in flight, then the backend's put with a token that names the
-    /// target; its completion uncounts it. `None`: no room in the backend now (nothing
-    /// was done); the locked path takes it.
+    /// target; its completion uncounts it. `None`: not such a target, or no room in the
+    /// backend now (nothing was done); the locked path takes it. (Asked past the direct
+    /// path, in [`Window::put`](super::Window::put)'s out-of-line part: shared memory's
+    /// direct put pays nothing for it.)
     #[inline(always)]
-    fn put_counted(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
+    pub(super) fn put_counted(&self, target: Rank, offset: u64, data: &[u8]) -> Option<Result<()>> {
+        if !self.direct.counts_ops_to(target) {
+            return None;
+        }
         // The application is in the library: the progress agent stays away.
         self.engine.activity.bump();
         self.direct.op_issued(target);
