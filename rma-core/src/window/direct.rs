@@ -77,6 +77,24 @@
 //!   locked flush, unlock and unlock_all wait for the counts of their targets before
 //!   they look at the state (the unlocks take the marks away first).
 //!
+//! Why MPI's rules still hold:
+//! - **Completion.** A flush returns once the backend reported every counted op of its
+//!   target complete, and a backend reports a native put or get complete only once it
+//!   is done at the target (a verbs RDMA WRITE's acknowledgement, a delivery-complete
+//!   libfabric write; ordered puts, complete at the origin alone, are never counted).
+//!   Unlock and unlock_all wait for the same before they release a lock word or send an
+//!   UNLOCK.
+//! - **Order.** Only puts and gets are counted, and MPI orders neither against other ops
+//!   to the same bytes within an epoch (such accesses conflict; a program that makes
+//!   them is erroneous). Accumulates, whose order MPI keeps per location, take the
+//!   locked path, which closes their target's mark first; the counts still cover the
+//!   puts and gets before them.
+//! - **Epochs.** Marks exist only inside a granted passive epoch; every call that ends
+//!   or changes one clears them under the state lock, as for the first kind.
+//! - **Errors.** A failed op's error is reported by the next call that would have
+//!   reported it on the locked path: a put's by the flush or unlock that waits for it, a
+//!   get's by its request.
+//!
 //! Marks and counts are kept in [`COUNTED_SLOTS`] slots, rank `r` in slot `r %
 //! COUNTED_SLOTS`, so that a window's memory stays flat in the number of ranks: up to
 //! that many ranks each has a slot of its own. Beyond them, a slot's mark is one rank's
