@@ -82,11 +82,7 @@ impl WinState {
             // A get toward a target with nothing else outstanding, in a passive epoch, on
             // a window whose ops may stay pending: counted, and the target's next ops go
             // direct (see `direct`).
-            if granted
-                && d.kind == OpKind::Get
-                && d.extent.count <= 1
-                && self.may_count_ops(w, d, rank)
-            {
+            if granted && d.kind == OpKind::Get && self.may_count_ops(w, d, rank) {
                 self.direct.open_counted(rank);
                 if let Some(posted) =
                     w.get_counted(rank, d.extent.offset, d.extent.bytes() as usize)

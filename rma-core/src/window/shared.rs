@@ -655,10 +655,7 @@ impl WindowShared {
             Ok(Issued::Complete(_)) => self.direct.op_completed(target),
             Err(e) => {
                 self.direct.op_completed(target);
-                return match e {
-                    TransportError::Busy => None,
-                    e => Some(Err(e.into())),
-                };
+                return refused(e);
             }
         }
         self.counters.op_direct();
@@ -705,10 +702,7 @@ impl WindowShared {
             Err(e) => {
                 self.lock_counted_gets().finish(index);
                 self.direct.op_completed(target);
-                return match e {
-                    TransportError::Busy => None,
-                    e => Some(Err(e.into())),
-                };
+                return refused(e);
             }
         };
         self.counters.op_direct();
@@ -761,8 +755,7 @@ impl WindowShared {
                 "the backend left an op pending after saying its ops complete in the call".into(),
             )
             .into())),
-            Err(TransportError::Busy) => None,
-            Err(e) => Some(Err(e.into())),
+            Err(e) => refused(e),
         }
     }
 
@@ -978,5 +971,15 @@ impl WindowShared {
         }
         st.epoch = WindowEpoch::Unset;
         st.restoring = false;
+    }
+}
+
+/// What a direct op the backend refused comes to: no room now (`Busy`) is `None`, nothing
+/// was done and the locked path takes the op; anything else is the op's error.
+#[inline(always)]
+fn refused<T>(e: TransportError) -> Option<Result<T>> {
+    match e {
+        TransportError::Busy => None,
+        e => Some(Err(e.into())),
     }
 }
