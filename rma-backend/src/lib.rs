@@ -15,13 +15,12 @@
 //!   (to oneself without the device, retried once after driving it, `Busy` after) and
 //!   [`depart`] (goodbyes, then lingering until the peers said theirs).
 //!
-//! - **Copies** of window memory: [`copy_bytes`], `memcpy` except where it is known to
-//!   be slow (misaligned pairs on x86-64 CPUs whose `rep movsb` stalls on them).
+//! - **Copies** of window memory: [`copy_bytes`] (from rma-sync), `memcpy` except where
+//!   it is known to be slow (misaligned pairs on x86-64 CPUs whose `rep movsb` stalls).
 //!
 //! The calls into the system (the allocation, the liveness check) are in one `sys`
-//! module; the only other unsafe code is [`Region`]'s and the copy's vector loop.
+//! module; the only other unsafe code is [`Region`]'s.
 
-mod copy;
 mod link;
 mod memory;
 mod peers;
@@ -29,9 +28,9 @@ mod region;
 mod segment;
 mod sys;
 
-pub use copy::copy_bytes;
 pub use link::{check_message, depart, send, Link};
 pub use memory::LocalMemory;
 pub use peers::{env_usize, oversubscribed, process_alive, Collectives, PeerWatch};
 pub use region::{Region, Word};
+pub use rma_sync::copy::copy_bytes;
 pub use segment::{split_descriptor, Memory, Registration, SegmentRegistration, WindowSegment};

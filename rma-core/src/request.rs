@@ -210,7 +210,7 @@ impl<R> Request<R> {
             Inner::Joined(pieces) => {
                 let mut bytes = Vec::new();
                 for p in pieces {
-                    bytes.extend_from_slice(&p.wait()?);
+                    rma_sync::copy::extend(&mut bytes, &p.wait()?);
                 }
                 Ok(convert(Fetched::from(bytes)))
             }
@@ -237,7 +237,7 @@ impl Request<Fetched> {
                     let Some(part) = dst.get_mut(at..at + bytes.len()) else {
                         return short();
                     };
-                    part.copy_from_slice(&bytes);
+                    rma_sync::copy::copy_slice(part, &bytes);
                     at += bytes.len();
                 }
                 if at != dst.len() {
@@ -251,7 +251,7 @@ impl Request<Fetched> {
                 if bytes.len() != dst.len() {
                     return short();
                 }
-                dst.copy_from_slice(&bytes);
+                rma_sync::copy::copy_slice(dst, &bytes);
                 if let Fetched::Heap(v) = bytes {
                     transport.recycle_fetched(v);
                 }
@@ -262,7 +262,7 @@ impl Request<Fetched> {
                 if bytes.len() != dst.len() {
                     return short();
                 }
-                dst.copy_from_slice(&bytes);
+                rma_sync::copy::copy_slice(dst, &bytes);
                 Ok(())
             }
         }

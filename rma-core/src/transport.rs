@@ -461,7 +461,7 @@ impl Fetched {
                 bytes,
             }
         } else {
-            Fetched::Heap(data.to_vec())
+            Fetched::Heap(rma_sync::copy::to_vec(data))
         }
     }
 

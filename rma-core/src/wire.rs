@@ -568,7 +568,9 @@ impl Encoder {
     }
     /// Appends raw bytes.
     pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.buf.extend_from_slice(b);
+        // A large op's data (a piece of up to the largest message) lands at any alignment
+        // after the header: memcpy's slow case on some CPUs (rma_sync::copy).
+        rma_sync::copy::extend(&mut self.buf, b);
         self
     }
     /// The encoded packet.

@@ -1,4 +1,4 @@
-//! The copy under every put and get of window memory: `memcpy`, except where `memcpy`
+//! The copy under every put and get of window memory and every large message's bytes: `memcpy`, except where `memcpy`
 //! is known to fall off a cliff.
 //!
 //! glibc's `memcpy` moves copies from about 2 KiB up to its "stop" threshold (the
@@ -17,6 +17,42 @@
 //! and aligned stores (AVX2 where the CPU has it, else SSE2, on x86-64); everything else
 //! is `memcpy`, which is as fast as anything there (small copies, equally aligned pairs,
 //! large copies with non-temporal stores).
+
+/// Copies `src` into `dst`, as [`slice::copy_from_slice`] (which panics when the lengths
+/// differ; so does this).
+#[inline]
+pub fn copy_slice(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(
+        dst.len(),
+        src.len(),
+        "copy between slices of different lengths"
+    );
+    // SAFETY: both slices are valid for their (equal) lengths, and a `&mut` slice
+    // cannot overlap a shared one.
+    unsafe { copy_bytes(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+}
+
+/// Appends `src` to `v`, as [`Vec::extend_from_slice`].
+#[inline]
+pub fn extend(v: &mut Vec<u8>, src: &[u8]) {
+    v.reserve(src.len());
+    let len = v.len();
+    // SAFETY: `reserve` made room for `src.len()` more bytes after `len`, which the copy
+    // initializes (a Vec's spare capacity cannot overlap `src`, a live shared borrow)
+    // before `set_len` covers them.
+    unsafe {
+        copy_bytes(src.as_ptr(), v.as_mut_ptr().add(len), src.len());
+        v.set_len(len + src.len());
+    }
+}
+
+/// A new vector holding `src`, as `src.to_vec()`.
+#[inline]
+pub fn to_vec(src: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    extend(&mut v, src);
+    v
+}
 
 /// Copies `len` bytes from `src` to `dst`.
 ///
@@ -180,7 +216,30 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_bytes;
+    use super::{copy_bytes, copy_slice, extend, to_vec};
+
+    /// The safe forms: what `copy_from_slice`, `extend_from_slice` and `to_vec` give.
+    #[test]
+    fn safe_forms_equal_the_standard_ones() {
+        let src: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+        for (from, len) in [(0, 0), (3, 5), (16, 4096), (1, 65536)] {
+            let part = &src[from..from + len];
+            let mut dst = vec![0u8; len];
+            copy_slice(&mut dst, part);
+            assert_eq!(dst, part);
+            assert_eq!(to_vec(part), part);
+            let mut v = vec![7u8; 9];
+            extend(&mut v, part);
+            assert_eq!(&v[..9], &[7u8; 9]);
+            assert_eq!(&v[9..], part);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "different lengths")]
+    fn copy_slice_refuses_different_lengths() {
+        copy_slice(&mut [0u8; 3], &[1, 2]);
+    }
 
     /// The public copy at every size class (memcpy's, the loop's, memcpy's again above),
     /// aligned and misaligned pairs.
