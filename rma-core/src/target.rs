@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::datatype::{self, AccOp};
 use crate::transport::Segment;
-use crate::wire::{flags, Body, Extent, Packet};
+use crate::wire::{self, flags, Body, Extent, Packet};
 use crate::Rank;
 
 /// FIFO lock queue: a request is granted at once only when compatible with the holders
@@ -275,11 +275,35 @@ impl Segment for Adjacent {
 #[derive(Debug, Default)]
 pub(crate) struct Reply {
     /// Response packet to the origin, if any (get data, fetched values, refusals).
-    pub response: Option<(u64, bool, Vec<u8>)>,
+    pub response: Option<Response>,
     /// Send an ack (after the response, or riding on it).
     pub ack: bool,
     /// A lock was released (exclusive or not): grant waiters.
     pub released: Option<bool>,
+}
+
+/// A response to an op that asked for one: its token, whether the op was applied, and its
+/// data.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub token: u64,
+    pub ok: bool,
+    /// The data; a get's after [`wire::RESPONSE_HEAD`] bytes kept for the packet's head
+    /// (`head_reserved`), so that the packet goes from this buffer.
+    pub data: Vec<u8>,
+    pub head_reserved: bool,
+}
+
+impl Response {
+    /// A response whose data is all of `data` (nothing reserved before it).
+    fn plain(token: u64, ok: bool, data: Vec<u8>) -> Response {
+        Response {
+            token,
+            ok,
+            data,
+            head_reserved: false,
+        }
+    }
 }
 
 /// A map keyed by rank, hashed by one multiplication.
@@ -322,7 +346,7 @@ impl TargetSide {
         from: Rank,
         p: &Packet<'_>,
         refuse: bool,
-    ) -> Option<(u64, bool, Vec<u8>)> {
+    ) -> Option<Response> {
         *self.since_done.entry(from).or_default() += 1;
         let extent = match &p.body {
             Body::Put { extent, .. }
@@ -349,7 +373,7 @@ impl TargetSide {
             if !self.refused.contains(&from) {
                 self.refused.push(from);
             }
-            return token.map(|t| (t, false, Vec::new()));
+            return token.map(|t| Response::plain(t, false, Vec::new()));
         };
         let block = extent.block as usize;
         match &p.body {
@@ -360,17 +384,25 @@ impl TargetSide {
                 None
             }
             Body::Get { token, .. } => {
+                // Read straight after the room for the reply's head: the packet goes from
+                // this buffer.
                 let mut out = std::mem::take(&mut self.spare_reply);
-                let n = extent.bytes() as usize;
+                let n = wire::RESPONSE_HEAD + extent.bytes() as usize;
                 if out.len() < n {
                     out.resize(n, 0);
                 } else {
                     out.truncate(n);
                 }
-                for ((off, len), chunk) in extent.blocks().zip(out.chunks_mut(block.max(1))) {
+                let data = &mut out[wire::RESPONSE_HEAD..];
+                for ((off, len), chunk) in extent.blocks().zip(data.chunks_mut(block.max(1))) {
                     seg.read(base + off as usize, &mut chunk[..len]);
                 }
-                Some((*token, true, out))
+                Some(Response {
+                    token: *token,
+                    ok: true,
+                    data: out,
+                    head_reserved: true,
+                })
             }
             Body::Accumulate {
                 op, datatype, data, ..
@@ -438,7 +470,7 @@ impl TargetSide {
                         }
                     }
                 }
-                Some((*token, true, out))
+                Some(Response::plain(*token, true, out))
             }
             Body::CompareAndSwap {
                 token,
@@ -451,7 +483,7 @@ impl TargetSide {
                     old.copy_from_slice(t);
                     datatype::compare_and_swap(t, compare, swap);
                 });
-                Some((*token, true, old))
+                Some(Response::plain(*token, true, old))
             }
             _ => None,
         }

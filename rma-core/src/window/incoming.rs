@@ -205,7 +205,7 @@ impl WinState {
         let response = self.target.apply_op(&memory, from, p, !counter_ok);
         if let Some(index) = p.notify {
             // Counted once the op is applied, before its reply goes.
-            let applied = response.as_ref().is_none_or(|r| r.1)
+            let applied = response.as_ref().is_none_or(|r| r.ok)
                 && (refused_before || !self.target.refused.contains(&from));
             if counter_ok && applied {
                 w.notification_arrived(index);
@@ -213,7 +213,7 @@ impl WinState {
                 tracing::debug!(from, index, "refused a notified op");
             }
         }
-        if response.as_ref().is_some_and(|r| !r.1) || self.target.refused.contains(&from) {
+        if response.as_ref().is_some_and(|r| !r.ok) || self.target.refused.contains(&from) {
             w.counters.refused();
         }
         let mut reply = Reply {
@@ -237,17 +237,21 @@ impl WinState {
             ack_flags |= flags::REFUSED;
         }
         match reply.response {
-            Some((token, ok, data)) => {
+            Some(r) => {
                 let fl = if reply.ack { flags::ACK | ack_flags } else { 0 };
-                self.enc
-                    .start(Kind::Response, fl, w.id, 0)
-                    .u64(token)
-                    .u8(ok as u8)
-                    .bytes(&data);
-                if data.capacity() > self.target.spare_reply.capacity() {
-                    self.target.spare_reply = data;
+                if r.head_reserved {
+                    // A get's reply: its head in place, the packet sent from its buffer.
+                    let mut packet = r.data;
+                    wire::response_head(&mut packet, fl, w.id, r.token, r.ok);
+                    self.send_packet(w, from, Kind::Response, packet)?;
+                } else {
+                    self.enc
+                        .start(Kind::Response, fl, w.id, 0)
+                        .u64(r.token)
+                        .u8(r.ok as u8)
+                        .bytes(&r.data);
+                    self.send_encoded(w, from, Kind::Response)?;
                 }
-                self.send_encoded(w, from, Kind::Response)?;
             }
             None if reply.ack => self.send_control(w, from, Kind::Ack, ack_flags, 0)?,
             None => {}

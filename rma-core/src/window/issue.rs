@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// Packets up to this long are copied into the outbox when the transport is busy; longer
+/// ones move there with their buffer.
+const QUEUE_BY_MOVE_ABOVE: usize = 4096;
+
 impl WinState {
     /// Sends the packet in `self.enc`, or queues it behind earlier ones (order per target
     /// is part of the transport contract, so nothing overtakes the outbox).
@@ -19,8 +23,55 @@ impl WinState {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.outbox.push_back((to, kind, bytes.to_vec()));
+        // Queued: a large packet's buffer moves into the queue (an active message's
+        // piece is up to the largest message: no copy of it), a small one is copied
+        // and the encoder keeps its buffer.
+        let packet = if bytes.len() > QUEUE_BY_MOVE_ABOVE {
+            let spare = std::mem::take(&mut self.target.spare_reply);
+            self.enc.take(spare)
+        } else {
+            bytes.to_vec()
+        };
+        self.outbox.push_back((to, kind, packet));
         Ok(())
+    }
+
+    /// Sends `packet`, a buffer of its own (a get's reply, its head written in place), or
+    /// queues it behind earlier ones as it is; once sent, its buffer serves the next.
+    pub(super) fn send_packet(
+        &mut self,
+        w: &WindowShared,
+        to: Rank,
+        kind: Kind,
+        packet: Vec<u8>,
+    ) -> Result<()> {
+        if self.outbox.is_empty() {
+            match w.engine.transport.send(to, &packet) {
+                Ok(()) => {
+                    w.count_message(kind, packet.len());
+                    self.keep_sent(packet);
+                    return Ok(());
+                }
+                Err(TransportError::Busy) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.outbox.push_back((to, kind, packet));
+        Ok(())
+    }
+
+    /// A sent packet's buffer: the next large reply's, or the encoder's if it is larger
+    /// than either has (a fresh buffer of a piece's size is fresh pages to fault in).
+    fn keep_sent(&mut self, packet: Vec<u8>) {
+        if packet.capacity() > self.enc.capacity() && packet.capacity() > QUEUE_BY_MOVE_ABOVE {
+            let mut smaller = self.enc.take(packet);
+            smaller.clear();
+            if smaller.capacity() > self.target.spare_reply.capacity() {
+                self.target.spare_reply = smaller;
+            }
+        } else if packet.capacity() > self.target.spare_reply.capacity() {
+            self.target.spare_reply = packet;
+        }
     }
 
     pub(super) fn flush_outbox(&mut self, w: &WindowShared) -> Result<()> {
@@ -28,7 +79,9 @@ impl WinState {
             match w.engine.transport.send(*to, bytes) {
                 Ok(()) => {
                     w.count_message(*kind, bytes.len());
-                    self.outbox.pop_front();
+                    if let Some((_, _, sent)) = self.outbox.pop_front() {
+                        self.keep_sent(sent);
+                    }
                 }
                 Err(TransportError::Busy) => break,
                 Err(e) => return Err(e.into()),
