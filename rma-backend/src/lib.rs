@@ -32,5 +32,5 @@ pub use link::{check_message, depart, send, Link};
 pub use memory::LocalMemory;
 pub use peers::{env_usize, oversubscribed, process_alive, Collectives, PeerWatch};
 pub use region::{Region, Word};
-pub use rma_sync::copy::copy_bytes;
+pub use rma_sync::copy::{self, copy_bytes};
 pub use segment::{split_descriptor, Memory, Registration, SegmentRegistration, WindowSegment};

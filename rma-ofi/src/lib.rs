@@ -858,7 +858,7 @@ impl OfiTransport {
             op.silent = ordered;
             op.counted = ordered && delivered;
             op.dest = target;
-            op.buf.bytes.extend_from_slice(data);
+            rma_backend::copy::extend(&mut op.buf.bytes, data);
             let src = op.buf.local(ep)?;
             let to = m.at(peer, offset);
             // SAFETY: the source buffer and context are the op slot's, untouched until its
@@ -1241,7 +1241,7 @@ impl Inner {
                     self.bye[sender] = true;
                     return self.release_recv(idx, released);
                 }
-                let data = m[HEADER..].to_vec();
+                let data = rma_backend::copy::to_vec(&m[HEADER..]);
                 if from as usize >= self.expect_seq.len() {
                     return Err(TransportError::Failed(format!(
                         "active message from unknown rank {from}"
@@ -1470,7 +1470,7 @@ impl Inner {
         s.buf.bytes.clear();
         s.buf.bytes.extend_from_slice(&me.to_le_bytes());
         s.buf.bytes.extend_from_slice(&seq.to_le_bytes());
-        s.buf.bytes.extend_from_slice(packet);
+        rma_backend::copy::extend(&mut s.buf.bytes, packet);
         let buf = match s.buf.local(&mut self.ep) {
             Ok(b) => b,
             Err(e) => {

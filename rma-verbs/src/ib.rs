@@ -606,7 +606,7 @@ impl Buffer {
     pub fn fill(&mut self, src: &[u8]) {
         assert!(src.len() <= self.len, "buffer too small");
         let bytes: &mut [u8] = bytemuck_bytes_mut(&mut self.mem);
-        bytes[..src.len()].copy_from_slice(src);
+        rma_backend::copy::copy_slice(&mut bytes[..src.len()], src);
     }
     /// The first `n` bytes. Only while no work request writes it.
     pub fn bytes(&self, n: usize) -> &[u8] {

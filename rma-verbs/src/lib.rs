@@ -1211,7 +1211,7 @@ impl Inner {
                         "active message of {len} bytes received"
                     )));
                 }
-                let data = b.bytes(len).to_vec();
+                let data = rma_backend::copy::to_vec(b.bytes(len));
                 self.pending.push_back(Event::Received {
                     from: t as Rank,
                     data,
