@@ -84,7 +84,7 @@ impl Inbox {
         if a.call != call || a.total != total || a.data.len() as u64 != offset {
             return Err("collective piece out of order");
         }
-        a.data.extend_from_slice(data);
+        rma_sync::copy::extend(&mut a.data, data);
         Ok(())
     }
 

@@ -802,7 +802,7 @@ fn encode_blocks(blocks: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::with_capacity(blocks.iter().map(|b| b.len() + 8).sum());
     for b in blocks {
         out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-        out.extend_from_slice(b);
+        rma_sync::copy::extend(&mut out, b);
     }
     out
 }

@@ -178,7 +178,7 @@ impl Arena {
             if total != out_bytes.len() {
                 mismatch = true;
             } else if i == 0 {
-                out_bytes[at..at + bytes.len()].copy_from_slice(bytes);
+                rma_sync::copy::copy_slice(&mut out_bytes[at..at + bytes.len()], bytes);
             } else {
                 accumulate(op, T::DATATYPE, &mut out_bytes[at..at + bytes.len()], bytes);
             }
@@ -201,7 +201,7 @@ impl Arena {
             if at == 0 {
                 theirs.resize(total, 0);
             }
-            theirs[at..at + bytes.len()].copy_from_slice(bytes);
+            rma_sync::copy::copy_slice(&mut theirs[at..at + bytes.len()], bytes);
         })?;
         Ok(all)
     }
@@ -286,7 +286,7 @@ impl Arena {
             let (theirs, bytes) = self.read(k, root, n)?;
             let their_total = *root_total.get_or_insert(theirs);
             if their_total == total {
-                data[at..at + n].copy_from_slice(bytes);
+                rma_sync::copy::copy_slice(&mut data[at..at + n], bytes);
             }
             self.publish(k, code, None)?;
             self.after_full = false;
@@ -324,7 +324,7 @@ impl Arena {
             let mut line = [0u8; 64 - LENGTH];
             line[..8].copy_from_slice(&(total as u64).to_le_bytes());
             if part.len() <= line.len() - 8 {
-                line[8..8 + part.len()].copy_from_slice(part);
+                rma_sync::copy::copy_slice(&mut line[8..8 + part.len()], part);
                 self.ops
                     .put(me, slot + LENGTH as u64, &line[..8 + part.len()])?;
             } else {

@@ -166,7 +166,7 @@ impl WinState {
                         if let (Some(dst), Some(bytes)) = (&d.into, &data) {
                             let mut dst = dst.borrow_mut();
                             if bytes.len() == dst.len() {
-                                dst.copy_from_slice(bytes);
+                                rma_sync::copy::copy_slice(&mut dst, bytes);
                                 return Ok(Step::Done(Posted::Done(None)));
                             }
                         }
@@ -205,7 +205,7 @@ impl WinState {
         op.op = d.op;
         op.datatype = Some(d.datatype);
         op.data.clear();
-        op.data.extend_from_slice(d.data);
+        rma_sync::copy::extend(&mut op.data, d.data);
         op.native = native;
         op.notify = d.notify.filter(|n| n.counts).map(|n| n.index);
         op.token = self.new_token(w);

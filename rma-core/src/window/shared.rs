@@ -869,7 +869,7 @@ impl WindowShared {
             if let (Some(dst), Some(bytes)) = (&d.into, &data) {
                 let mut dst = dst.borrow_mut();
                 if bytes.len() == dst.len() {
-                    dst.copy_from_slice(bytes);
+                    rma_sync::copy::copy_slice(&mut dst, bytes);
                     return Posted::Done(None);
                 }
             }
