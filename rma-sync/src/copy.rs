@@ -99,73 +99,73 @@ mod x86 {
         }
     }
 
-    /// Unaligned 32-byte loads, stores aligned to 32 bytes: the first and the last 32
-    /// bytes as unaligned moves, which may overlap the aligned middle (the same bytes
-    /// written twice, with the same values).
+    /// The loop of one vector width `$w` (bytes) and its intrinsics: unaligned loads,
+    /// stores aligned to `$w`, four vectors per step; the first and the last `$w` bytes
+    /// as unaligned moves, which may overlap the aligned middle (the same bytes written
+    /// twice, with the same values).
+    macro_rules! vector_copy {
+        ($src:ident, $dst:ident, $len:ident, $w:literal, $load:ident, $store:ident, $storeu:ident) => {
+            // SAFETY: every access lies in `src..src+len` or `dst..dst+len` (the head and
+            // tail are `$w` bytes of `len >= 64 >= 2 * $w`; the loops stop `$w` or
+            // `4 * $w` bytes before the end), which the caller vouches for; the stores
+            // in the loops are at `$w`-aligned addresses (`at` starts where `dst + at`
+            // is aligned and moves in multiples of `$w`).
+            unsafe {
+                let head = $load($src.cast());
+                let tail = $load($src.add($len - $w).cast());
+                let mut at = $w - ($dst as usize & ($w - 1));
+                while at + 4 * $w <= $len {
+                    let a = $load($src.add(at).cast());
+                    let b = $load($src.add(at + $w).cast());
+                    let c = $load($src.add(at + 2 * $w).cast());
+                    let d = $load($src.add(at + 3 * $w).cast());
+                    $store($dst.add(at).cast(), a);
+                    $store($dst.add(at + $w).cast(), b);
+                    $store($dst.add(at + 2 * $w).cast(), c);
+                    $store($dst.add(at + 3 * $w).cast(), d);
+                    at += 4 * $w;
+                }
+                while at + $w <= $len {
+                    $store($dst.add(at).cast(), $load($src.add(at).cast()));
+                    at += $w;
+                }
+                $storeu($dst.cast(), head);
+                $storeu($dst.add($len - $w).cast(), tail);
+            }
+        };
+    }
+
+    /// 32-byte moves.
     ///
     /// # Safety
     /// As [`super::copy_bytes`], `len >= 64`, and the CPU has AVX2.
     #[target_feature(enable = "avx2")]
     unsafe fn copy_avx2(src: *const u8, dst: *mut u8, len: usize) {
-        // SAFETY: every access below lies in `src..src+len` or `dst..dst+len` (the head
-        // and tail are 32 bytes of `len >= 64`; the loops stop 32 or 128 bytes before
-        // the end), which the caller vouches for; the stores in the loops are at
-        // 32-byte-aligned addresses (`at` starts where `dst + at` is aligned and moves in
-        // multiples of 32).
-        unsafe {
-            let head = _mm256_loadu_si256(src.cast());
-            let tail = _mm256_loadu_si256(src.add(len - 32).cast());
-            let mut at = 32 - (dst as usize & 31);
-            while at + 128 <= len {
-                let a = _mm256_loadu_si256(src.add(at).cast());
-                let b = _mm256_loadu_si256(src.add(at + 32).cast());
-                let c = _mm256_loadu_si256(src.add(at + 64).cast());
-                let d = _mm256_loadu_si256(src.add(at + 96).cast());
-                _mm256_store_si256(dst.add(at).cast(), a);
-                _mm256_store_si256(dst.add(at + 32).cast(), b);
-                _mm256_store_si256(dst.add(at + 64).cast(), c);
-                _mm256_store_si256(dst.add(at + 96).cast(), d);
-                at += 128;
-            }
-            while at + 32 <= len {
-                let a = _mm256_loadu_si256(src.add(at).cast());
-                _mm256_store_si256(dst.add(at).cast(), a);
-                at += 32;
-            }
-            _mm256_storeu_si256(dst.cast(), head);
-            _mm256_storeu_si256(dst.add(len - 32).cast(), tail);
-        }
+        vector_copy!(
+            src,
+            dst,
+            len,
+            32,
+            _mm256_loadu_si256,
+            _mm256_store_si256,
+            _mm256_storeu_si256
+        );
     }
 
-    /// As [`copy_avx2`] with 16-byte moves.
+    /// 16-byte moves.
     ///
     /// # Safety
     /// As [`super::copy_bytes`], and `len >= 64`.
     unsafe fn copy_sse2(src: *const u8, dst: *mut u8, len: usize) {
-        // SAFETY: as in `copy_avx2`, with 16 for 32 and 64 for 128.
-        unsafe {
-            let head = _mm_loadu_si128(src.cast());
-            let tail = _mm_loadu_si128(src.add(len - 16).cast());
-            let mut at = 16 - (dst as usize & 15);
-            while at + 64 <= len {
-                let a = _mm_loadu_si128(src.add(at).cast());
-                let b = _mm_loadu_si128(src.add(at + 16).cast());
-                let c = _mm_loadu_si128(src.add(at + 32).cast());
-                let d = _mm_loadu_si128(src.add(at + 48).cast());
-                _mm_store_si128(dst.add(at).cast(), a);
-                _mm_store_si128(dst.add(at + 16).cast(), b);
-                _mm_store_si128(dst.add(at + 32).cast(), c);
-                _mm_store_si128(dst.add(at + 48).cast(), d);
-                at += 64;
-            }
-            while at + 16 <= len {
-                let a = _mm_loadu_si128(src.add(at).cast());
-                _mm_store_si128(dst.add(at).cast(), a);
-                at += 16;
-            }
-            _mm_storeu_si128(dst.cast(), head);
-            _mm_storeu_si128(dst.add(len - 16).cast(), tail);
-        }
+        vector_copy!(
+            src,
+            dst,
+            len,
+            16,
+            _mm_loadu_si128,
+            _mm_store_si128,
+            _mm_storeu_si128
+        );
     }
 
     #[cfg(test)]
