@@ -15,7 +15,7 @@
 //!   (to oneself without the device, retried once after driving it, `Busy` after) and
 //!   [`depart`] (goodbyes, then lingering until the peers said theirs).
 //!
-//! - **Copies** of window memory: [`copy_bytes`] (from rma-sync), `memcpy` except where
+//! - **Copies** of window memory: [`copy`] (rma-sync's), `memcpy` except where
 //!   it is known to be slow (misaligned pairs on x86-64 CPUs whose `rep movsb` stalls).
 //!
 //! The calls into the system (the allocation, the liveness check) are in one `sys`
@@ -32,5 +32,5 @@ pub use link::{check_message, depart, send, Link};
 pub use memory::LocalMemory;
 pub use peers::{env_usize, oversubscribed, process_alive, Collectives, PeerWatch};
 pub use region::{Region, Word};
-pub use rma_sync::copy::{self, copy_bytes};
+pub use rma_sync::copy;
 pub use segment::{split_descriptor, Memory, Registration, SegmentRegistration, WindowSegment};

@@ -69,7 +69,7 @@ impl Region {
         }
         // SAFETY: in range (checked above) of memory that stays mapped (constructor
         // contract); `src` cannot overlap shared window memory handed out as a slice.
-        unsafe { crate::copy_bytes(src.as_ptr(), self.base.add(offset), src.len()) };
+        unsafe { crate::copy::copy_bytes(src.as_ptr(), self.base.add(offset), src.len()) };
     }
 
     /// Copies out from `offset` into `dst`.
@@ -87,7 +87,7 @@ impl Region {
             return;
         }
         // SAFETY: as in `write`.
-        unsafe { crate::copy_bytes(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
+        unsafe { crate::copy::copy_bytes(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
     }
 
     /// Whether `count` blocks of `block` bytes, `stride` bytes apart from `offset`, lie
@@ -266,7 +266,11 @@ unsafe fn copy_blocks(
             16 => fixed::<16>(src, src_stride, dst, dst_stride, count),
             _ => {
                 for i in 0..count {
-                    crate::copy_bytes(src.add(i * src_stride), dst.add(i * dst_stride), block);
+                    crate::copy::copy_bytes(
+                        src.add(i * src_stride),
+                        dst.add(i * dst_stride),
+                        block,
+                    );
                 }
             }
         }

@@ -534,20 +534,26 @@ pub fn decode(buf: &[u8]) -> Result<Packet<'_>, DecodeError> {
 /// done count), the token and the status. A get's reply reserves them at the start of
 /// the buffer it reads the window into, and [`response_head`] fills them in: the packet
 /// goes from that buffer, where encoding it would copy every byte of the data once more.
-pub const RESPONSE_HEAD: usize = 1 + 1 + 2 + 4 + 4 + 8 + 1;
+pub const RESPONSE_HEAD: usize = HEADER_LEN + 8 + 1;
+
+/// A packet's header: version, kind, flags, window, done count (little-endian).
+fn header(kind: Kind, flags: u16, win: u32, done_count: u32) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0] = VERSION;
+    h[1] = kind as u8;
+    h[2..4].copy_from_slice(&flags.to_le_bytes());
+    h[4..8].copy_from_slice(&win.to_le_bytes());
+    h[8..12].copy_from_slice(&done_count.to_le_bytes());
+    h
+}
 
 /// Writes a response's head into the first [`RESPONSE_HEAD`] bytes of `packet`, whose
 /// data follows them: the same bytes as [`Encoder::start`] with `Kind::Response` and a
 /// done count of 0, then `token` and `ok`.
 pub fn response_head(packet: &mut [u8], flags: u16, win: u32, token: u64, ok: bool) {
-    let head = &mut packet[..RESPONSE_HEAD];
-    head[0] = VERSION;
-    head[1] = Kind::Response as u8;
-    head[2..4].copy_from_slice(&flags.to_le_bytes());
-    head[4..8].copy_from_slice(&win.to_le_bytes());
-    head[8..12].copy_from_slice(&0u32.to_le_bytes());
-    head[12..20].copy_from_slice(&token.to_le_bytes());
-    head[20] = ok as u8;
+    packet[..HEADER_LEN].copy_from_slice(&header(Kind::Response, flags, win, 0));
+    packet[HEADER_LEN..HEADER_LEN + 8].copy_from_slice(&token.to_le_bytes());
+    packet[HEADER_LEN + 8] = ok as u8;
 }
 
 /// Builds packets into a reusable buffer.
@@ -562,18 +568,11 @@ impl Encoder {
     pub fn take(&mut self, replacement: Vec<u8>) -> Vec<u8> {
         std::mem::replace(&mut self.buf, replacement)
     }
-    /// The capacity of the buffer it encodes into.
-    pub fn capacity(&self) -> usize {
-        self.buf.capacity()
-    }
     /// Starts a packet, clearing the buffer.
     pub fn start(&mut self, kind: Kind, flags: u16, win: u32, done_count: u32) -> &mut Self {
         self.buf.clear();
-        self.buf.push(VERSION);
-        self.buf.push(kind as u8);
-        self.buf.extend_from_slice(&flags.to_le_bytes());
-        self.buf.extend_from_slice(&win.to_le_bytes());
-        self.buf.extend_from_slice(&done_count.to_le_bytes());
+        self.buf
+            .extend_from_slice(&header(kind, flags, win, done_count));
         self
     }
     /// Appends a byte.

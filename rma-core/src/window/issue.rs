@@ -60,16 +60,11 @@ impl WinState {
         Ok(())
     }
 
-    /// A sent packet's buffer: the next large reply's, or the encoder's if it is larger
-    /// than either has (a fresh buffer of a piece's size is fresh pages to fault in).
+    /// A sent packet's buffer, kept as the spare when larger than the one kept: the next
+    /// large reply's, or the encoder's when a large packet of its moves into the outbox
+    /// (a fresh buffer of a piece's size is fresh pages to fault in).
     fn keep_sent(&mut self, packet: Vec<u8>) {
-        if packet.capacity() > self.enc.capacity() && packet.capacity() > QUEUE_BY_MOVE_ABOVE {
-            let mut smaller = self.enc.take(packet);
-            smaller.clear();
-            if smaller.capacity() > self.target.spare_reply.capacity() {
-                self.target.spare_reply = smaller;
-            }
-        } else if packet.capacity() > self.target.spare_reply.capacity() {
+        if packet.capacity() > self.target.spare_reply.capacity() {
             self.target.spare_reply = packet;
         }
     }
