@@ -90,6 +90,23 @@ impl Region {
         unsafe { crate::copy::copy_bytes(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
     }
 
+    /// Reads `len` bytes at `offset` into `dst`, in place of what it held: a reused
+    /// buffer keeps its capacity, and a new one is written once, not zeroed first (a
+    /// received message's buffer: a fresh one of a large message's size was as much
+    /// zeroing as copying).
+    pub fn read_to_vec(&self, offset: usize, len: usize, dst: &mut Vec<u8>) {
+        assert!(self.contains(offset, len), "read outside the region");
+        dst.clear();
+        dst.reserve(len);
+        // SAFETY: the source is in range (checked above) of memory that stays mapped; the
+        // destination is `dst`'s spare capacity, at least `len` bytes (reserved above),
+        // which the copy writes in full before `set_len` makes it part of the vector.
+        unsafe {
+            crate::copy::copy_bytes(self.base.add(offset), dst.as_mut_ptr(), len);
+            dst.set_len(len);
+        }
+    }
+
     /// Whether `count` blocks of `block` bytes, `stride` bytes apart from `offset`, lie
     /// inside (all of them: the last block's end is checked, nothing wraps).
     pub fn contains_blocks(

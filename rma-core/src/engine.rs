@@ -940,8 +940,10 @@ impl EngineShared {
                 only_counted = false;
                 match ev {
                     Event::Received { from, data } => {
-                        self.dispatch(&windows, &mut held, from, &data);
-                        self.transport.recycle(data);
+                        match self.dispatch(&windows, &mut held, from, &data) {
+                            Some(reply) => reply.complete(data),
+                            None => self.transport.recycle(data),
+                        }
                     }
                     Event::Completed { token, data } => {
                         if let Some(i) = find(&windows, (token >> 40) as u32) {
@@ -1024,13 +1026,13 @@ impl EngineShared {
         held: &mut HeldState<'w>,
         from: Rank,
         data: &[u8],
-    ) {
+    ) -> Option<crate::window::TakenReply> {
         let p = match wire::decode(data) {
             Ok(p) => p,
             Err(reason) => {
                 tracing::warn!(from, reason, "dropped malformed packet");
                 self.stats.refused();
-                return;
+                return None;
             }
         };
         if p.win == ENGINE_WINDOW {
@@ -1069,7 +1071,7 @@ impl EngineShared {
                 }
                 _ => {}
             }
-            return;
+            return None;
         }
         match find(windows, p.win) {
             Some(i) => {
@@ -1077,12 +1079,14 @@ impl EngineShared {
                 if let Err(e) = st.handle_packet(&windows[i], from, &p, data) {
                     tracing::warn!(from, error = %e, "packet handling failed");
                 }
+                return st.take_reply();
             }
             None => {
                 tracing::warn!(from, win = p.win, kind = ?p.kind, flags = p.flags, "packet for unknown window");
                 self.stats.refused();
             }
         }
+        None
     }
 
     /// PROGRESS_WAIT: makes progress until `cond` holds, a peer fails, or the configured

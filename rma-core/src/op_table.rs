@@ -61,6 +61,10 @@ pub(crate) struct OpElem {
     pub datatype: Option<DataType>,
     /// Origin payload (for compare-and-swap: compare then swap), copied when queued.
     pub data: Vec<u8>,
+    /// The payload is still the caller's (`data` empty): a put or accumulate by message
+    /// that its own call issues is encoded from the caller's slice, and copied into
+    /// `data` only if it stays queued (see `WinState::try_post`).
+    pub staged: bool,
     pub native: bool,
     /// A notified access: the target's notification counter that counts it (sent with
     /// the op as [`flags::NOTIFY`](crate::wire::flags::NOTIFY); never native once queued).

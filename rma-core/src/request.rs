@@ -233,12 +233,19 @@ impl Request<Fetched> {
                 // Each piece straight into its part: no concatenation first.
                 let mut at = 0;
                 for p in pieces {
+                    let transport = match &p.inner {
+                        Inner::Pending { window, .. } => Some(Arc::clone(&window.engine.transport)),
+                        _ => None,
+                    };
                     let bytes = p.wait()?;
                     let Some(part) = dst.get_mut(at..at + bytes.len()) else {
                         return short();
                     };
                     rma_sync::copy::copy_slice(part, &bytes);
                     at += bytes.len();
+                    if let Some(t) = transport {
+                        bytes.give_back(&*t);
+                    }
                 }
                 if at != dst.len() {
                     return short();
@@ -252,9 +259,7 @@ impl Request<Fetched> {
                     return short();
                 }
                 rma_sync::copy::copy_slice(dst, &bytes);
-                if let Fetched::Heap(v) = bytes {
-                    transport.recycle_fetched(v);
-                }
+                bytes.give_back(&*transport);
                 Ok(())
             }
             _ => {

@@ -21,6 +21,7 @@ pub struct Counters {
     ops_split: AtomicU64,
     pieces: AtomicU64,
     ops_held_for_order: AtomicU64,
+    ops_waited_for_backlog: AtomicU64,
     agent_passes: AtomicU64,
     collectives_in_shared_memory: AtomicU64,
 }
@@ -46,6 +47,10 @@ impl Counters {
     /// An op of the accumulate family waited for one of the other path before it.
     pub(crate) fn held_for_order(&self) {
         self.ops_held_for_order.fetch_add(1, Relaxed);
+    }
+    /// A large op by message waited in its call for the bytes under way to drain.
+    pub(crate) fn waited_for_backlog(&self) {
+        self.ops_waited_for_backlog.fetch_add(1, Relaxed);
     }
     pub(crate) fn message(&self, kind: Kind, bytes: usize) {
         self.messages[kind as usize].fetch_add(1, Relaxed);
@@ -106,6 +111,7 @@ impl Counters {
             ops_split: self.ops_split.load(Relaxed),
             pieces: self.pieces.load(Relaxed),
             ops_held_for_order: self.ops_held_for_order.load(Relaxed),
+            ops_waited_for_backlog: self.ops_waited_for_backlog.load(Relaxed),
             agent_passes: self.agent_passes.load(Relaxed),
             collectives_in_shared_memory: self.collectives_in_shared_memory.load(Relaxed),
         }
@@ -199,6 +205,9 @@ pub struct Stats {
     /// those are applied; an active message after native ones: until they complete), so
     /// that neither overtakes the other (MPI's accumulate ordering).
     pub ops_held_for_order: u64,
+    /// Large ops by message that waited in their call for room: the bytes a window keeps
+    /// under way (its outbox, a target's replies owed) were at their bound.
+    pub ops_waited_for_backlog: u64,
     /// Progress passes the progress agent ran (process-wide; see
     /// [`AsyncProgress`](crate::AsyncProgress)).
     pub agent_passes: u64,
@@ -234,6 +243,7 @@ impl Stats {
             ops_split: self.ops_split - earlier.ops_split,
             pieces: self.pieces - earlier.pieces,
             ops_held_for_order: self.ops_held_for_order - earlier.ops_held_for_order,
+            ops_waited_for_backlog: self.ops_waited_for_backlog - earlier.ops_waited_for_backlog,
             agent_passes: self.agent_passes - earlier.agent_passes,
             collectives_in_shared_memory: self.collectives_in_shared_memory
                 - earlier.collectives_in_shared_memory,

@@ -423,6 +423,16 @@ pub enum Fetched {
     },
     /// More bytes.
     Heap(Vec<u8>),
+    /// The bytes from `at` to the end of `packet`: a reply by message taken whole, its
+    /// header before them, where copying them out would cost more than the header
+    /// takes. Its buffer goes back to the transport once they are read
+    /// ([`Transport::recycle`]).
+    InPacket {
+        /// The received packet.
+        packet: Vec<u8>,
+        /// Where the bytes start in it.
+        at: usize,
+    },
 }
 
 /// [`Fetched`]'s inline bytes, on an 8-byte boundary. Unaligned (a byte array after the
@@ -482,6 +492,7 @@ impl Fetched {
         match self {
             Fetched::Inline { len, bytes } => &mut bytes[..usize::from(*len)],
             Fetched::Heap(v) => v,
+            Fetched::InPacket { packet, at } => &mut packet[*at..],
         }
     }
 
@@ -490,6 +501,7 @@ impl Fetched {
         match self {
             Fetched::Inline { len, bytes } => &bytes[..usize::from(*len)],
             Fetched::Heap(v) => v,
+            Fetched::InPacket { packet, at } => &packet[*at..],
         }
     }
 
@@ -503,11 +515,23 @@ impl Fetched {
         self.len() == 0
     }
 
+    /// Gives a buffer of the heap back to `transport` for its next get or message
+    /// ([`Transport::recycle_fetched`], [`Transport::recycle`]), once the bytes are read.
+    pub fn give_back(self, transport: &dyn Transport) {
+        match self {
+            Fetched::Inline { .. } => {}
+            Fetched::Heap(v) => transport.recycle_fetched(v),
+            Fetched::InPacket { packet, .. } => transport.recycle(packet),
+        }
+    }
+
     /// The bytes as a vector (no copy when they are on the heap).
     pub fn into_vec(self) -> Vec<u8> {
         match self {
             Fetched::Inline { .. } => self.as_slice().to_vec(),
             Fetched::Heap(v) => v,
+            Fetched::InPacket { packet, at: 0 } => packet,
+            Fetched::InPacket { packet, at } => rma_sync::copy::to_vec(&packet[at..]),
         }
     }
 }

@@ -689,6 +689,62 @@ fn ranks_that_share_a_slot_of_counted_puts_each_flush_their_own() {
 
 // ----- tiny pools ------------------------------------------------------------------------
 
+/// Large ops by message: a put whose call leaves it queued (its lock not yet granted)
+/// keeps the bytes it was called with, though the caller reuses its buffer at once; a
+/// burst of gets keeps at most `AM_BACKLOG_MAX` of replies owed, waiting in the ops'
+/// calls for the rest (counted), and every byte arrives where it was asked to.
+#[test]
+fn large_ops_by_message_keep_their_bytes_and_a_bounded_backlog() {
+    const OPS: usize = 12;
+    const LEN: usize = 64 * 1024; // u64 elements: 512 KiB per op
+    run(2, Profile::ActiveMessages, 21, config(), |e| {
+        let win = e.allocate::<u64>(OPS * LEN)?;
+        let pattern = |op: usize, i: usize| (op as u64) << 32 | i as u64;
+        if e.rank() == 0 {
+            let before = win.stats();
+            win.lock(LockType::Exclusive, 1, Assert::NONE)?;
+            // One buffer for every put, rewritten after each call returns.
+            let mut data = vec![0u64; LEN];
+            for op in 0..OPS {
+                for (i, x) in data.iter_mut().enumerate() {
+                    *x = pattern(op, i);
+                }
+                win.put(&data, 1, (op * LEN) as u64)?;
+            }
+            data.fill(u64::MAX);
+            win.flush(1)?;
+            let mut got = vec![vec![0u64; LEN]; OPS];
+            let pending = got
+                .iter_mut()
+                .enumerate()
+                .map(|(op, buf)| win.get_into(1, (op * LEN) as u64, buf))
+                .collect::<Result<Vec<_>>>()?;
+            for p in pending {
+                p.wait()?;
+            }
+            win.unlock(1)?;
+            for (op, buf) in got.iter().enumerate() {
+                let wrong = (0..LEN).find(|&i| buf[i] != pattern(op, i));
+                assert_eq!(wrong, None, "op {op}: first wrong element");
+            }
+            let stats = win.stats().since(&before);
+            // The first put waited for its lock in the queue (its bytes copied then).
+            assert!(stats.ops_queued >= 1, "{stats:?}");
+            assert!(stats.ops_waited_for_backlog >= 1, "{stats:?}");
+        }
+        e.barrier()?;
+        if e.rank() == 1 {
+            let mine = win.local_to_vec();
+            for op in 0..OPS {
+                let wrong = (0..LEN).find(|&i| mine[op * LEN + i] != pattern(op, i));
+                assert_eq!(wrong, None, "op {op} at the target: first wrong element");
+            }
+        }
+        win.free()?;
+        Ok(())
+    });
+}
+
 fn tiny() -> Config {
     Config {
         op_pool_local: 2,

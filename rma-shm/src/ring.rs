@@ -141,13 +141,9 @@ impl Ring {
             {
                 return Err(Corrupt);
             }
-            // A buffer given back by the engine is usually long enough: no zeroing.
-            if out.len() < len {
-                out.resize(len, 0);
-            } else {
-                out.truncate(len);
-            }
-            self.region.read(self.data(pos + 8), out);
+            // A buffer given back by the engine is usually long enough; a new one is
+            // written once, not zeroed first.
+            self.region.read_to_vec(self.data(pos + 8), len, out);
             // Free the space only after the copy is done.
             self.head()
                 .store(head + record_len(len) as u64, Ordering::Release);

@@ -196,6 +196,17 @@ impl WinState {
     /// ISSUE_OPS_TARGET: issue queued ops to one target as far as its state allows, with
     /// the pending sync piggybacked on the last active-message op.
     pub(super) fn issue_ops_target(&mut self, w: &WindowShared, rank: Rank) -> Result<usize> {
+        self.issue_ops_target_with(w, rank, None)
+    }
+
+    /// [`issue_ops_target`](Self::issue_ops_target), `staged` the bytes of the queue's
+    /// staged op (`OpElem::staged`: its call's, not yet in its element) if it has one.
+    pub(super) fn issue_ops_target_with(
+        &mut self,
+        w: &WindowShared,
+        rank: Rank,
+        staged: Option<&[u8]>,
+    ) -> Result<usize> {
         let config = &w.engine.config;
         let Some(elem) = self.table.get(rank) else {
             return Ok(0);
@@ -262,7 +273,7 @@ impl WinState {
                 elem.acks_awaited += 1;
                 elem.state = TargetState::LockGranted;
                 self.locks.remove(&rank);
-                self.send_op_am(w, rank, op, fl, 1)?;
+                self.send_op_am(w, rank, op, fl, 1, staged)?;
                 return Ok(1);
             }
             if elem.pending.is_empty()
@@ -307,6 +318,18 @@ impl WinState {
         let mut issued = 0;
         loop {
             let elem = self.table.get_mut(rank).expect("exists");
+            let Some(next) = elem.pending.front() else {
+                break;
+            };
+            // A large op by message goes once the window's backlog has room for it; until
+            // then it stays queued, and progress tries again.
+            if !next.native && next.extent.bytes() > config.queue_max_bytes as u64 {
+                let kind = next.kind;
+                if self.am_backlog_full(w, rank, kind)? {
+                    break;
+                }
+            }
+            let elem = self.table.get_mut(rank).expect("exists");
             let Some(op) = elem.pending.pop_front() else {
                 break;
             };
@@ -336,11 +359,11 @@ impl WinState {
                 if sync != SyncFlag::Complete {
                     elem.acks_awaited += 1;
                 }
-                self.send_op_am(w, rank, op, fl, count)?;
+                self.send_op_am(w, rank, op, fl, count, staged)?;
             } else if op.native {
                 self.issue_native(w, rank, op)?;
             } else {
-                self.send_op_am(w, rank, op, 0, 0)?;
+                self.send_op_am(w, rank, op, 0, 0, staged)?;
             }
             issued += 1;
         }
@@ -449,8 +472,14 @@ impl WinState {
         mut op: Box<OpElem>,
         fl: u16,
         done_count: u32,
+        staged: Option<&[u8]>,
     ) -> Result<()> {
-        encode_op(&mut self.enc, w.id, &op, fl, done_count);
+        let data = match staged {
+            Some(data) if op.staged => data,
+            _ => &op.data,
+        };
+        encode_op(&mut self.enc, w.id, &op, data, fl, done_count);
+        op.staged = false;
         let kind = op_kind_wire(op.kind);
         self.send_encoded(w, rank, kind)?;
         w.counters.op_under_lock(false);

@@ -43,6 +43,7 @@ impl WinState {
             op.spare_request = Some(r);
         }
         op.data.clear();
+        op.staged = false;
         self.op_pool.put(op, &w.engine.op_pool);
     }
 

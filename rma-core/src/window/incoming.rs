@@ -4,7 +4,34 @@
 
 use super::*;
 
+/// Replies by message longer than this are taken whole with their packet
+/// ([`Fetched::InPacket`]) rather than copied out of it.
+const TAKE_REPLY_ABOVE: usize = 4096;
+
+/// A reply whose packet completes its request as it is ([`Fetched::InPacket`]): the
+/// caller of [`WinState::handle_packet`], which owns the packet, hands it over.
+#[derive(Debug)]
+pub(crate) struct TakenReply {
+    /// The request the reply completes.
+    pub request: Arc<crate::request::RequestState>,
+    /// Where its bytes start in the packet (they run to its end).
+    pub at: usize,
+}
+
+impl TakenReply {
+    /// Completes the request with `packet`, the one its reply came in.
+    pub(crate) fn complete(self, packet: Vec<u8>) {
+        let at = self.at;
+        self.request.complete(Ok(Fetched::InPacket { packet, at }));
+    }
+}
+
 impl WinState {
+    /// The reply the last packet handled left to take whole ([`TakenReply`]).
+    pub(crate) fn take_reply(&mut self) -> Option<TakenReply> {
+        self.taken_reply.take()
+    }
+
     /// Handles one decoded packet from `from`.
     pub(crate) fn handle_packet(
         &mut self,
@@ -58,17 +85,28 @@ impl WinState {
                             OpKind::Put | OpKind::Accumulate => 0,
                         };
                         if let Some(r) = &op.request {
-                            r.complete(if !*ok {
-                                Err(PeerError::Refused { rank: from }.into())
+                            // Where a large reply's bytes start in the packet, if they run
+                            // to its end: the packet is then taken whole (its header
+                            // before them), not copied.
+                            let at = (data.as_ptr() as usize).wrapping_sub(raw.as_ptr() as usize);
+                            if !*ok {
+                                r.complete(Err(PeerError::Refused { rank: from }.into()));
                             } else if data.len() as u64 != expected {
-                                Err(PeerError::Malformed {
+                                r.complete(Err(PeerError::Malformed {
                                     from,
                                     reason: "a reply whose length differs from the request",
                                 }
-                                .into())
+                                .into()));
+                            } else if data.len() > TAKE_REPLY_ABOVE
+                                && at.checked_add(data.len()) == Some(raw.len())
+                            {
+                                self.taken_reply = Some(TakenReply {
+                                    request: Arc::clone(r),
+                                    at,
+                                });
                             } else {
-                                Ok(Fetched::copy_of(data))
-                            });
+                                r.complete(Ok(Fetched::copy_of(data)));
+                            }
                         }
                         self.free_op(w, op);
                     }

@@ -32,6 +32,7 @@ impl WinState {
         } else {
             bytes.to_vec()
         };
+        self.outbox_bytes += packet.len();
         self.outbox.push_back((to, kind, packet));
         Ok(())
     }
@@ -56,6 +57,7 @@ impl WinState {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.outbox_bytes += packet.len();
         self.outbox.push_back((to, kind, packet));
         Ok(())
     }
@@ -75,6 +77,7 @@ impl WinState {
                 Ok(()) => {
                     w.count_message(*kind, bytes.len());
                     if let Some((_, _, sent)) = self.outbox.pop_front() {
+                        self.outbox_bytes -= sent.len();
                         self.keep_sent(sent);
                     }
                 }
@@ -83,6 +86,46 @@ impl WinState {
             }
         }
         Ok(())
+    }
+
+    /// Whether a large op by message (`kind`) toward `rank` must wait for room
+    /// ([`AM_BACKLOG_MAX`]): the outbox, once what the transport takes now is sent, or
+    /// for an op with a reply, the replies `rank` owes.
+    pub(super) fn am_backlog_full(
+        &mut self,
+        w: &WindowShared,
+        rank: Rank,
+        kind: OpKind,
+    ) -> Result<bool> {
+        let full = self.backlog_at_bound(w, rank, kind)?;
+        // One count per op that waits, however many tries it takes.
+        if full && !std::mem::replace(&mut self.waiting_for_backlog, true) {
+            w.counters.waited_for_backlog();
+            w.engine.stats.waited_for_backlog();
+        }
+        if !full {
+            self.waiting_for_backlog = false;
+        }
+        Ok(full)
+    }
+
+    fn backlog_at_bound(&mut self, w: &WindowShared, rank: Rank, kind: OpKind) -> Result<bool> {
+        if self.outbox_bytes as u64 > AM_BACKLOG_MAX {
+            self.flush_outbox(w)?;
+            if self.outbox_bytes as u64 > AM_BACKLOG_MAX {
+                return Ok(true);
+            }
+        }
+        if !kind.has_response() {
+            return Ok(false);
+        }
+        let owed = self.table.get(rank).map_or(0, |t| {
+            (t.issued.iter())
+                .filter(|o| !o.native)
+                .map(|o| o.extent.bytes())
+                .sum::<u64>()
+        });
+        Ok(owed > AM_BACKLOG_MAX)
     }
 
     pub(super) fn send_control(
@@ -322,7 +365,16 @@ pub(super) fn op_kind_wire(k: OpKind) -> Kind {
     }
 }
 
-pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_count: u32) {
+/// Encodes `op` into `enc`, `data` its payload (its element's, or its call's while
+/// staged).
+pub(super) fn encode_op(
+    enc: &mut Encoder,
+    win: u32,
+    op: &OpElem,
+    data: &[u8],
+    fl: u16,
+    done_count: u32,
+) {
     let kind = op_kind_wire(op.kind);
     match op.notify {
         Some(index) => {
@@ -336,7 +388,7 @@ pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_
     let dt = op.datatype.unwrap_or(DataType::U8);
     match op.kind {
         OpKind::Put => {
-            enc.extent(op.extent).bytes(&op.data);
+            enc.extent(op.extent).bytes(data);
         }
         OpKind::Get => {
             enc.u64(op.token).extent(op.extent);
@@ -345,7 +397,7 @@ pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_
             enc.u8(op.op.unwrap_or(AccOp::Replace) as u8)
                 .u8(dt as u8)
                 .extent(op.extent)
-                .bytes(&op.data);
+                .bytes(data);
         }
         OpKind::GetAccumulate => {
             enc.u64(op.token)
@@ -353,14 +405,14 @@ pub(super) fn encode_op(enc: &mut Encoder, win: u32, op: &OpElem, fl: u16, done_
                 .u8(dt as u8)
                 .extent(op.extent);
             if op.op != Some(AccOp::NoOp) {
-                enc.bytes(&op.data);
+                enc.bytes(data);
             }
         }
         OpKind::CompareAndSwap => {
             enc.u64(op.token)
                 .u8(dt as u8)
                 .u64(op.extent.offset)
-                .bytes(&op.data);
+                .bytes(data);
         }
     }
 }

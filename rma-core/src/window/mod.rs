@@ -59,6 +59,7 @@ mod elements;
 mod fence;
 mod flush;
 mod incoming;
+pub(crate) use incoming::TakenReply;
 mod issue;
 mod lock;
 mod lock_all;
@@ -229,6 +230,16 @@ impl Iterator for MemberRanks<'_> {
 /// one message): the hot path of small contiguous ops skips the question.
 const SPLIT_ABOVE: u64 = 512;
 
+/// The most bytes of large ops by message a window keeps under way: in its outbox (sent
+/// when the transport has room), and per target in gets' replies not yet in. A large op
+/// past it waits in its call, making progress, until there is room (as one past the op
+/// pool waits for an element). Unbounded, a burst of large ops by message queued all its
+/// bytes at once, at both ends: a burst of 64 puts of 1 MiB through shared memory put 64
+/// MiB of fresh buffers in the origin's outbox, and 64 gets as many replies in the
+/// target's, each copied into memory no cache holds and copied out again. Four pieces
+/// of a 256 KiB ring's size keep the transport busy.
+const AM_BACKLOG_MAX: u64 = 1 << 20;
+
 /// The largest op on a dynamic window (sent in pieces), whose target's regions the
 /// origin cannot check.
 const DYNAMIC_SPLIT_MAX: u64 = 1 << 30;
@@ -329,6 +340,13 @@ pub(crate) struct WinState {
     direct: Arc<DirectAccess>,
     pub target: TargetSide,
     outbox: VecDeque<(Rank, Kind, Vec<u8>)>,
+    /// Bytes of the packets in `outbox`.
+    outbox_bytes: usize,
+    /// A reply the packet being handled completes as it is (see
+    /// [`incoming::TakenReply`]), for the engine to hand the packet to.
+    taken_reply: Option<incoming::TakenReply>,
+    /// A large op by message waits in its call for room ([`AM_BACKLOG_MAX`]).
+    waiting_for_backlog: bool,
     enc: Encoder,
     /// What peers said of leaving this window (their `Depart` packets).
     departures: PeerDepartures,
@@ -451,6 +469,9 @@ impl WinState {
             direct,
             target: TargetSide::default(),
             outbox: VecDeque::new(),
+            outbox_bytes: 0,
+            taken_reply: None,
+            waiting_for_backlog: false,
             enc: Encoder::default(),
             departures: PeerDepartures::default(),
         }

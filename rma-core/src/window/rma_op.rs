@@ -33,6 +33,13 @@ impl WinState {
         if matches!(self.epoch, WindowEpoch::FenceIssued) && self.advance_barrier(w)? {
             self.epoch = WindowEpoch::FenceGranted;
         }
+        // A large op by message: room for its bytes under way first.
+        if !native
+            && d.extent.bytes() > w.engine.config.queue_max_bytes as u64
+            && self.am_backlog_full(w, rank, d.kind)?
+        {
+            return Ok(Step::Blocked);
+        }
         if native
             && matches!(self.epoch, WindowEpoch::LockAllCalled)
             && self.table.get(rank).is_none()
@@ -205,7 +212,15 @@ impl WinState {
         op.op = d.op;
         op.datatype = Some(d.datatype);
         op.data.clear();
-        rma_sync::copy::extend(&mut op.data, d.data);
+        // A put or accumulate by message that this call issues (see `issue_now` below)
+        // is encoded from the caller's slice: a large one's bytes are copied once into
+        // its packet, not first into the element. Copied here only if it stays queued.
+        let queue_max = w.engine.config.queue_max_bytes;
+        let staged = d.data.len() > queue_max && !native && !d.kind.has_response();
+        if !staged {
+            rma_sync::copy::extend(&mut op.data, d.data);
+        }
+        op.staged = staged;
         op.native = native;
         op.notify = d.notify.filter(|n| n.counts).map(|n| n.index);
         op.token = self.new_token(w);
@@ -221,7 +236,8 @@ impl WinState {
         // Issue now unless the op may wait for piggybacking (or single-op at unlock). A
         // notified op never waits: its target waits for the count, not for our next
         // synchronization call.
-        let big = d.data.len() > config.queue_max_bytes;
+        // A large op goes now, a large get too (nothing to gain from holding it).
+        let big = d.data.len() > queue_max || d.extent.bytes() > queue_max as u64;
         let notified = d.notify.is_some();
         // (Nor later, once its lock comes: no piggybacking, no single short op.)
         elem.no_delay |= notified;
@@ -237,12 +253,31 @@ impl WinState {
                 || d.data.len() > config.single_op_threshold
                 || d.extent.bytes() > config.single_op_threshold as u64);
         if issue_now || lock_now {
-            self.issue_ops_target(w, rank)?;
+            let issued = self.issue_ops_target_with(w, rank, staged.then_some(d.data));
+            if staged {
+                self.keep_staged(rank, d.data);
+            }
+            issued?;
+        } else if staged {
+            self.keep_staged(rank, d.data);
         }
         if self.table.get(rank).is_some_and(|t| !t.pending.is_empty()) {
             w.counters.queued();
         }
         Ok(Step::Done(Posted::Later(request)))
+    }
+
+    /// The staged op toward `rank` (`OpElem::staged`), if its call left it queued: its
+    /// bytes, `data`, copied into its element now, as any queued op's are.
+    fn keep_staged(&mut self, rank: Rank, data: &[u8]) {
+        let staged = self
+            .table
+            .get_mut(rank)
+            .and_then(|t| t.pending.iter_mut().rfind(|o| o.staged));
+        if let Some(op) = staged {
+            rma_sync::copy::extend(&mut op.data, data);
+            op.staged = false;
+        }
     }
 
     /// A native op toward `rank` (access granted, room for its target element) said it
