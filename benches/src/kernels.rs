@@ -13,6 +13,7 @@
 //! Each size gets a fresh window (OSU frees and creates one per size); fetch_and_op and
 //! compare_and_swap have one size, one `u64`.
 
+use std::cell::RefCell;
 use std::hint::black_box;
 use std::io::Write;
 use std::path::PathBuf;
@@ -115,6 +116,8 @@ enum Pending<'b, T: Element> {
     One(Request<T>),
     /// A get into the caller's buffer (MPI_Get's pattern: no buffer per op).
     Into(GetInto<'b, T>),
+    /// A get into a buffer its request owns, back to the spares once waited for.
+    Owned(Request<Vec<T>>, &'b RefCell<Vec<Vec<T>>>),
 }
 
 impl<T: Element> Pending<'_, T> {
@@ -127,6 +130,10 @@ impl<T: Element> Pending<'_, T> {
             }
             Pending::Into(g) => {
                 black_box(g.wait()?);
+            }
+            Pending::Owned(r, spares) => {
+                let buf = black_box(r.wait()?);
+                spares.borrow_mut().push(buf);
             }
         }
         Ok(())
@@ -395,6 +402,7 @@ fn run_sizes<T: Elem>(
                     per_iteration,
                     n,
                     warm,
+                    o.owned_buffers,
                 )?
             } else {
                 latency_loop(engine, bench, o.sync, &w, &buf, n, warm)?
@@ -622,14 +630,29 @@ struct Burst<'w, T: Elem> {
     buf: &'w [T],
     count: usize,
     per_iteration: usize,
+    /// Gets into buffers of their own (`--owned-buffers`), from these spares.
+    owned: Option<RefCell<Vec<Vec<T>>>>,
 }
 
 impl<T: Elem> Burst<'_, T> {
     /// Issues the burst to `target`, into consecutive slots (gets into consecutive
-    /// chunks of `dst`); returns what is to be finished after the synchronization.
-    fn send<'b>(&self, dst: &'b mut [T], target: Rank) -> Result<Vec<Pending<'b, T>>> {
+    /// chunks of `dst`, or buffers of their own); returns what is to be finished after
+    /// the synchronization.
+    fn send<'b>(&'b self, dst: &'b mut [T], target: Rank) -> Result<Vec<Pending<'b, T>>> {
         let count = self.count;
         let mut pending = Vec::with_capacity(self.per_iteration);
+        if let (Some(spares), Operation::Get) = (&self.owned, self.op) {
+            for j in 0..self.per_iteration {
+                let buf = spares.borrow_mut().pop();
+                let buf = buf.unwrap_or_else(|| vec![T::ZERO; count]);
+                let disp = self.w.disp + (j * count) as u64;
+                pending.push(Pending::Owned(
+                    self.w.win.get_owned(target, disp, buf)?,
+                    spares,
+                ));
+            }
+            return Ok(pending);
+        }
         for (j, out) in dst
             .chunks_mut(count.max(1))
             .take(self.per_iteration)
@@ -667,6 +690,7 @@ fn bandwidth_loop<T: Elem>(
     per_iteration: usize,
     iterations: usize,
     skip: usize,
+    owned_buffers: bool,
 ) -> Result<Duration> {
     let (win, op) = (&w.win, bench.operation);
     let total = skip + iterations;
@@ -679,6 +703,7 @@ fn bandwidth_loop<T: Elem>(
         buf,
         count,
         per_iteration,
+        owned: owned_buffers.then(|| RefCell::new(Vec::new())),
     };
     if bench.measure == Measure::BiBandwidth {
         engine.barrier()?;

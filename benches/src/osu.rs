@@ -462,6 +462,9 @@ pub struct Options {
     pub json: bool,
     /// Also time the same pattern with no library in the way, and print it and the ratio.
     pub reference: bool,
+    /// Bandwidth of gets into buffers the requests own (`Window::get_owned`) rather than
+    /// borrowed ones (`get_into`).
+    pub owned_buffers: bool,
     /// Write the table (or JSON) to this file instead of standard output.
     pub output: Option<PathBuf>,
     /// Started by hand with `-b shm`, start two processes of itself (default on).
@@ -499,6 +502,7 @@ impl Options {
             window: bench.default_window,
             json: false,
             reference: false,
+            owned_buffers: false,
             output: None,
             self_launch: true,
             pin: false,
@@ -600,6 +604,9 @@ pub fn usage(bench: &Benchmark, program: &str) -> String {
          \x20 -b, --backend BACKEND   transport: {} (default shm)\n\
          \x20     --reference         also time the same pattern by hand (no library), print it\n\
          \x20                         and the ratio ours/reference\n\
+         \x20     --owned-buffers     gets into buffers their requests own (get_owned, which a\n\
+         \x20                         reply by message lands in as it arrives), not borrowed\n\
+         \x20                         ones (get_into); bandwidth only\n\
          \x20     --json              one JSON object per size instead of OSU's table\n\
          \x20 -o, --output FILE       write the table (or JSON) to FILE instead of stdout\n\
          \x20     --no-launch         with -b shm and no launcher, fail instead of starting\n\
@@ -675,6 +682,7 @@ fn parse_lexopt(bench: &Benchmark, mut p: lexopt::Parser) -> Result<Command, lex
             Short('h') | Long("help") => return Ok(Command::Help),
             Long("json") => o.json = true,
             Long("reference") => o.reference = true,
+            Long("owned-buffers") => o.owned_buffers = true,
             Long("no-launch") => o.self_launch = false,
             Long("pin") => o.pin = true,
             Short('m') | Long("message-size") => apply_message_size(&mut o, &p.value()?.string()?)?,

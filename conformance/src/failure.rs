@@ -560,8 +560,9 @@ pub fn lock_soak(world: &World) -> Result<()> {
     Ok(())
 }
 
-/// Every op kind at sizes around the largest active message of every backend (64 KiB
-/// and 128 KiB of u64: 8191..16385 elements) and at `RMA_LARGE_MIB` MiB (default 16),
+/// Every op kind (gets into borrowed and owned buffers too) at sizes around the largest
+/// active message of every backend (64 KiB and 128 KiB of u64: 8191..16385 elements) and
+/// at `RMA_LARGE_MIB` MiB (default 16),
 /// contiguous and strided, toward the right neighbour in a lock_all epoch, with exact
 /// results. With `RMA_NATIVE=0` (or over the network, for accumulates and strided
 /// layouts) they travel as active messages, in pieces where one message cannot carry
@@ -597,6 +598,11 @@ pub fn large_ops(world: &World) -> Result<()> {
         check(
             win.get_into(right, 0, &mut back)?.wait()? == plus3.as_slice(),
             &format!("accumulates of {n}"),
+        )?;
+        // Into a buffer the request owns, handed back filled.
+        check(
+            win.get_owned(right, 0, back)?.wait()? == plus3,
+            &format!("get_owned of {n}"),
         )?;
         // The result into a buffer of ours (MPI_Get_accumulate's form); adding zeros.
         let mut result = vec![0u64; n];

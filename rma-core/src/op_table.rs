@@ -72,6 +72,8 @@ pub(crate) struct OpElem {
     pub token: u64,
     /// Where the result or completion goes (get data, fetched values, rput completion).
     pub request: Option<Arc<RequestState>>,
+    /// A get's buffer of its own and the byte its reply goes to (see `OpDesc`).
+    pub landing: Option<(Arc<crate::request::Landing>, usize)>,
     /// The request state of an earlier use of this element, kept for the next op that
     /// wants a result ([`RequestState::reuse_or_new`]); never completed.
     pub spare_request: Option<Arc<RequestState>>,

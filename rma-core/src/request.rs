@@ -51,6 +51,68 @@ impl RequestState {
 /// How a completed request's bytes become its value.
 pub(crate) type Convert<R> = fn(Fetched) -> R;
 
+/// A caller's buffer that a get's replies by message land in as they arrive
+/// ([`Window::get_owned`](crate::Window::get_owned)): its request owns it, and its wait
+/// hands it back. A reply copied there at once leaves no packet to hold, and nothing to
+/// copy at the wait, after the last one is in.
+pub(crate) struct Landing {
+    buf: Mutex<Option<Box<dyn LandingBuf>>>,
+}
+
+/// What a [`Landing`] holds: a vector of elements, seen as bytes.
+pub(crate) trait LandingBuf: Send + std::any::Any {
+    /// Its bytes.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Itself, for its wait to hand back as what it is.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
+impl<T: crate::Element> LandingBuf for Vec<T> {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(self.as_mut_slice())
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+impl Landing {
+    pub(crate) fn new(buf: Box<dyn LandingBuf>) -> Self {
+        Landing {
+            buf: Mutex::new(Some(buf)),
+        }
+    }
+
+    /// Copies `data` to byte `at` of the buffer: false if it does not fit there (or the
+    /// buffer went back already).
+    pub(crate) fn write(&self, at: usize, data: &[u8]) -> bool {
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bytes) = buf.as_mut().map(|b| b.bytes_mut()) else {
+            return false;
+        };
+        match at
+            .checked_add(data.len())
+            .and_then(|end| bytes.get_mut(at..end))
+        {
+            Some(part) => {
+                rma_sync::copy::copy_slice(part, data);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn take(&self) -> Option<Box<dyn LandingBuf>> {
+        self.buf.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl std::fmt::Debug for Landing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Landing").finish_non_exhaustive()
+    }
+}
+
 /// An operation under way. Its value ([`wait`](Request::wait)) exists only once the
 /// operation is complete, so a get result can never be read early.
 ///
@@ -88,6 +150,13 @@ enum Inner<R> {
     /// An op that went in pieces (each one active message): complete when every piece
     /// is, its bytes the pieces' in order.
     Joined(Vec<Request<Fetched>>),
+    /// A get into a buffer it owns ([`Landing`]): its parts (each with where its bytes
+    /// go), complete when every part is. A part's reply by message is in the buffer
+    /// already; any other's bytes go there at the wait.
+    Landed {
+        parts: Vec<(Request<Fetched>, usize)>,
+        landing: Arc<Landing>,
+    },
 }
 
 impl<R> std::fmt::Debug for Request<R> {
@@ -95,16 +164,14 @@ impl<R> std::fmt::Debug for Request<R> {
         let done = match &self.inner {
             Inner::Value(_) | Inner::Ready(_) => true,
             Inner::Pending { state, .. } => state.is_done(),
-            Inner::Joined(pieces) => pieces.iter().all(|p| match &p.inner {
-                Inner::Pending { state, .. } => state.is_done(),
-                _ => true,
-            }),
+            Inner::Joined(pieces) => pieces.iter().all(Request::is_done),
+            Inner::Landed { parts, .. } => parts.iter().all(|(p, _)| p.is_done()),
         };
         f.debug_struct("Request").field("done", &done).finish()
     }
 }
 
-impl<R> Request<R> {
+impl<R: 'static> Request<R> {
     pub(crate) fn new(
         state: Arc<RequestState>,
         window: Arc<WindowShared>,
@@ -130,6 +197,27 @@ impl<R> Request<R> {
             inner: Inner::Value(value),
             convert: never::<R>,
             _value: PhantomData,
+        }
+    }
+
+    /// The request of a get into `landing`'s buffer, of `parts` (each with the byte its
+    /// bytes start at in the buffer).
+    pub(crate) fn landed(parts: Vec<(Request<Fetched>, usize)>, landing: Arc<Landing>) -> Self {
+        fn never<R>(_: Fetched) -> R {
+            unreachable!("a landed request's value is its buffer")
+        }
+        Request {
+            inner: Inner::Landed { parts, landing },
+            convert: never::<R>,
+            _value: PhantomData,
+        }
+    }
+
+    /// Whether a piece's state says it is complete (without progress).
+    fn is_done(&self) -> bool {
+        match &self.inner {
+            Inner::Pending { state, .. } => state.is_done(),
+            _ => true,
         }
     }
 
@@ -169,6 +257,13 @@ impl<R> Request<R> {
             Inner::Joined(pieces) => {
                 let mut all = true;
                 for p in pieces {
+                    all &= p.test()?;
+                }
+                Ok(all)
+            }
+            Inner::Landed { parts, .. } => {
+                let mut all = true;
+                for (p, _) in parts {
                     all &= p.test()?;
                 }
                 Ok(all)
@@ -214,6 +309,38 @@ impl<R> Request<R> {
                 }
                 Ok(convert(Fetched::from(bytes)))
             }
+            Inner::Landed { parts, landing } => {
+                for (p, at) in parts {
+                    let transport = p.transport();
+                    let bytes = p.wait()?;
+                    // Landed already if it came by message; otherwise here, now.
+                    if !bytes.is_empty() && !landing.write(at, &bytes) {
+                        return Err(crate::error::TransportError::Failed(
+                            "a get's reply longer than its buffer".into(),
+                        )
+                        .into());
+                    }
+                    if let Some(t) = transport {
+                        bytes.give_back(&*t);
+                    }
+                }
+                let buf = landing.take().map(LandingBuf::into_any);
+                match buf.map(|b| b.downcast::<R>()) {
+                    Some(Ok(value)) => Ok(*value),
+                    _ => Err(crate::error::TransportError::Failed(
+                        "a get's buffer was not there at its wait".into(),
+                    )
+                    .into()),
+                }
+            }
+        }
+    }
+
+    /// The transport of a request under way (to give its bytes back to).
+    fn transport(&self) -> Option<Arc<dyn crate::transport::Transport>> {
+        match &self.inner {
+            Inner::Pending { window, .. } => Some(Arc::clone(&window.engine.transport)),
+            _ => None,
         }
     }
 }
@@ -233,10 +360,7 @@ impl Request<Fetched> {
                 // Each piece straight into its part: no concatenation first.
                 let mut at = 0;
                 for p in pieces {
-                    let transport = match &p.inner {
-                        Inner::Pending { window, .. } => Some(Arc::clone(&window.engine.transport)),
-                        _ => None,
-                    };
+                    let transport = p.transport();
                     let bytes = p.wait()?;
                     let Some(part) = dst.get_mut(at..at + bytes.len()) else {
                         return short();

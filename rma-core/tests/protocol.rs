@@ -745,6 +745,52 @@ fn large_ops_by_message_keep_their_bytes_and_a_bounded_backlog() {
     });
 }
 
+/// Gets into buffers of their own (`get_owned`), large (in pieces by message) and
+/// small, on every path: replies by message land as they arrive, native ones at the
+/// wait or in the call; each request hands its buffer back with exactly the target's
+/// bytes.
+#[test]
+fn gets_into_owned_buffers_hand_them_back_filled() {
+    for profile in [
+        Profile::ActiveMessages,
+        Profile::Rdma,
+        Profile::SharedMemory,
+    ] {
+        run(2, profile, 22, config(), |e| {
+            const LEN: usize = 300 * 1024; // u32 elements: 1.2 MB, pieces by message
+            let win = e.allocate::<u32>(LEN)?;
+            let peer = (e.rank() + 1) % 2;
+            let value = |rank: u32, i: usize| rank << 24 | i as u32;
+            win.lock_all(Assert::NONE)?;
+            let mine: Vec<u32> = (0..LEN).map(|i| value(e.rank(), i)).collect();
+            win.put(&mine, e.rank(), 0)?;
+            win.flush_all()?;
+            e.barrier()?;
+            let sizes = [LEN, 7, 1000, LEN / 2];
+            let requests = sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| {
+                    let disp = (k * 13) as u64;
+                    let n = n.min(LEN - disp as usize);
+                    (win.get_owned(peer, disp, vec![0; n])).map(|r| (r, disp as usize, n))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            win.flush(peer)?;
+            for (r, disp, n) in requests {
+                let got = r.wait()?;
+                assert_eq!(got.len(), n);
+                let wrong = (0..n).find(|&i| got[i] != value(peer, disp + i));
+                assert_eq!(wrong, None, "get of {n} at {disp}: first wrong element");
+            }
+            win.unlock_all()?;
+            e.barrier()?;
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
 fn tiny() -> Config {
     Config {
         op_pool_local: 2,

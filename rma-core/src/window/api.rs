@@ -391,11 +391,12 @@ impl<T: Element> Window<T> {
             wants_result,
             into: None,
             notify: None,
+            landing: None,
         }
     }
 
     #[inline]
-    pub(super) fn request<R>(
+    pub(super) fn request<R: 'static>(
         &self,
         posted: Posted,
         target: Rank,
@@ -680,6 +681,70 @@ impl<T: Element> Window<T> {
             Layout::contiguous(buf.len()),
             buf
         ))
+    }
+
+    /// Gets `buf.len()` elements at `disp` of `target`'s window into `buf`, which the
+    /// request owns until its [`wait`](Request::wait) hands it back, the data in it. As
+    /// [`get_into`](Self::get_into), with one difference that matters where gets travel
+    /// as messages (a backend or target with no native read, `RMA_NATIVE=0`): each
+    /// reply is copied into `buf` as it arrives, where `get_into`'s wait, not the
+    /// reply, can reach the caller's borrowed buffer (its replies wait in their
+    /// packets, and a burst's are copied out after the last one is in). Where the
+    /// backend completes the get in the call (shared memory) the data lands in `buf`
+    /// then.
+    ///
+    /// ```
+    /// # rma_core::sim::run(2, rma_core::sim::Profile::ActiveMessages, 1, |engine| {
+    /// let win = engine.allocate::<u32>(1024)?;
+    /// let peer = (engine.rank() + 1) % 2;
+    /// win.lock_all(rma_core::Assert::NONE)?;
+    /// win.put(&vec![engine.rank(); 1024], engine.rank(), 0)?;
+    /// win.flush_all()?;
+    /// engine.barrier()?;
+    /// let got = win.get_owned(peer, 0, vec![0u32; 1024])?;
+    /// win.flush(peer)?;
+    /// assert_eq!(got.wait()?, vec![peer; 1024]);
+    /// win.unlock_all()?;
+    /// engine.barrier()?;
+    /// win.free()?;
+    /// # Ok(())
+    /// # }).unwrap();
+    /// ```
+    pub fn get_owned(&self, target: Rank, disp: u64, mut buf: Vec<T>) -> Result<Request<Vec<T>>> {
+        self.raised("get_owned", || {
+            let target = self.shared.world(target)?;
+            let layout = Layout::contiguous(buf.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let dst: &mut [u8] = bytemuck::cast_slice_mut(buf.as_mut_slice());
+            if let Some(done) = self.shared.get_direct(target, extent.offset, dst) {
+                return done.map(|()| Request::value(buf));
+            }
+            let landing = Arc::new(crate::request::Landing::new(Box::new(buf)));
+            let mut parts = Vec::new();
+            match self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+                Some(pieces) => {
+                    for piece in pieces {
+                        let at = piece.data_at * Self::SIZE;
+                        let extent =
+                            self.shared
+                                .extent(target, piece.disp, piece.layout, Self::SIZE)?;
+                        let posted = self.shared.post(OpDesc {
+                            landing: Some((Arc::clone(&landing), at)),
+                            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+                        })?;
+                        parts.push((self.request(posted, target, |bytes| bytes), at));
+                    }
+                }
+                None => {
+                    let posted = self.shared.post(OpDesc {
+                        landing: Some((Arc::clone(&landing), 0)),
+                        ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+                    })?;
+                    parts.push((self.request(posted, target, |bytes| bytes), 0));
+                }
+            }
+            Ok(Request::landed(parts, landing))
+        })
     }
 
     /// Gets the elements `layout` selects at `disp` of `target`'s window into `buf`,

@@ -44,6 +44,7 @@ impl WinState {
         }
         op.data.clear();
         op.staged = false;
+        op.landing = None;
         self.op_pool.put(op, &w.engine.op_pool);
     }
 

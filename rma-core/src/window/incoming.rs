@@ -97,6 +97,11 @@ impl WinState {
                                     reason: "a reply whose length differs from the request",
                                 }
                                 .into()));
+                            } else if (op.landing.as_ref())
+                                .is_some_and(|(landing, at)| landing.write(*at, data))
+                            {
+                                // In the caller's buffer (`get_owned`): nothing to hand over.
+                                r.complete(Ok(Fetched::default()));
                             } else if data.len() > TAKE_REPLY_ABOVE
                                 && at.checked_add(data.len()) == Some(raw.len())
                             {

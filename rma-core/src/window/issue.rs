@@ -517,6 +517,7 @@ pub(super) fn native_call(
         wants_result: false,
         into: None,
         notify: None,
+        landing: None,
     };
     native_call_desc(w, &d, token, active, op.notify)
 }

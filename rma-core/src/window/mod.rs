@@ -432,6 +432,9 @@ struct OpDesc<'a> {
     into: Option<std::cell::RefCell<&'a mut [u8]>>,
     /// A notified access: the target's counter that counts it ([`notify`]).
     notify: Option<notify::NotifyDesc<'a>>,
+    /// A get's buffer of its own ([`Window::get_owned`]) and the byte its bytes go to:
+    /// a reply by message lands there as it arrives.
+    landing: Option<(Arc<crate::request::Landing>, usize)>,
 }
 
 /// What posting an op came to.

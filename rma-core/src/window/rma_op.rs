@@ -221,6 +221,7 @@ impl WinState {
             rma_sync::copy::extend(&mut op.data, d.data);
         }
         op.staged = staged;
+        op.landing = d.landing.clone();
         op.native = native;
         op.notify = d.notify.filter(|n| n.counts).map(|n| n.index);
         op.token = self.new_token(w);
