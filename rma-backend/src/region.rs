@@ -86,7 +86,9 @@ impl Region {
             }
             return;
         }
-        // SAFETY: as in `write`.
+        // SAFETY: in range (checked above) of memory that stays mapped (constructor
+        // contract); `dst` is the caller's own buffer, writable for its length, and cannot
+        // overlap shared window memory handed out as a slice.
         unsafe { crate::copy::copy_bytes(self.base.add(offset), dst.as_mut_ptr(), dst.len()) };
     }
 
