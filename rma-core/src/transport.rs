@@ -175,6 +175,20 @@ pub enum NativeAtomic<'a> {
     },
 }
 
+impl NativeAtomic<'static> {
+    /// One added to a `u64`, fetching nothing: a notification counter's add
+    /// ([`WindowOps::add_one_in_call`]).
+    pub const ADD_ONE_U64: NativeAtomic<'static> = NativeAtomic::Accumulate {
+        op: AccOp::Sum,
+        datatype: DataType::U64,
+        operand: &ONE_U64,
+        fetch: false,
+    };
+}
+
+/// The operand of [`NativeAtomic::ADD_ONE_U64`].
+const ONE_U64: [u8; 8] = 1u64.to_ne_bytes();
+
 impl NativeAtomic<'_> {
     /// Bytes of the target it touches.
     pub fn len(&self) -> usize {
@@ -254,6 +268,17 @@ pub trait WindowOps: Send + Sync {
         old: &mut [u8],
     ) -> bool {
         matches!(self.atomic_into(target, offset, atomic, old), Ok(true))
+    }
+    /// Adds one to the `u64` at `offset` of `target`'s memory, release-ordered, in the
+    /// call: a notification counter's add after its op's data (`true` once done;
+    /// `false` when nothing was done, and the engine takes
+    /// [`atomic`](Self::atomic)'s path, which reports what failed). By default
+    /// [`atomic_in_call`](Self::atomic_in_call)'s sum; a backend whose counters are
+    /// mapped words does the one add (a notified put's add went through the general
+    /// atomic's checks of op, type and lengths: 75 instructions on shared memory).
+    fn add_one_in_call(&self, target: Rank, offset: u64) -> bool {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.atomic_in_call(target, offset, NativeAtomic::ADD_ONE_U64, &mut [0u8; 8])
     }
     /// As [`Transport::try_lock`], with acquire ordering: this process's accesses after
     /// a lock taken here cannot move before it (the engine takes it as the MEM_SYNC

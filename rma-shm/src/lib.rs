@@ -615,6 +615,17 @@ impl WindowOps for ShmWindow {
         matches!(self.atomic_now(target, offset, atomic, old), Ok(true))
     }
 
+    fn add_one_in_call(&self, target: Rank, offset: u64) -> bool {
+        // A notification counter is one aligned word of the counters' window, mapped
+        // wherever the data's window is: one release add after the data's stores.
+        if let Some(word) = self.mapped_word(target, offset) {
+            word.fetch_add(1, Ordering::Release);
+            return true;
+        }
+        std::sync::atomic::fence(Ordering::Release);
+        self.atomic_in_call(target, offset, NativeAtomic::ADD_ONE_U64, &mut [0u8; 8])
+    }
+
     fn barrier_arrive(&self) -> Result<Option<u64>, TransportError> {
         let Some(b) = &self.barrier else {
             return Ok(None);

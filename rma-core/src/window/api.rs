@@ -133,6 +133,7 @@ macro_rules! toward_target {
         outcome.map_err(|e| $w.shared.raised($call, e))
     }};
 }
+pub(super) use toward_target;
 
 impl<T: Element> Window<T> {
     pub(super) const SIZE: usize = std::mem::size_of::<T>();
@@ -155,7 +156,7 @@ impl<T: Element> Window<T> {
     /// (a LocalGuard): any call, from any thread, could touch it underneath.
     #[cold]
     #[inline(never)]
-    fn local_access_refused(&self, call: &'static str) -> Error {
+    pub(super) fn local_access_refused(&self, call: &'static str) -> Error {
         self.shared
             .raised(call, UsageError::LocalAccess { call }.into())
     }
@@ -1682,7 +1683,7 @@ impl<T: Element> Window<T> {
         }
         // The notification counters' window first (collective too, in the same order on
         // every rank).
-        let notify = w.notify.write().unwrap_or_else(|e| e.into_inner()).take();
+        let notify = w.notify.lock().take();
         if let Some(n) = notify {
             n.free()?;
         }

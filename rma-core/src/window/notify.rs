@@ -47,7 +47,7 @@
 //! Where the memory is no shared memory (it goes through copies), the target's threads
 //! (the application reading a count, the progress agent counting an arrival) take turns.
 
-use super::api::{to_vec, zeroed_vec};
+use super::api::{to_vec, toward_target, zeroed_vec};
 use super::*;
 use crate::comm::Comm;
 use crate::engine::Engine;
@@ -69,6 +69,8 @@ pub(crate) struct Notifications {
     window: Mutex<Option<Window<u64>>>,
     /// The counters' window's state, for its native ops.
     counters: Arc<WindowShared>,
+    /// [`adds_toward`](Self::adds_toward) every target, folded once.
+    every_target_adds: bool,
     /// Counters of each World rank (0 outside the window's group).
     counts: Vec<u32>,
     /// This process's counters' memory.
@@ -157,19 +159,35 @@ impl Notifications {
     /// both windows completes in its call, and the counter's add is a native atomic
     /// there. Then the data is in place when the add runs. (The other native path, a
     /// put that carries its notice, is [`WindowShared::notified_native`]'s.)
+    #[inline]
     pub(super) fn native_toward(&self, w: &WindowShared, target: Rank) -> bool {
-        w.blocks_in_call
-            && self.counters.blocks_in_call
-            && self.counters.ops.is_some()
-            && self
-                .counters
-                .caps(target)
-                .has_atomic(AccOp::Sum, DataType::U64)
+        w.blocks_in_call && (self.every_target_adds || self.adds_toward(target))
+    }
+
+    /// Whether the counters' window adds natively, in the call, on `target`'s counters.
+    fn adds_toward(&self, target: Rank) -> bool {
+        let c = &self.counters;
+        c.blocks_in_call && c.ops.is_some() && c.caps(target).has_atomic(AccOp::Sum, DataType::U64)
     }
 
     /// After the native op of a notified access completed in its call: the target's
     /// counter, natively (release: the op's stores before the add).
+    #[inline]
     pub(super) fn add_native(&self, target: Rank, index: u32) -> Result<()> {
+        if let Some(ops) = self.counters.ops.as_deref() {
+            if ops.add_one_in_call(target, u64::from(index) * 8) {
+                self.counters.counters.op_direct();
+                return Ok(());
+            }
+        }
+        self.add_native_general(target, index)
+    }
+
+    /// [`add_native`](Self::add_native) where the backend's one add was not done: its
+    /// general atomic, which reports what failed.
+    #[cold]
+    #[inline(never)]
+    fn add_native_general(&self, target: Rank, index: u32) -> Result<()> {
         let ops = self
             .counters
             .ops
@@ -177,23 +195,10 @@ impl Notifications {
             .ok_or(TransportError::Unsupported(
                 "notification counters without native ops",
             ))?;
+        // Release: the op's stores before the add.
         std::sync::atomic::fence(Ordering::Release);
-        let one = 1u64.to_ne_bytes();
-        let add = NativeAtomic::Accumulate {
-            op: AccOp::Sum,
-            datatype: DataType::U64,
-            operand: &one,
-            fetch: false,
-        };
-        // Scratch for the previous value the add produces anyway: the backend's atomic
-        // completes in its call here, so no result is built to be dropped.
-        let mut previous = [0u8; 8];
-        if ops.atomic_in_call(target, u64::from(index) * 8, add, &mut previous) {
-            self.counters.counters.op_direct();
-            return Ok(());
-        }
         loop {
-            match ops.atomic(target, u64::from(index) * 8, add) {
+            match ops.atomic(target, u64::from(index) * 8, NativeAtomic::ADD_ONE_U64) {
                 Ok(Issued::Complete(_)) => {
                     self.counters.counters.op_direct();
                     return Ok(());
@@ -261,8 +266,9 @@ impl WindowShared {
         data: &[u8],
         index: u32,
     ) -> Option<Result<()>> {
-        // The guard, not a clone of the counters' Arc: no reference count per put.
-        let notify = self.notify.read().unwrap_or_else(|e| e.into_inner());
+        // The hold, not a clone of the counters' Arc: no reference count per put. Held
+        // across the put and the add, which make no progress.
+        let notify = self.notify.lock();
         let n = notify.as_deref()?;
         if index >= n.counts.get(target as usize).copied().unwrap_or(0)
             || !n.native_toward(self, target)
@@ -284,11 +290,7 @@ impl WindowShared {
 
     /// The counters, with `index` checked against `target`'s (World rank).
     pub(super) fn notifications(&self, target: Rank, index: u32) -> Result<Arc<Notifications>> {
-        let n = self
-            .notify
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let n = self.notify.lock().clone();
         let count = n
             .as_ref()
             .and_then(|n| n.counts.get(target as usize).copied())
@@ -307,7 +309,7 @@ impl WindowShared {
     /// The target side of a notified op, once its data is in (its index checked by
     /// [`has_notification`](Self::has_notification) before the op was applied).
     pub(crate) fn notification_arrived(&self, index: u32) {
-        let n = self.notify.read().unwrap_or_else(|e| e.into_inner());
+        let n = self.notify.lock();
         if let Some(n) = n.as_ref() {
             n.bump(index);
         }
@@ -316,7 +318,7 @@ impl WindowShared {
     /// Whether this process has counter `index` (an incoming notified op's is checked
     /// before anything of the op is applied).
     pub(crate) fn has_notification(&self, index: u32) -> bool {
-        let n = self.notify.read().unwrap_or_else(|e| e.into_inner());
+        let n = self.notify.lock();
         n.as_ref().is_some_and(|n| {
             n.counts
                 .get(self.engine.rank as usize)
@@ -324,9 +326,30 @@ impl WindowShared {
         })
     }
 
-    /// This process's counters, with `index` checked.
-    fn own_notifications(&self, index: u32) -> Result<Arc<Notifications>> {
-        self.notifications(self.engine.rank, index)
+    /// `f` of this process's counters, `index` checked against them, held for `f`
+    /// alone (no progress in it): a wait's every look, no reference count taken.
+    #[inline]
+    fn with_own_counters<R>(&self, index: u32, f: impl FnOnce(&Notifications) -> R) -> Result<R> {
+        let held = self.notify.lock();
+        let count = held
+            .as_ref()
+            .and_then(|n| n.counts.get(self.engine.rank as usize).copied())
+            .unwrap_or(0);
+        match held.as_deref() {
+            Some(n) if index < count => Ok(f(n)),
+            _ => Err(self.no_own_counter(index, count)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn no_own_counter(&self, index: u32, count: u32) -> Error {
+        UsageError::NotifyIndex {
+            target: self.engine.rank,
+            index,
+            count,
+        }
+        .into()
     }
 }
 
@@ -377,7 +400,7 @@ impl<T: Element> Window<T> {
             // counters is still to arrive once the epochs that carried them ended), and
             // learns everyone's count.
             let all = members.allgather(&[count])?;
-            let old = w.notify.write().unwrap_or_else(|e| e.into_inner()).take();
+            let old = w.notify.lock().take();
             if let Some(old) = old {
                 old.free()?;
             }
@@ -397,9 +420,13 @@ impl<T: Element> Window<T> {
             }
             let any = all.iter().any(|c| *c > 0);
             if any {
+                let every_target_adds = counters.blocks_in_call
+                    && counters.ops.is_some()
+                    && (counters.classes.iter()).all(|c| c.has_atomic(AccOp::Sum, DataType::U64));
                 let n = Notifications {
                     window: Mutex::new(Some(window)),
                     counters,
+                    every_target_adds,
                     counts,
                     last_read: (0..local.len() / 8).map(|_| AtomicU64::new(0)).collect(),
                     local,
@@ -410,7 +437,7 @@ impl<T: Element> Window<T> {
                 for i in 0..count {
                     n.set(i, 0);
                 }
-                *w.notify.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(n));
+                *w.notify.lock() = Some(Arc::new(n));
             } else {
                 window.free().map_err(|e| e.error)?;
             }
@@ -421,7 +448,7 @@ impl<T: Element> Window<T> {
 
     /// This process's notification counters ([`set_notify_count`](Self::set_notify_count)).
     pub fn notify_count(&self) -> u32 {
-        let n = self.shared.notify.read().unwrap_or_else(|e| e.into_inner());
+        let n = self.shared.notify.lock();
         n.as_ref()
             .and_then(|n| n.counts.get(self.shared.engine.rank as usize).copied())
             .unwrap_or(0)
@@ -436,9 +463,13 @@ impl<T: Element> Window<T> {
     /// op completed (a flush, then a barrier) includes it.
     pub fn notify_value(&self, index: u32) -> Result<u64> {
         self.raised("notify_value", || {
-            let n = self.shared.own_notifications(index)?;
-            let engine = &self.shared.engine;
-            let last = n.last_read.get(index as usize);
+            let w = &self.shared;
+            // The value, and whether it is the one the last read returned.
+            let read = |n: &Notifications| {
+                let v = n.value(index);
+                let last = n.last_read.get(index as usize);
+                (v, last.is_some_and(|l| l.swap(v, Ordering::Relaxed) == v))
+            };
             // Where the backend's ops all complete in their call (shared memory), no
             // transport reports notices: each one is an origin's own atomic add, or
             // comes with an active message that this process applied before its
@@ -446,21 +477,19 @@ impl<T: Element> Window<T> {
             // then as current as a progress pass would make it; one that did not move
             // gets the pass (messages may wait to be applied). A C loop polling
             // MPI_Win_notify_get_value paid a pass of every window's state per read.
-            if self.shared.ops.is_some() {
-                let v = n.value(index);
-                if last.is_some_and(|l| l.swap(v, Ordering::Relaxed) != v) {
+            if w.ops.is_some() {
+                let (v, same) = w.with_own_counters(index, read)?;
+                if !same {
                     return Ok(v);
                 }
             }
-            engine.progress()?;
-            let v = n.value(index);
+            w.engine.progress()?;
+            let (v, same) = w.with_own_counters(index, read)?;
             // A loop of reads is a wait: where the producer may need this core, a read
             // that sees nothing new hands it over (Open MPI's progress yields when idle
             // and oversubscribed the same way). A spinning reader of 4 ranks on 2 cores
             // held the core for a scheduler slice: 4 ms a halo through librma-mpi.
-            if last.is_some_and(|l| l.swap(v, Ordering::Relaxed) == v)
-                && engine.yields_while_waiting
-            {
+            if same && w.engine.yields_while_waiting {
                 std::thread::yield_now();
             }
             Ok(v)
@@ -471,8 +500,8 @@ impl<T: Element> Window<T> {
     /// before the next round. Ops counting on it meanwhile are the caller's to order.
     pub fn notify_set(&self, index: u32, value: u64) -> Result<()> {
         self.raised("notify_set", || {
-            self.shared.own_notifications(index)?.set(index, value);
-            Ok(())
+            self.shared
+                .with_own_counters(index, |n| n.set(index, value))
         })
     }
 
@@ -481,7 +510,10 @@ impl<T: Element> Window<T> {
     /// library's deadline. Returns the value seen.
     pub fn wait_notify(&self, index: u32, at_least: u64) -> Result<u64> {
         self.raised("wait_notify", || {
-            let n = self.shared.own_notifications(index)?;
+            let w = &self.shared;
+            // Each look holds the counters for its read alone: the wait's progress
+            // counts arriving notifications under a hold of its own.
+            let look = || w.with_own_counters(index, |n| n.value(index));
             // Where the node's ranks outnumber its CPUs, the producer may need this
             // core: every look that misses hands it over. Otherwise a while on the
             // counter alone first: on shared memory the count comes from the producers'
@@ -490,17 +522,17 @@ impl<T: Element> Window<T> {
             // hand the rest of the slice to whatever else runs (a CPU hog) while the
             // count comes. (Spinning first with 4 ranks on 2 cores cost a 4-rank halo
             // on shared memory half again what a flag it yields for costs.)
-            let yields = self.shared.engine.yields_while_waiting;
-            let mut seen = n.value(index);
+            let yields = w.engine.yields_while_waiting;
+            let mut seen = look()?;
             for _ in 0..if yields { 0 } else { 32 } {
                 if seen >= at_least {
                     return Ok(seen);
                 }
                 std::hint::spin_loop();
-                seen = n.value(index);
+                seen = look()?;
             }
-            self.shared.engine.wait_until("wait_notify", || {
-                seen = n.value(index);
+            w.engine.wait_until("wait_notify", || {
+                seen = look()?;
                 if seen < at_least && yields {
                     std::thread::yield_now();
                 }
@@ -513,13 +545,32 @@ impl<T: Element> Window<T> {
     /// [`put`](Self::put), notified: `target`'s counter `index` counts it once its data is
     /// in `target`'s memory.
     pub fn put_notify(&self, data: &[T], target: Rank, disp: u64, index: u32) -> Result<()> {
-        self.raised("put_notify", || {
-            self.post_notified(OpKind::Put, None, data, target, disp, index)
-        })
+        toward_target!(self, "put_notify", target, |target| self
+            .put_notify_contiguous(data, target, disp, index))
     }
 
-    /// A notified put or accumulate of contiguous `data`: in pieces as messages where it
-    /// is larger than one and its counter cannot follow natively, otherwise one op.
+    /// [`put_notify`](Self::put_notify) toward World rank `target`: the direct path here,
+    /// as a plain put's (a halo's notified put went through the general path's prologue
+    /// and a closure: 307 instructions, 182 for a plain put), the rest out of line.
+    #[inline(always)]
+    fn put_notify_contiguous(&self, data: &[T], target: Rank, disp: u64, index: u32) -> Result<()> {
+        if self.shared.direct.allows(target) {
+            let layout = Layout::contiguous(data.len());
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let bytes = bytemuck::cast_slice(data);
+            if let Some(done) =
+                (self.shared).put_notified_direct(target, extent.offset, bytes, index)
+            {
+                return done;
+            }
+        }
+        self.post_notified(OpKind::Put, None, data, target, disp, index)
+    }
+
+    /// A notified put or accumulate of contiguous `data` toward World rank `target`: in
+    /// pieces as messages where it is larger than one and its counter cannot follow
+    /// natively, otherwise one op.
+    #[inline(never)]
     fn post_notified(
         &self,
         kind: OpKind,
@@ -529,20 +580,11 @@ impl<T: Element> Window<T> {
         disp: u64,
         index: u32,
     ) -> Result<()> {
-        let target = self.shared.world(target)?;
         if let Some(op) = op {
             Self::check_op(op)?;
         }
         let layout = Layout::contiguous(data.len());
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        if kind == OpKind::Put && self.shared.direct.allows(target) {
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            if let Some(done) =
-                (self.shared).put_notified_direct(target, extent.offset, bytes, index)
-            {
-                return done;
-            }
-        }
         let n = self.shared.notifications(target, index)?;
         let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
         let notify = NotifyDesc {
@@ -641,8 +683,7 @@ impl<T: Element> Window<T> {
         disp: u64,
         index: u32,
     ) -> Result<()> {
-        self.raised("accumulate_notify", || {
-            self.post_notified(OpKind::Accumulate, Some(op), data, target, disp, index)
-        })
+        toward_target!(self, "accumulate_notify", target, |target| self
+            .post_notified(OpKind::Accumulate, Some(op), data, target, disp, index))
     }
 }

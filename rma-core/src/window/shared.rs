@@ -91,7 +91,7 @@ impl WindowShared {
             local_access: std::sync::atomic::AtomicBool::new(false),
             group,
             comm,
-            notify: RwLock::new(None),
+            notify: StateLock::new(None),
         }
     }
 
