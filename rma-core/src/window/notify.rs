@@ -51,7 +51,7 @@ use super::api::{to_vec, toward_target, zeroed_vec};
 use super::*;
 use crate::comm::Comm;
 use crate::engine::Engine;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Bytes from which a notified put goes as a native put followed by a message that
 /// counts it, where the backend orders messages behind puts
@@ -85,7 +85,15 @@ pub(crate) struct Notifications {
     /// returns it again, where the node's ranks outnumber its CPUs, yields the core (a
     /// loop of reads is a wait, and the producer may need this core).
     last_read: Box<[AtomicU64]>,
+    /// Reads by [`Window::notify_value`] that saw no counter move, where such a read
+    /// may skip the progress pass ([`Notifications::unchanged_read`]). Approximate
+    /// where threads race on it (a skipped or extra pass, nothing else).
+    unchanged_reads: AtomicU32,
 }
+
+/// Of [`Window::notify_value`]'s reads that see nothing new, where ops complete in
+/// their call, the one in this many that makes a progress pass.
+const PASS_EVERY_UNCHANGED: u32 = 16;
 
 impl Notifications {
     /// Frees the counters' window (collective).
@@ -126,6 +134,15 @@ impl Notifications {
                 });
             }
         }
+    }
+
+    /// Counts a read that saw nothing new: whether it may skip the progress pass (all
+    /// but every [`PASS_EVERY_UNCHANGED`]th). A load and a store, no locked
+    /// instruction.
+    fn unchanged_read(&self) -> bool {
+        let n = self.unchanged_reads.load(Ordering::Relaxed).wrapping_add(1);
+        self.unchanged_reads.store(n, Ordering::Relaxed);
+        !n.is_multiple_of(PASS_EVERY_UNCHANGED)
     }
 
     /// This process's counter `index` (checked by the caller), acquire-ordered.
@@ -429,6 +446,7 @@ impl<T: Element> Window<T> {
                     every_target_adds,
                     counts,
                     last_read: (0..local.len() / 8).map(|_| AtomicU64::new(0)).collect(),
+                    unchanged_reads: AtomicU32::new(0),
                     local,
                     unshared: Mutex::new(()),
                 };
@@ -457,10 +475,13 @@ impl<T: Element> Window<T> {
     /// This process's counter `index`: how many notified ops named it since it was set.
     /// A count seen here means those ops' data is seen too (acquire).
     ///
-    /// Makes progress first: a count that comes as a message, or as a notified put's
-    /// notice the backend reports ([`Event::Notified`](crate::transport::Event::Notified)),
-    /// is counted by the progress of this process, so a count read after the origin's
-    /// op completed (a flush, then a barrier) includes it.
+    /// Makes progress first where a count may wait for it: a count that comes as a
+    /// message, or as a notified put's notice the backend reports
+    /// ([`Event::Notified`](crate::transport::Event::Notified)), is counted by the
+    /// progress of this process, so a count read after the origin's op completed (a
+    /// flush, then a barrier) includes it. (On shared memory such a count is in before
+    /// its origin's op completes; a loop of reads that see nothing new makes progress
+    /// every few reads, so that counts by message come in too.)
     pub fn notify_value(&self, index: u32) -> Result<u64> {
         self.raised("notify_value", || {
             let w = &self.shared;
@@ -477,9 +498,20 @@ impl<T: Element> Window<T> {
             // then as current as a progress pass would make it; one that did not move
             // gets the pass (messages may wait to be applied). A C loop polling
             // MPI_Win_notify_get_value paid a pass of every window's state per read.
+            //
+            // A read that sees nothing new makes the pass only every
+            // `PASS_EVERY_UNCHANGED`th time where the core is this process's
+            // own: a poll loop's every read paid the pass (the C halo's reads through
+            // librma-mpi, 2x rma's own wait), and a count by message waits a few reads
+            // for it at most. Where the core is shared, every such read makes the pass
+            // and hands the core over below.
             if w.ops.is_some() {
-                let (v, same) = w.with_own_counters(index, read)?;
-                if !same {
+                let yields = w.engine.yields_while_waiting;
+                let (v, same, skip) = w.with_own_counters(index, |n| {
+                    let (v, same) = read(n);
+                    (v, same, same && !yields && n.unchanged_read())
+                })?;
+                if !same || skip {
                     return Ok(v);
                 }
             }
