@@ -700,3 +700,29 @@ fn ofi_reference_is_bare_libfabric() {
         "{text}"
     );
 }
+
+/// `halo` on a ring of 2 and a 2 x 2 torus of 4 (four halos a rank, each neighbour
+/// twice): every method's last halos, from every direction, are checked by the binary,
+/// which fails on a stale one.
+#[test]
+fn halo_exchanges_check_every_halo_in_one_and_two_dimensions() {
+    let _g = serial();
+    for (ranks, dims) in [(2, "1"), (4, "2")] {
+        let mut l = Launch::new(
+            ranks,
+            env!("CARGO_BIN_EXE_halo"),
+            vec!["20".into(), "--dims".into(), dims.into()],
+        );
+        l.timeout = Some(DEADLINE);
+        l.grace = Duration::from_secs(10);
+        l.env.push(("RMA_TIMEOUT_MS".into(), "30000".into()));
+        let o = launch(&l).expect("launch");
+        assert!(o.success(), "halo on {ranks} ranks, --dims {dims}: {o:?}");
+    }
+    let o = by_hand(env!("CARGO_BIN_EXE_halo"), &["--dims", "3"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("1 or 2"),
+        "{o:?}"
+    );
+}
