@@ -7,28 +7,13 @@
  *
  * usage: cc -O2 -o lock_floor benches/scripts/lock_floor.c && ./lock_floor [0|1]
  * (pins itself to CPU 0 and the waiter to CPU 1) */
-#define _GNU_SOURCE
-#include <sched.h>
+#include "floor.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
-}
 
 int main(int argc, char **argv) {
     int fence = argc > 1 ? atoi(argv[1]) : 0;

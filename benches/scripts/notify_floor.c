@@ -10,8 +10,7 @@
  * Prints half a round trip, as `osu_put_latency -s notify` does.
  *
  * usage: cc -O2 -o notify_floor benches/scripts/notify_floor.c && ./notify_floor [ITERS] */
-#define _GNU_SOURCE
-#include <sched.h>
+#include "floor.h"
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -19,21 +18,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
-}
 
 /* One process's part: its halo and, a page away, its counter. */
 struct part {

@@ -149,7 +149,7 @@ impl Grid<'_> {
         self.out.len() as u64
     }
 
-    /// Where the halo from direction `dir` lands in parity `p`: [p][dir][n].
+    /// Where the halo from direction `dir` lands in parity `p`: `[p][dir][n]`.
     fn slot(&self, dir: usize, parity: u64) -> u64 {
         ((parity as usize * DIRECTIONS + dir) * self.n) as u64
     }
