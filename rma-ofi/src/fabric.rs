@@ -98,8 +98,11 @@ impl Endpoint {
             // each up link). An entry can fail to open where another works: an IPv6
             // address still in duplicate address detection refuses bind() with
             // EADDRNOTAVAIL for a second or two after its link came up. So each entry
-            // is tried in libfabric's order until one opens.
-            for entry in list.entries() {
+            // is tried in libfabric's order until one opens, link-local ones last
+            // ([`link_local`]).
+            let mut entries: Vec<_> = list.entries().collect();
+            entries.sort_by_key(|entry| link_local(&entry.offer().fabric));
+            for entry in entries {
                 let offer = entry.offer();
                 if multi_wanted && multi_recv_breaks(&offer.provider) {
                     continue;
@@ -122,5 +125,35 @@ impl Endpoint {
             }
         }
         Err(last)
+    }
+}
+
+/// Whether an fi_getinfo entry's fabric is an IPv6 link-local network (an IP provider
+/// names its fabric after the network of its address: "fe80::/64"). Such an address
+/// names a host only together with its link: ranks that took link-local addresses on
+/// different links cannot connect (the kernel refuses the connect, and the first
+/// message of the job fails with fi_inject's -22: seen once in CI, where libfabric lists
+/// the link-local addresses of a test's bridge and veths before the machine's own,
+/// their links reporting a higher speed, while another test re-created them). A global
+/// or IPv4 address reaches every rank that can reach it by name; link-local ones still
+/// serve where nothing else is listed.
+fn link_local(fabric: &str) -> bool {
+    fabric
+        .get(..5)
+        .is_some_and(|p| p.eq_ignore_ascii_case("fe80:"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::link_local;
+
+    #[test]
+    fn link_local_networks_are_known_by_their_fabric_name() {
+        assert!(link_local("fe80::/64"));
+        assert!(link_local("FE80::/10"));
+        assert!(!link_local("fd00::/64"));
+        assert!(!link_local("192.0.2.0/24"));
+        assert!(!link_local("IB-0xfe80000000000000"));
+        assert!(!link_local("fe8"));
     }
 }
