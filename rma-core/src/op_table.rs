@@ -158,15 +158,18 @@ impl Default for ByteSpan {
 }
 
 /// A target element: one target's operations and per-target epoch state.
+///
+/// Laid out by hand on cache lines of its own: what posting an op and the walks read
+/// (its queue, rank, counts, state and listings) fills the first line, what issuing and
+/// completing ops read the second. A process that talks to thousands of targets in turn
+/// finds none of them in its caches; an op then pays for the lines it touches, and
+/// Rust's own order spread these fields over three.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 pub(crate) struct TargetElem {
-    pub rank: Rank,
-    pub state: TargetState,
     /// PENDING ops, in posting order.
     pub pending: VecDeque<Box<OpElem>>,
-    /// ISSUED ops waiting for a completion or a response.
-    #[allow(clippy::vec_box)] // boxes come from the element pools and go back to them
-    pub issued: Vec<Box<OpElem>>,
+    pub rank: Rank,
     /// Active-message ops sent since the last RMA_DONE (the target counts them too).
     pub am_since_done: u32,
     /// Native puts of a backend with [`ordered_puts`](crate::transport::Capabilities::ordered_puts)
@@ -174,33 +177,58 @@ pub(crate) struct TargetElem {
     /// once a message after them is delivered there, so like active messages they need
     /// one (not counted on the wire: the target never sees them).
     pub puts_since_done: u32,
-    /// An active message that changes the target's memory and gets no response (see
-    /// [`OpElem::unanswered_am`]) went since the last RMA_DONE: only an acknowledgement
-    /// says the target's CPU applied it, and until then a native op (the provider's)
-    /// could overtake it.
-    pub am_unanswered: bool,
     /// Native ops under way (an RMA_DONE may only follow once they are complete).
     pub native_in_flight: u32,
-    /// Ops of the accumulate family went as active messages and no ack after them has
-    /// come back yet: the target's CPU may not have applied them, so a native one (the
-    /// NIC's, or the provider's) could overtake them. Native ones of the family wait
-    /// until [`am_atomics_applied`](Self::am_atomics_applied).
-    pub am_atomics: bool,
+    /// RMA_DONE / UNLOCK acknowledgements still to come from this target.
+    pub acks_awaited: u32,
+    /// Its place in each of [`OpTable`]'s listings ([`BUSY`], [`WORK`]) (kept by the
+    /// table).
+    listed: [ListedAt; 2],
+    pub state: TargetState,
+    /// The sync to send when the queue drains.
+    pub sync: SyncFlag,
+    /// Someone waits on an op of this target (a request, flush_local): issue at once,
+    /// no delay for piggybacking or single-op.
+    pub no_delay: bool,
+    /// The op at the head of the queue waits for order (see `am_atomics`); counted once.
+    pub held_for_order: bool,
+    // ----- second line
+    /// ISSUED ops waiting for a completion or a response.
+    #[allow(clippy::vec_box)] // boxes come from the element pools and go back to them
+    pub issued: Vec<Box<OpElem>>,
     /// The bytes the accumulate-family active messages not yet known applied touch
     /// (their hull): a native op of the family waits only if it overlaps them.
     pub am_atomic_span: ByteSpan,
     /// The bytes the native ops under way touch (their hull): an active message of the
     /// accumulate family waits only if it overlaps them.
     pub native_span: ByteSpan,
-    /// The op at the head of the queue waits for order (see `am_atomics`); counted once.
-    pub held_for_order: bool,
-    /// The sync to send when the queue drains.
-    pub sync: SyncFlag,
-    /// RMA_DONE / UNLOCK acknowledgements still to come from this target.
-    pub acks_awaited: u32,
-    /// Someone waits on an op of this target (a request, flush_local): issue at once,
-    /// no delay for piggybacking or single-op.
-    pub no_delay: bool,
+    /// An active message that changes the target's memory and gets no response (see
+    /// [`OpElem::unanswered_am`]) went since the last RMA_DONE: only an acknowledgement
+    /// says the target's CPU applied it, and until then a native op (the provider's)
+    /// could overtake it.
+    pub am_unanswered: bool,
+    /// Ops of the accumulate family went as active messages and no ack after them has
+    /// come back yet: the target's CPU may not have applied them, so a native one (the
+    /// NIC's, or the provider's) could overtake them. Native ones of the family wait
+    /// until [`am_atomics_applied`](Self::am_atomics_applied).
+    pub am_atomics: bool,
+}
+
+/// An element's place in one of [`OpTable`]'s listings, or none ([`UNLISTED`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ListedAt(u32);
+
+impl ListedAt {
+    const NOWHERE: ListedAt = ListedAt(UNLISTED);
+    fn get(self) -> Option<usize> {
+        (self != Self::NOWHERE).then_some(self.0 as usize)
+    }
+}
+
+impl Default for ListedAt {
+    fn default() -> Self {
+        Self::NOWHERE
+    }
 }
 
 impl TargetElem {
@@ -297,6 +325,20 @@ impl TargetElem {
     pub(crate) fn ops_complete(&self) -> bool {
         self.pending.is_empty() && self.issued.is_empty() && self.native_in_flight == 0
     }
+    /// Nothing to issue, send, wait for or complete, and nothing a flush would send for
+    /// (no op since the last RMA_DONE): a flush_all passes it by, and it stays so until
+    /// it is changed, which only [`OpTable::get_mut`] allows.
+    pub(crate) fn quiet(&self) -> bool {
+        self.is_idle() && !self.needs_done() && !self.has_work() && !self.no_delay
+    }
+    /// Whether the element stays in listing `which` (see [`OpTable`]).
+    fn stays_listed(&self, which: usize) -> bool {
+        if which == BUSY {
+            !self.quiet()
+        } else {
+            self.has_work()
+        }
+    }
 }
 
 /// No position in [`OpTable::occupied`].
@@ -375,8 +417,15 @@ pub(crate) struct OpTable {
     /// Per slot, its index in `occupied` ([`UNLISTED`] while empty): a slot that empties
     /// leaves the list in constant time, however many are listed.
     listed_at: Vec<u32>,
-    /// Round-robin start for ISSUE_OPS_WIN.
-    pub next_slot: usize,
+    /// Two listings of the elements a walk may have to visit, each element listed once
+    /// per listing (its `listed` says where), taken off when a walk finds nothing for
+    /// it: [`BUSY`], those changed since they were last found [quiet](TargetElem::quiet)
+    /// (what flush_all visits), and [`WORK`], those changed since they were last found
+    /// with nothing to issue or send ([`TargetElem::has_work`]: what every progress pass
+    /// visits). With lazy target free a lock_all epoch keeps an element for every target
+    /// it touched; walks over all of them cost a flush_all after 16 puts 4,096 visits
+    /// (40x the puts), and every pass of a fetch_and_op's wait as many.
+    listings: [Listing; 2],
 }
 
 impl OpTable {
@@ -389,7 +438,7 @@ impl OpTable {
             active: 0,
             occupied: Vec::new(),
             listed_at: vec![UNLISTED; n],
-            next_slot: 0,
+            listings: Default::default(),
         }
     }
     /// Number of slots (a power of two).
@@ -410,19 +459,26 @@ impl OpTable {
         }
         self.slots[self.slot(rank)].get(rank)
     }
+    /// The element of `rank`, to change: it is listed in both listings (where it was
+    /// not) until walks find nothing for it.
     #[inline]
     pub(crate) fn get_mut(&mut self, rank: Rank) -> Option<&mut TargetElem> {
         if self.active == 0 {
             return None;
         }
         let s = self.slot(rank);
-        self.slots[s].get_mut(rank)
+        let elem = self.slots[s].get_mut(rank)?;
+        if elem.listed[BUSY] == ListedAt::NOWHERE || elem.listed[WORK] == ListedAt::NOWHERE {
+            list_changed(&mut self.listings, elem);
+        }
+        Some(elem)
     }
-    pub(crate) fn insert(&mut self, elem: Box<TargetElem>) -> &mut TargetElem {
+    pub(crate) fn insert(&mut self, mut elem: Box<TargetElem>) -> &mut TargetElem {
         if self.active >= self.slots.len() {
             self.grow();
         }
         self.active += 1;
+        list_changed(&mut self.listings, &mut elem);
         let s = self.list(elem.rank);
         self.slots[s].push(elem)
     }
@@ -438,14 +494,13 @@ impl OpTable {
     }
     /// Doubles the slot array and spreads the elements over it. Each element keeps its
     /// place relative to the others of its new slot (ops are per target, so the order
-    /// across targets carries no meaning); ISSUE_OPS_WIN's round robin starts over.
+    /// across targets carries no meaning).
     #[cold]
     fn grow(&mut self) {
         let n = self.slots.len() * 2;
         let mut old = std::mem::replace(&mut self.slots, (0..n).map(|_| Slot::default()).collect());
         let listed = std::mem::take(&mut self.occupied);
         self.listed_at = vec![UNLISTED; n];
-        self.next_slot = 0;
         for s in listed {
             for elem in old[s].take_all() {
                 let to = self.list(elem.rank);
@@ -455,8 +510,13 @@ impl OpTable {
     }
     pub(crate) fn remove(&mut self, rank: Rank) -> Option<Box<TargetElem>> {
         let s = self.slot(rank);
-        let elem = self.slots[s].remove(rank)?;
+        let mut elem = self.slots[s].remove(rank)?;
         self.active -= 1;
+        for which in [BUSY, WORK] {
+            if let Some(k) = std::mem::take(&mut elem.listed[which]).get() {
+                self.unlist(which, k);
+            }
+        }
         if self.slots[s].is_empty() {
             let k = std::mem::replace(&mut self.listed_at[s], UNLISTED) as usize;
             debug_assert_eq!(self.occupied[k], s, "slot listed where it says");
@@ -467,70 +527,105 @@ impl OpTable {
         }
         Some(elem)
     }
-    /// Ranks of all target elements, starting at the round-robin position.
-    pub(crate) fn ranks(&mut self) -> Vec<Rank> {
-        self.ranks_where(|_| true)
-    }
-
-    fn ranks_where(&mut self, keep: impl Fn(&TargetElem) -> bool) -> Vec<Rank> {
-        let mut out = Vec::new();
-        self.ranks_where_into(keep, &mut out);
-        out
-    }
-
-    /// As [`ranks_where`](Self::ranks_where), into `out` (cleared first): the progress
-    /// loop reuses one vector rather than allocating on every pass. The round-robin
-    /// position moves on only when some element was kept (most passes while native ops
-    /// are under way keep none).
-    fn ranks_where_into(&mut self, keep: impl Fn(&TargetElem) -> bool, out: &mut Vec<Rank>) {
-        out.clear();
-        let n = self.occupied.len();
-        if n == 0 {
-            return;
-        }
-        // No division on the way (a pass keeps the position below `n` but for slots
-        // freed meanwhile).
-        let start = if self.next_slot < n {
-            self.next_slot
-        } else {
-            self.next_slot % n
-        };
-        // Plain loops: this runs on every progress pass (on a network backend, every
-        // look of a flush's wait), and iterator chains (the two halves of the round, a
-        // slot's first element and the rest) cost several times as many instructions.
-        let mut visit = |slot: &Slot| {
-            if let Some(t) = &slot.first {
-                if keep(t) {
-                    out.push(t.rank);
-                }
-            }
-            for t in &slot.more {
-                if keep(t) {
-                    out.push(t.rank);
-                }
-            }
-        };
-        for &s in &self.occupied[start..] {
-            visit(&self.slots[s]);
-        }
-        for &s in &self.occupied[..start] {
-            visit(&self.slots[s]);
-        }
-        if !out.is_empty() {
-            self.next_slot = if start + 1 < n { start + 1 } else { 0 };
-        }
+    /// Ranks of all target elements: what the calls that end an epoch visit (each
+    /// target they hold a lock or an exposure at), and a failure's cleanup.
+    pub(crate) fn ranks(&self) -> Vec<Rank> {
+        self.iter().map(|t| t.rank).collect()
     }
 
     /// Ranks of target elements with something to issue or send (pending ops, a sync, a
     /// lock to retry), starting at the round-robin position, into `out`: what
     /// ISSUE_OPS_WIN visits.
     pub(crate) fn ranks_with_work(&mut self, out: &mut Vec<Rank>) {
-        self.ranks_where_into(TargetElem::has_work, out)
+        self.walk_listing(WORK, out)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &TargetElem> {
         self.occupied.iter().flat_map(|s| self.slots[*s].iter())
     }
+
+    /// Takes the element at `k` off listing `which`; the last one takes its place.
+    fn unlist(&mut self, which: usize, k: usize) {
+        let ranks = &mut self.listings[which].ranks;
+        ranks.swap_remove(k);
+        if let Some(&moved) = ranks.get(k) {
+            let s = self.slot(moved);
+            let elem = self.slots[s]
+                .get_mut(moved)
+                .expect("listed ranks are in the table");
+            elem.listed[which] = ListedAt(k as u32);
+        }
+    }
+
+    /// Ranks of listing `which`, starting at its round-robin position, into `out`
+    /// (cleared first); elements that no longer stay listed leave it on the way.
+    fn walk_listing(&mut self, which: usize, out: &mut Vec<Rank>) {
+        out.clear();
+        let mut k = 0;
+        while let Some(&rank) = self.listings[which].ranks.get(k) {
+            let s = self.slot(rank);
+            let elem = self.slots[s]
+                .get_mut(rank)
+                .expect("listed ranks are in the table");
+            if elem.stays_listed(which) {
+                out.push(rank);
+                k += 1;
+            } else {
+                elem.listed[which] = ListedAt::NOWHERE;
+                self.unlist(which, k);
+            }
+        }
+        if out.len() > 1 {
+            let listing = &mut self.listings[which];
+            let start = listing.next % out.len();
+            out.rotate_left(start);
+            listing.next = start + 1;
+        }
+    }
+
+    /// Ranks of the elements that may have something to do, in round-robin order: every
+    /// element not among them is [quiet](TargetElem::quiet). What flush_all visits.
+    pub(crate) fn busy_ranks(&mut self) -> Vec<Rank> {
+        let mut out = Vec::new();
+        self.walk_listing(BUSY, &mut out);
+        out
+    }
+
+    /// The elements listed busy, quiet ones among them until a walk takes them off: a
+    /// question that every quiet element answers alike (all done? any waiting for a
+    /// lock?) needs to ask these alone.
+    pub(crate) fn busy_iter(&self) -> impl Iterator<Item = &TargetElem> {
+        self.listings[BUSY].ranks.iter().map(|&rank| {
+            self.slots[self.slot(rank)]
+                .get(rank)
+                .expect("listed ranks are in the table")
+        })
+    }
+}
+
+/// [`OpTable`]'s listing of the elements that may not be quiet.
+const BUSY: usize = 0;
+/// [`OpTable`]'s listing of the elements that may have something to issue or send.
+const WORK: usize = 1;
+
+/// Lists `elem` where it is not listed yet: it is about to change (out of line: an
+/// element changed again before a walk is listed already, the usual case while its ops
+/// are under way).
+#[inline(never)]
+fn list_changed(listings: &mut [Listing; 2], elem: &mut TargetElem) {
+    for (at, listing) in elem.listed.iter_mut().zip(listings) {
+        if *at == ListedAt::NOWHERE {
+            *at = ListedAt(listing.ranks.len() as u32);
+            listing.ranks.push(elem.rank);
+        }
+    }
+}
+
+/// Some of the table's elements, by rank, and a round-robin start.
+#[derive(Debug, Default)]
+struct Listing {
+    ranks: Vec<Rank>,
+    next: usize,
 }
 
 #[cfg(test)]
@@ -621,5 +716,88 @@ mod tests {
             }
         }
         assert!(t.occupied.is_empty());
+    }
+
+    #[test]
+    fn what_posting_reads_of_a_target_element_is_one_cache_line() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<TargetElem>(), 64);
+        assert!(offset_of!(TargetElem, held_for_order) < 64);
+        assert_eq!(offset_of!(TargetElem, issued), 64);
+        assert_eq!(size_of::<TargetElem>(), 128);
+    }
+
+    /// The listings' invariant: each listed rank once, where its element says, and every
+    /// element not listed one that would leave the listing.
+    fn assert_listings_exact(t: &OpTable) {
+        for which in [BUSY, WORK] {
+            for (k, &r) in t.listings[which].ranks.iter().enumerate() {
+                assert_eq!(
+                    t.get(r).and_then(|e| e.listed[which].get()),
+                    Some(k),
+                    "rank {r}"
+                );
+            }
+            for e in t.iter() {
+                assert!(
+                    e.listed[which].get().is_some() || !e.stays_listed(which),
+                    "rank {} not in listing {which}",
+                    e.rank
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn walks_visit_the_elements_changed_since_they_were_last_found_quiet() {
+        let mut t = OpTable::new(8);
+        for r in 0..64 {
+            t.insert(elem(r));
+        }
+        // Fresh elements are listed until a walk finds them quiet.
+        assert_eq!(t.listings[BUSY].ranks.len(), 64);
+        assert!(t.busy_ranks().is_empty());
+        assert!(t.listings[BUSY].ranks.is_empty());
+        assert_listings_exact(&t);
+        // Three of them get something to do; only they are walked.
+        t.get_mut(5).unwrap().sync = SyncFlag::Flush;
+        t.get_mut(17).unwrap().am_since_done = 1;
+        t.get_mut(40).unwrap().acks_awaited = 1;
+        // A lookup to change that changes nothing lists it until the next walk.
+        let _ = t.get_mut(41);
+        assert_listings_exact(&t);
+        let mut busy = t.busy_ranks();
+        busy.sort_unstable();
+        assert_eq!(busy, vec![5, 17, 40]);
+        let mut work = Vec::new();
+        t.ranks_with_work(&mut work);
+        assert_eq!(work, vec![5], "only a sync is work to issue");
+        assert_eq!(t.listings[WORK].ranks, vec![5]);
+        assert_listings_exact(&t);
+        assert_eq!(t.busy_iter().filter(|e| e.needs_done()).count(), 1);
+        // Done with: the next walk lets them go; removing listed ones keeps the list exact.
+        t.get_mut(5).unwrap().sync = SyncFlag::None;
+        assert!(t.remove(17).is_some());
+        assert_listings_exact(&t);
+        assert_eq!(t.busy_ranks(), vec![40]);
+        t.get_mut(40).unwrap().acks_awaited = 0;
+        assert!(t.busy_ranks().is_empty());
+        assert_listings_exact(&t);
+        // Growth keeps every element's place in the list.
+        for r in 64..300 {
+            t.insert(elem(r));
+            if r % 3 == 0 {
+                t.get_mut(r).unwrap().no_delay = true;
+            }
+        }
+        assert_listings_exact(&t);
+        assert_eq!(
+            t.busy_ranks().len(),
+            (64..300).filter(|r| r % 3 == 0).count()
+        );
+        for r in (64..300).rev().step_by(2) {
+            t.remove(r);
+            assert_listings_exact(&t);
+        }
     }
 }

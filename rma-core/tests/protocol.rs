@@ -687,6 +687,56 @@ fn ranks_that_share_a_slot_of_counted_puts_each_flush_their_own() {
     win.free().expect("free");
 }
 
+/// A lock_all epoch keeps a target element for every target it touched; flush_all
+/// completes the ones with something outstanding and passes the others by. By message,
+/// each round's put to one of seven touched targets is the one message its flush_all
+/// sends (the put, carrying RMA_DONE), whichever target it is; on every profile each
+/// target holds every round's value at the end.
+#[test]
+fn flush_all_completes_the_targets_with_ops_outstanding_among_all_it_touched() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma, Profile::OrderedPuts] {
+        run(8, profile, 13, config(), move |e| {
+            const ROUNDS: u64 = 40;
+            let n = e.size() as u64;
+            let win = e.allocate::<u64>(ROUNDS as usize)?;
+            if e.rank() == 0 {
+                win.lock_all(Assert::NONE)?;
+                for t in 1..n {
+                    win.put(&[u64::MAX], t as rma_core::Rank, 0)?;
+                }
+                win.flush_all()?;
+                for round in 0..ROUNDS {
+                    let t = 1 + (round * 3) % (n - 1);
+                    let before = win.stats();
+                    win.put(&[round + 1], t as rma_core::Rank, round)?;
+                    win.flush_all()?;
+                    let s = win.stats().since(&before);
+                    if win.stats().ops_native == 0 {
+                        assert_eq!(s.messages(Kind::Put), 1, "round {round}: {s:?}");
+                        assert_eq!(s.total_messages(), 1, "round {round}: {s:?}");
+                    }
+                }
+                win.unlock_all()?;
+            }
+            e.barrier()?;
+            if e.rank() != 0 {
+                let mine = win.local_to_vec();
+                for round in 0..ROUNDS {
+                    let t = 1 + (round * 3) % (n - 1);
+                    let want = match (t == e.rank() as u64, round) {
+                        (true, _) => round + 1,
+                        (false, 0) => u64::MAX, // the first put, to every target
+                        (false, _) => 0,
+                    };
+                    assert_eq!(mine[round as usize], want, "round {round}");
+                }
+            }
+            win.free()?;
+            Ok(())
+        });
+    }
+}
+
 // ----- tiny pools ------------------------------------------------------------------------
 
 /// Large ops by message: a put whose call leaves it queued (its lock not yet granted)

@@ -172,11 +172,13 @@ impl WindowShared {
                 self.flush_memory_sync();
                 return Ok(());
             }
+            // flush_all: the elements that may have something to do (a lock_all epoch
+            // keeps one for every target it touched; the others are quiet, done).
             let all;
             let ranks: &[Rank] = match &target {
                 Some(t) => std::slice::from_ref(t),
                 None => {
-                    all = st.table.ranks();
+                    all = st.table.busy_ranks();
                     &all
                 }
             };
@@ -232,10 +234,10 @@ impl WindowShared {
             }
             let any_waiting = match target {
                 Some(r) => st.table.get(r).is_some_and(waiting),
-                None => st.table.iter().any(waiting),
+                None => st.table.busy_iter().any(waiting),
             };
             if any_waiting {
-                for rank in st.table.ranks() {
+                for rank in st.table.busy_ranks() {
                     if st.table.get(rank).is_some_and(waiting) {
                         let t = st.table.get_mut(rank).expect("listed");
                         if t.sync == SyncFlag::None {
@@ -250,7 +252,7 @@ impl WindowShared {
             }
             let finished = match target {
                 Some(r) => st.table.get(r).is_none_or(done),
-                None => st.table.iter().all(done),
+                None => st.table.busy_iter().all(done),
             };
             if finished {
                 deferred = st.deferred.take();
@@ -282,7 +284,7 @@ impl WinState {
         let ranks: &[Rank] = match &target {
             Some(t) => std::slice::from_ref(t),
             None => {
-                all = self.table.ranks();
+                all = self.table.busy_ranks();
                 &all
             }
         };
