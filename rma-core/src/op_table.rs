@@ -212,6 +212,9 @@ pub(crate) struct TargetElem {
     /// NIC's, or the provider's) could overtake them. Native ones of the family wait
     /// until [`am_atomics_applied`](Self::am_atomics_applied).
     pub am_atomics: bool,
+    // ----- third line
+    /// The next element of its slot in the [`OpTable`] (kept by the table).
+    next_in_slot: Option<Box<TargetElem>>,
 }
 
 /// An element's place in one of [`OpTable`]'s listings, or none ([`UNLISTED`]).
@@ -344,15 +347,15 @@ impl TargetElem {
 /// No position in [`OpTable::occupied`].
 const UNLISTED: u32 = u32::MAX;
 
-/// One slot's target list. Its first element sits in the slot itself, so a lookup of a
-/// target alone in its slot (the usual case once the array has grown to the active
-/// targets) reads the slot array and the element, and no list buffer between them.
+/// One slot's target list, chained through the elements themselves (`next_in_slot`): a
+/// slot is one pointer, eight to a cache line, and a lookup of a target alone in its
+/// slot (the usual case once the array has grown to the active targets) reads the slot
+/// and the element's first line, nothing between them. (A slot of a first element and
+/// a vector of the others took 32 bytes: a process visiting thousands of targets in
+/// turn missed the cache on every other slot.)
 #[derive(Debug, Default)]
 struct Slot {
-    /// `None` only while the slot is empty (then `more` is empty too).
     first: Option<Box<TargetElem>>,
-    #[allow(clippy::vec_box)] // boxes come from the element pools and go back to them
-    more: Vec<Box<TargetElem>>,
 }
 
 impl Slot {
@@ -360,48 +363,52 @@ impl Slot {
         self.first.is_none()
     }
     fn iter(&self) -> impl Iterator<Item = &TargetElem> {
-        self.first.iter().chain(&self.more).map(|b| &**b)
+        std::iter::successors(self.first.as_deref(), |e| e.next_in_slot.as_deref())
     }
     #[inline]
     fn get(&self, rank: Rank) -> Option<&TargetElem> {
-        match &self.first {
-            Some(e) if e.rank == rank => Some(e),
-            _ => self.more.iter().find(|t| t.rank == rank).map(|b| &**b),
+        let mut at = self.first.as_deref();
+        while let Some(e) = at {
+            if e.rank == rank {
+                return Some(e);
+            }
+            at = e.next_in_slot.as_deref();
         }
+        None
     }
     #[inline]
     fn get_mut(&mut self, rank: Rank) -> Option<&mut TargetElem> {
-        match &mut self.first {
-            Some(e) if e.rank == rank => Some(e),
-            _ => self
-                .more
-                .iter_mut()
-                .find(|t| t.rank == rank)
-                .map(|b| &mut **b),
+        let mut at = self.first.as_deref_mut();
+        while let Some(e) = at {
+            if e.rank == rank {
+                return Some(e);
+            }
+            at = e.next_in_slot.as_deref_mut();
         }
+        None
     }
-    /// Adds `elem` last; returns it.
-    fn push(&mut self, elem: Box<TargetElem>) -> &mut TargetElem {
-        if self.first.is_none() {
-            debug_assert!(self.more.is_empty());
-            return self.first.insert(elem);
-        }
-        self.more.push(elem);
-        self.more.last_mut().expect("just pushed")
+    /// Adds `elem` first (the order within a slot carries no meaning: ops are per
+    /// target); returns it.
+    fn push(&mut self, mut elem: Box<TargetElem>) -> &mut TargetElem {
+        debug_assert!(elem.next_in_slot.is_none());
+        elem.next_in_slot = self.first.take();
+        self.first.insert(elem)
     }
     fn remove(&mut self, rank: Rank) -> Option<Box<TargetElem>> {
-        if self.first.as_ref().is_some_and(|e| e.rank == rank) {
-            // The last of the others (if any) takes the slot's own place.
-            return std::mem::replace(&mut self.first, self.more.pop());
+        let mut link = &mut self.first;
+        while link.as_ref().is_some_and(|e| e.rank != rank) {
+            link = &mut link.as_mut().expect("checked").next_in_slot;
         }
-        let i = self.more.iter().position(|t| t.rank == rank)?;
-        Some(self.more.swap_remove(i))
+        let mut elem = link.take()?;
+        *link = elem.next_in_slot.take();
+        Some(elem)
     }
-    fn take_all(&mut self) -> impl Iterator<Item = Box<TargetElem>> {
-        self.first
-            .take()
-            .into_iter()
-            .chain(std::mem::take(&mut self.more))
+    fn take_all(&mut self) -> impl Iterator<Item = Box<TargetElem>> + '_ {
+        std::iter::from_fn(move || {
+            let mut elem = self.first.take()?;
+            self.first = elem.next_in_slot.take();
+            Some(elem)
+        })
     }
 }
 
@@ -724,7 +731,8 @@ mod tests {
         assert_eq!(align_of::<TargetElem>(), 64);
         assert!(offset_of!(TargetElem, held_for_order) < 64);
         assert_eq!(offset_of!(TargetElem, issued), 64);
-        assert_eq!(size_of::<TargetElem>(), 128);
+        assert_eq!(size_of::<TargetElem>(), 192);
+        assert_eq!(size_of::<Slot>(), 8);
     }
 
     /// The listings' invariant: each listed rank once, where its element says, and every
