@@ -25,6 +25,8 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$venvs/mpich/bin/mpicc" -O2 -o "$out/mpich" benches/mpi/rma_latency.c
 cargo build --release -q -p rma-benches --features ofi --bins
+# The start-up rows launch rma_init under rma-run (a binary of the rma crate).
+cargo build --release -q -p rma --bin rma-run
 wheel_fabric=$(cd "$venvs/mpich/lib/mpich" && pwd)
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 export RMA_OFI_PROVIDER=tcp
