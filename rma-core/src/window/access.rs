@@ -308,12 +308,16 @@ impl WinState {
         if delay {
             return Ok(0);
         }
-        if elem.sync != SyncFlag::None && elem.pending.len() > 1 {
+        if elem.sync != SyncFlag::None
+            && elem.pending.len() > 1
+            && elem.pending.iter().any(|o| o.kind.has_response())
+        {
             // Move ops with responses to the tail so the last response carries the ack.
-            let (mut rest, tail): (VecDeque<_>, VecDeque<_>) =
-                elem.pending.drain(..).partition(|o| !o.kind.has_response());
-            rest.extend(tail);
-            elem.pending = rest;
+            let (rest, tail): (Vec<_>, Vec<_>) = elem
+                .pending
+                .drain_all()
+                .partition(|o| !o.kind.has_response());
+            elem.pending = rest.into_iter().chain(tail).collect();
         }
         let mut issued = 0;
         loop {

@@ -223,7 +223,7 @@ impl WinState {
         let Some(t) = self.table.get_mut(rank) else {
             return;
         };
-        let mut ops: Vec<Box<OpElem>> = t.pending.drain(..).collect();
+        let mut ops: Vec<Box<OpElem>> = t.pending.drain_all().collect();
         ops.append(&mut t.issued);
         for op in ops {
             if let Some(r) = &op.request {
