@@ -634,6 +634,7 @@ pub fn large_ops(world: &World) -> Result<()> {
         world.barrier()?;
     }
     request_forms_in_pieces(world, &win, big)?;
+    owned_gets_in_flight(world, &win)?;
     let stats = win.stats();
     let am_only = std::env::var("RMA_NATIVE").as_deref() == Ok("0");
     if am_only {
@@ -655,6 +656,55 @@ pub fn large_ops(world: &World) -> Result<()> {
     );
     world.barrier()?;
     win.free()?;
+    Ok(())
+}
+
+/// Sixteen gets of 128 KiB and more into buffers their requests own, in flight together
+/// before one flush (where the backend reads them natively into the buffers, lent to it:
+/// `Capabilities::lent_gets_from`): one request dropped unwaited, one waited before the
+/// flush, the rest after it, each handing back exactly the target's bytes. With
+/// `RMA_EXPECT_LENT_GETS=1` (libfabric tcp) each of the fifteen kept was lent.
+fn owned_gets_in_flight(world: &World, win: &rma::Window<u64>) -> Result<()> {
+    let (me, size) = (world.rank(), world.size() as Rank);
+    let right = (me + 1) % size;
+    let value = |rank: Rank, i: usize| (u64::from(rank) << 40) | (i as u64 * 11);
+    let room = win.len_of(me)?.min(win.len_of(right)?).min(1 << 18);
+    let mine: Vec<u64> = (0..room).map(|i| value(me, i)).collect();
+    win.lock_all(Assert::NONE)?;
+    win.put(&mine, me, 0)?;
+    win.flush(me)?;
+    win.unlock_all()?;
+    world.barrier()?;
+    let before = win.stats();
+    win.lock_all(Assert::NONE)?;
+    let gets: Vec<(usize, usize)> = (0..16)
+        .map(|k| ((k * 977) % (room - 20_000), 16_384 + k * 129))
+        .collect();
+    let mut requests = Vec::new();
+    for &(disp, n) in &gets {
+        requests.push((win.get_owned(right, disp as u64, vec![0u64; n])?, disp, n));
+    }
+    let expect = |got: Vec<u64>, disp: usize, n: usize| {
+        let right_values = got.len() == n && (0..n).all(|i| got[i] == value(right, disp + i));
+        check(right_values, &format!("owned get of {n} at {disp}"))
+    };
+    drop(requests.remove(5));
+    let (first, disp, n) = requests.remove(0);
+    expect(first.wait()?, disp, n)?;
+    win.flush(right)?;
+    for (r, disp, n) in requests {
+        expect(r.wait()?, disp, n)?;
+    }
+    win.unlock_all()?;
+    let lent = win.stats().since(&before).gets_lent;
+    if std::env::var("RMA_EXPECT_LENT_GETS").as_deref() == Ok("1") {
+        check(
+            lent >= 15,
+            &format!("owned gets lent to the backend: {lent}"),
+        )?;
+    }
+    say!("rank {me}: {lent} of 16 owned gets lent to the backend");
+    world.barrier()?;
     Ok(())
 }
 

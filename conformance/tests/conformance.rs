@@ -825,8 +825,15 @@ mod ofi {
         ok_on("tcp;ofi_rxm", 2, &["stress_fetch_and_op"], &[]);
         ok_on("tcp;ofi_rxm", 4, &["stress_fetch_and_op"], &[]);
         // Every op past one message; gets and puts of 128 KiB and more straight into and
-        // from the caller's buffers (RMA_OFI_ZERO_COPY), each call waiting for its op.
-        ok_on("tcp;ofi_rxm", 2, &["large_ops"], &[("RMA_LARGE_MIB", "2")]);
+        // from the caller's buffers (RMA_OFI_ZERO_COPY), each call waiting for its op;
+        // gets into buffers their requests own, lent to the provider, many in flight.
+        let lent = ("RMA_EXPECT_LENT_GETS", "1");
+        ok_on(
+            "tcp;ofi_rxm",
+            2,
+            &["large_ops"],
+            &[("RMA_LARGE_MIB", "2"), lent],
+        );
     }
 
     /// Every buffer handed to the provider registered and its descriptor passed, as
@@ -910,7 +917,11 @@ mod ofi {
         ok_on(p, 3, &["litmus", "third_party"], &third);
         ok_on(p, 2, &["passive_target"], &lib);
         // Puts from the caller's buffer (past 128 KiB), flushed by a read behind them.
-        let large = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_LARGE_MIB", "4")];
+        let large = [
+            ("LD_LIBRARY_PATH", dir.as_str()),
+            ("RMA_LARGE_MIB", "4"),
+            ("RMA_EXPECT_LENT_GETS", "1"),
+        ];
         ok_on(p, 2, &["large_ops"], &large);
         let dc = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_OFI_ORDERED", "0")];
         for ranks in [2, 4] {

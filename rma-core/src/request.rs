@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
-use crate::transport::Fetched;
+use crate::transport::{Fetched, LentBuf};
 use crate::window::WindowShared;
 use crate::Rank;
 
@@ -63,6 +63,8 @@ pub(crate) struct Landing {
 pub(crate) trait LandingBuf: Send + std::any::Any {
     /// Its bytes.
     fn bytes_mut(&mut self) -> &mut [u8];
+    /// How many bytes it has.
+    fn len(&self) -> usize;
     /// Itself, for its wait to hand back as what it is.
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
@@ -70,6 +72,9 @@ pub(crate) trait LandingBuf: Send + std::any::Any {
 impl<T: crate::Element> LandingBuf for Vec<T> {
     fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(self.as_mut_slice())
+    }
+    fn len(&self) -> usize {
+        std::mem::size_of_val(self.as_slice())
     }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self
@@ -104,6 +109,23 @@ impl Landing {
 
     fn take(&self) -> Option<Box<dyn LandingBuf>> {
         self.buf.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The buffer lent for one read of `len` bytes at byte `at` ([`LentBuf`]): only a
+    /// read of the whole buffer borrows it (`None` otherwise, or when it is out).
+    pub(crate) fn lend(self: &Arc<Self>, at: usize, len: usize) -> Option<LentBuf> {
+        let mut slot = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        if at != 0 || slot.as_ref().is_none_or(|b| b.len() != len) {
+            return None;
+        }
+        let buf = slot.take()?;
+        drop(slot);
+        Some(LentBuf::new(buf, Arc::clone(self)))
+    }
+
+    /// A lent buffer back (`LentBuf`'s drop).
+    pub(crate) fn restore(&self, buf: Box<dyn LandingBuf>) {
+        *self.buf.lock().unwrap_or_else(|e| e.into_inner()) = Some(buf);
     }
 }
 

@@ -24,6 +24,7 @@ pub struct Counters {
     ops_waited_for_backlog: AtomicU64,
     agent_passes: AtomicU64,
     collectives_in_shared_memory: AtomicU64,
+    gets_lent: AtomicU64,
 }
 
 impl Counters {
@@ -84,6 +85,10 @@ impl Counters {
     pub(crate) fn agent_pass(&self) {
         self.agent_passes.fetch_add(1, Relaxed);
     }
+    /// A get was read straight into the buffer its request owns, lent to the backend.
+    pub(crate) fn get_lent(&self) {
+        self.gets_lent.fetch_add(1, Relaxed);
+    }
     pub(crate) fn refused(&self) {
         self.refused.fetch_add(1, Relaxed);
     }
@@ -114,6 +119,7 @@ impl Counters {
             ops_waited_for_backlog: self.ops_waited_for_backlog.load(Relaxed),
             agent_passes: self.agent_passes.load(Relaxed),
             collectives_in_shared_memory: self.collectives_in_shared_memory.load(Relaxed),
+            gets_lent: self.gets_lent.load(Relaxed),
         }
     }
 }
@@ -214,6 +220,9 @@ pub struct Stats {
     /// Barriers, allreduces and broadcasts of communicators that ran in their members'
     /// shared memory, without messages (process-wide).
     pub collectives_in_shared_memory: u64,
+    /// Gets read straight into the buffer their request owns, lent to the backend
+    /// ([`Capabilities::lent_gets_from`](crate::transport::Capabilities::lent_gets_from)).
+    pub gets_lent: u64,
 }
 
 impl Stats {
@@ -247,6 +256,7 @@ impl Stats {
             agent_passes: self.agent_passes - earlier.agent_passes,
             collectives_in_shared_memory: self.collectives_in_shared_memory
                 - earlier.collectives_in_shared_memory,
+            gets_lent: self.gets_lent - earlier.gets_lent,
             ..self.clone()
         }
     }

@@ -70,6 +70,12 @@ pub struct Capabilities {
     /// one message is cheaper than a write that notifies). Window ids and counter indexes
     /// below [`NOTICE_LIMIT`] only. `usize::MAX`: never.
     pub notified_puts_from: usize,
+    /// Gets of at least this many bytes into a buffer their request owns
+    /// ([`Window::get_owned`](crate::Window::get_owned)) are read straight into it while
+    /// it is lent to the backend ([`Transport::get_lent`]), many in flight together,
+    /// rather than each completed in its call ([`get_in_call`](Self::get_in_call)) or
+    /// read into a buffer of the backend's and copied. `usize::MAX`: never.
+    pub lent_gets_from: usize,
 }
 
 /// Window ids and notification counter indexes below this go with a notified put
@@ -93,6 +99,7 @@ impl Capabilities {
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
         notified_puts_from: usize::MAX,
+        lent_gets_from: usize::MAX,
     };
 
     /// The bit for an (op, datatype) pair of plain numbers in [`atomics`](Self::atomics)
@@ -590,6 +597,57 @@ impl std::fmt::Debug for Fetched {
     }
 }
 
+/// A buffer a get's request owns, lent to the backend for the get's read
+/// ([`Transport::get_lent`]): while the backend holds it, nothing else can reach the
+/// buffer (it is out of its request), so the provider may write into it until the read's
+/// completion. Dropping it hands it back to the request, whose wait finds the data there.
+pub struct LentBuf {
+    buf: Option<Box<dyn crate::request::LandingBuf>>,
+    home: std::sync::Arc<crate::request::Landing>,
+}
+
+impl LentBuf {
+    pub(crate) fn new(
+        buf: Box<dyn crate::request::LandingBuf>,
+        home: std::sync::Arc<crate::request::Landing>,
+    ) -> Self {
+        LentBuf {
+            buf: Some(buf),
+            home,
+        }
+    }
+
+    /// The buffer's bytes, for the read to land in. Their address stays the same while
+    /// the loan lives (the buffer is on the heap, and nothing else holds it).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.buf.as_mut().map_or(&mut [], |b| b.bytes_mut())
+    }
+
+    /// How many bytes it has.
+    pub fn len(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.len())
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for LentBuf {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.home.restore(buf);
+        }
+    }
+}
+
+impl std::fmt::Debug for LentBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LentBuf").field("len", &self.len()).finish()
+    }
+}
+
 /// What happened in the backend since the last poll.
 #[derive(Debug)]
 pub enum Event {
@@ -1038,6 +1096,23 @@ pub trait Transport: Send + Sync {
     ) -> Result<bool, TransportError> {
         let _ = (win, target, offset, dst);
         Ok(false)
+    }
+    /// Native get of `len` bytes at `offset` straight into `loan` (`len` bytes, a buffer
+    /// a request owns, lent for the op: [`Capabilities::lent_gets_from`]). A backend that
+    /// posts the read takes the loan out of the option and keeps it until the read's
+    /// completion, then drops it (which hands the buffer back to its request) before it
+    /// reports the completion, with no bytes ([`Event::Completed`]). A backend that does
+    /// not take it leaves it, and the get is an ordinary one (this default).
+    fn get_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let len = loan.as_ref().map_or(0, LentBuf::len);
+        self.get(win, target, offset, len, token)
     }
     /// Native atomic at `offset`.
     fn atomic(

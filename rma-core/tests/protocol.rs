@@ -841,6 +841,75 @@ fn gets_into_owned_buffers_hand_them_back_filled() {
     }
 }
 
+/// Gets into buffers their requests own, from `SIM_LENT_GETS_FROM` bytes, are lent to a
+/// backend that reads natively (`Transport::get_lent`): sixteen in flight before one
+/// flush (some queued behind the lazy lock, some issued at once), one request dropped
+/// unwaited, one waited for before the flush; every waited one hands its buffer back
+/// with the target's bytes, every large get was lent (the count) and no small one, and
+/// with active messages none is, with the same results.
+#[test]
+fn gets_into_owned_buffers_are_lent_to_the_backend_many_in_flight() {
+    for profile in [Profile::ActiveMessages, Profile::Rdma, Profile::OrderedPuts] {
+        for seed in 0..6 {
+            let test = move |e: Engine| -> Result<()> {
+                const LEN: usize = 4096;
+                let win = e.allocate::<u64>(LEN)?;
+                let peer = 1 - e.rank();
+                let value = |rank: u32, i: usize| u64::from(rank) << 32 | i as u64;
+                win.lock_all(Assert::NONE)?;
+                let mine: Vec<u64> = (0..LEN).map(|i| value(e.rank(), i)).collect();
+                win.put(&mine, e.rank(), 0)?;
+                win.flush_all()?;
+                e.barrier()?;
+                let before = win.stats();
+                // (displacement, elements): sixteen of 512 bytes and more, four of 24.
+                let gets: Vec<(usize, usize)> = (0..16)
+                    .map(|k| (k * 200, 64 + k * 8))
+                    .chain((0..4).map(|k| (k * 5, 3)))
+                    .collect();
+                let mut requests = gets
+                    .iter()
+                    .map(|&(d, n)| {
+                        let r = win.get_owned(peer, d as u64, vec![0; n])?;
+                        Ok((r, d, n))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let check = |got: Vec<u64>, d: usize, n: usize| {
+                    assert_eq!(got.len(), n);
+                    let wrong = (0..n).find(|&i| got[i] != value(peer, d + i));
+                    assert_eq!(wrong, None, "get of {n} at {d}: first wrong element");
+                };
+                // Dropped before it completes: its buffer goes with the loan, nothing
+                // else is touched.
+                drop(requests.remove(3));
+                // Waited for before the flush (its wait makes progress).
+                let (first, d, n) = requests.remove(0);
+                check(first.wait()?, d, n);
+                win.flush(peer)?;
+                for (r, d, n) in requests {
+                    check(r.wait()?, d, n);
+                }
+                let stats = win.stats().since(&before);
+                let large = gets
+                    .iter()
+                    .filter(|&&(_, n)| n * 8 >= sim::SIM_LENT_GETS_FROM)
+                    .count() as u64;
+                let lent = match profile {
+                    Profile::ActiveMessages => 0,
+                    _ => large,
+                };
+                assert_eq!(stats.gets_lent, lent, "{stats:?}");
+                win.unlock_all()?;
+                e.barrier()?;
+                win.free()?;
+                Ok(())
+            };
+            sim::run_with(2, profile, seed, config(), test)
+                .unwrap_or_else(|e| panic!("{profile:?} seed {seed}: {e}"));
+        }
+    }
+}
+
 fn tiny() -> Config {
     Config {
         op_pool_local: 2,

@@ -83,6 +83,16 @@
 //!   it 2.68 in the same run); 256 KiB 0.84 -> 3.16 (2.5.1; MPICH 2.71). The same
 //!   deadline holds as for the puts (the provider writes into the caller's buffer).
 //!   The transport logs at leaving how many of each it did (`rma_ofi=info`).
+//! - **Gets into buffers their requests own** (`Window::get_owned`, from the same
+//!   size, on the same providers: `Capabilities::lent_gets_from`): the engine lends the
+//!   request's buffer to the transport (`Transport::get_lent`), which posts one
+//!   `fi_read` straight into it and keeps the loan in the op's slot until the read's
+//!   completion, then hands it back before the engine hears of the completion. Nothing
+//!   else can reach the buffer meanwhile (it is out of its request), so, unlike a get
+//!   into a borrowed buffer, the call need not wait: many reads stay in flight, as
+//!   MPICH's do, and the flush waits for them. A request dropped early leaves its
+//!   buffer with the loan. 1 MiB get bandwidth over tcp (libfabric 2.5.1, `osu_get_bw`
+//!   against `--owned-buffers`, same run): see the README's network table.
 //! - **Notified puts** (issue #28) of 8 KiB and more on tcp (`NOTIFIED_PUTS_FROM`,
 //!   `notices_on`): one `fi_writemsg` with `FI_REMOTE_CQ_DATA`, its 8 bytes the sender's
 //!   rank, the window and the counter; the target's provider writes the data, then
@@ -155,7 +165,7 @@ use rma_backend::{
     WindowSegment,
 };
 use rma_core::transport::{
-    Event, Fetched, Issued, NativeAtomic, PeerTables, RemoteSegment, Segment, SharedAmong,
+    Event, Fetched, Issued, LentBuf, NativeAtomic, PeerTables, RemoteSegment, Segment, SharedAmong,
     Transport, UserMemory, Wake, NOTICE_LIMIT,
 };
 use rma_core::{AccOp, BackendError, Bootstrap, Capabilities, DataType, Rank, TransportError};
@@ -189,6 +199,40 @@ const SEND_BUFFERS: usize = 256;
 /// against 50-51 at 16 KiB, 60-63 against 76 at 64 KiB; libfabric 2.5.1 (tcp) 25-26
 /// against 15-16, 30-31 against 20, 27 against 40-47, 54 against 67-68.
 const NOTIFIED_PUTS_FROM: usize = 8192;
+
+/// Parts an op on the caller's buffer is split into at most (`OfiTransport::in_call`).
+const IN_CALL_PIECES: usize = 16;
+
+/// How an op on the caller's buffer is split for [`OfiTransport::in_call`]: `count`
+/// parts of `size` bytes, the last one shorter.
+#[derive(Debug, Clone, Copy)]
+struct Parts {
+    len: usize,
+    size: usize,
+    count: usize,
+}
+
+impl Parts {
+    /// `len` bytes in parts of about `piece` bytes (as many as `IN_CALL_PIECES` allows).
+    fn of(len: usize, piece: usize) -> Parts {
+        let count = len.div_ceil(piece.max(1)).clamp(1, IN_CALL_PIECES);
+        Parts {
+            len,
+            size: len.div_ceil(count),
+            count,
+        }
+    }
+
+    fn whole(len: usize) -> Parts {
+        Parts::of(len, usize::MAX)
+    }
+
+    /// Where part `i` starts and how long it is.
+    fn range(&self, i: usize) -> (usize, usize) {
+        let at = (i * self.size).min(self.len);
+        (at, self.size.min(self.len - at))
+    }
+}
 
 /// How a put's write completes and what it carries (`OfiTransport::write`).
 #[derive(Debug, Clone, Copy)]
@@ -326,6 +370,9 @@ struct NativeOp {
     in_call: bool,
     finished: Option<Result<(), TransportError>>,
     dest: Rank,
+    /// A get's buffer lent by its request (`get_lent`), the read's destination: dropped
+    /// (handed back) at the read's completion, before the engine hears of it.
+    lent: Option<LentBuf>,
 }
 
 /// How this process reaches one rank's part of one window natively.
@@ -414,6 +461,8 @@ pub struct OfiTransport {
     /// How long such a call waits for the provider to let go of the caller's buffer
     /// (the library's deadline, `RMA_TIMEOUT_MS`) before it aborts the process.
     in_call_deadline: Option<Duration>,
+    /// Bytes of one part of an op on the caller's buffer (`RMA_OFI_PIECE`; 0: whole).
+    in_call_piece: usize,
     provider: String,
     /// The peers' processes, when every rank is on this node.
     watch: PeerWatch,
@@ -626,6 +675,13 @@ impl OfiTransport {
             // Large gets into the caller's buffer (`get_into`), where the provider needs
             // no registration of it.
             get_in_call: rma && zero_copy_min != usize::MAX && !inner.ep.local_mr(),
+            // Gets into buffers their requests own (`get_lent`), from the same size and
+            // on the same providers: read straight into them, many in flight.
+            lent_gets_from: if rma && !inner.ep.local_mr() {
+                zero_copy_min
+            } else {
+                usize::MAX
+            },
             // Notified puts of NOTIFIED_PUTS_FROM bytes and more as writes that carry
             // their notice and the sender's rank in 8 bytes of remote CQ data, where the
             // provider carries that much and is known to do it right (`notices_on`;
@@ -678,6 +734,7 @@ impl OfiTransport {
             yield_every: yield_every as u64,
             zero_copy_min,
             zero_copy_put_min,
+            in_call_piece: bound("RMA_OFI_PIECE", 256 * 1024),
             in_call_deadline: match std::env::var("RMA_TIMEOUT_MS") {
                 Ok(v) if v.trim() == "none" => None,
                 Ok(v) => Some(Duration::from_millis(v.trim().parse().unwrap_or(60_000))),
@@ -904,40 +961,52 @@ impl OfiTransport {
             len: data.len(),
             desc: sys::Desc::NONE,
         };
-        let to = |peer| m.at(peer, offset);
-        let post = |ep: &mut Endpoint, peer, ctx| {
-            // SAFETY: the provider only reads `data` (a write's source), borrowed for this
-            // whole call, and `in_call` returns only after the op's completion (or aborts
-            // the process); the context is the slot's, alive until then; no descriptor
-            // is needed (the caller checked that the provider does not ask for
-            // FI_MR_LOCAL); the target range was checked against the window's
-            // registered length.
-            unsafe { ep.write(src, to(peer), false, false, cq_data, ctx) }
+        let to = |peer, at: usize| m.at(peer, offset + at as u64);
+        // A notice goes with the whole put, in one write.
+        let parts = match cq_data {
+            Some(_) => Parts::whole(data.len()),
+            None => Parts::of(data.len(), self.in_call_piece),
         };
-        self.in_call(target, InCall::Put, data.len(), post)?;
+        let post = |ep: &mut Endpoint, peer, ctx, part| {
+            let (at, len) = parts.range(part);
+            let src = src.part(at, len);
+            // SAFETY: the provider only reads `data` (a write's source; `part` is a range
+            // within it), borrowed for this whole call, and `in_call` returns only after
+            // every part's completion (or aborts the process); the context is the
+            // slot's, alive until then; no descriptor is needed (the caller checked that
+            // the provider does not ask for FI_MR_LOCAL); the target range was checked
+            // against the window's registered length.
+            unsafe { ep.write(src, to(peer, at), false, false, cq_data, ctx) }
+        };
+        self.in_call(target, InCall::Put, data.len(), parts.count, post)?;
         if delivered {
             let mut inner = self.lock();
             let peer = inner.addrs[target as usize];
-            inner.unprobed[target as usize] = Some(to(peer));
+            inner.unprobed[target as usize] = Some(to(peer, 0));
         }
         Ok(Issued::Complete(None))
     }
 
-    /// Posts one op of `len` bytes with `post(endpoint, peer address, context)` on a slot
-    /// of its own and returns only once its completion is read: for ops on the caller's
-    /// buffers, which the provider may touch until then (the guarantee `post`'s unsafe
-    /// call leans on). Returning before the post took is safe (the provider never saw
-    /// the buffer); once it took, the wait ends with the op's completion (success or
-    /// error), or the process aborts at the library's deadline (`in_call_deadline`): a
-    /// posted op cannot be taken back, and returning would let the provider touch
-    /// memory the caller may free.
+    /// Posts an op of `len` bytes in `pieces` parts, each with `post(endpoint, peer
+    /// address, context, part)` on a slot of its own, all before waiting for any, and
+    /// returns only once every posted part's completion is read: for ops on the
+    /// caller's buffers, which the provider may touch until then (the guarantee `post`'s
+    /// unsafe call leans on). Parts in flight together keep the stream busy where one
+    /// large op waited for leaves it idle between ops. A part not posted (an error) is
+    /// safe to leave (the provider never saw it), but the call still waits for the parts
+    /// posted before it; each wait ends with the part's completion (success or error),
+    /// or the process aborts at the library's deadline (`in_call_deadline`): a posted op
+    /// cannot be taken back, and returning would let the provider touch memory the
+    /// caller may free.
     fn in_call(
         &self,
         target: Rank,
         what: InCall,
         len: usize,
-        mut post: impl FnMut(&mut Endpoint, sys::fi_addr_t, *mut OpContext) -> isize,
+        pieces: usize,
+        mut post: impl FnMut(&mut Endpoint, sys::fi_addr_t, *mut OpContext, usize) -> isize,
     ) -> Result<(), TransportError> {
+        debug_assert!((1..=IN_CALL_PIECES).contains(&pieces));
         let deadline = self.in_call_deadline.map(|d| Instant::now() + d);
         let past = || deadline.is_some_and(|d| Instant::now() > d);
         let mut inner = self.lock();
@@ -945,53 +1014,74 @@ impl OfiTransport {
             return Err(TransportError::PeerUnreachable(target));
         }
         let dest = inner.addrs[target as usize];
-        let idx = inner.alloc_op(0, false);
-        inner.ops[idx].in_call = true;
-        let not_posted = |inner: &mut Inner, e: TransportError| {
-            inner.ops[idx].in_call = false;
-            inner.op_free.push(idx);
-            Err(e)
-        };
-        loop {
-            let Inner { ep, ops, .. } = &mut *inner;
-            // The slot's context lives in `ops[idx]` until the slot is freed after the
-            // completion.
-            let rc = post(ep, dest, &mut *ops[idx].ctx);
-            if rc == 0 {
-                break;
+        let mut posted = [0usize; IN_CALL_PIECES];
+        let mut count = 0;
+        let mut outcome = Ok(());
+        'parts: for piece in 0..pieces.min(IN_CALL_PIECES) {
+            let idx = inner.alloc_op(0, false);
+            inner.ops[idx].in_call = true;
+            loop {
+                let Inner { ep, ops, .. } = &mut *inner;
+                // The slot's context lives in `ops[idx]` until the slot is freed after the
+                // completion.
+                let rc = post(ep, dest, &mut *ops[idx].ctx, piece);
+                if rc == 0 {
+                    posted[count] = idx;
+                    count += 1;
+                    break;
+                }
+                let failed = if !is_again(rc) {
+                    Some(fi_error(
+                        format!("posting a native {} to rank {target}", what.name()),
+                        what.call(),
+                        rc as i64,
+                    ))
+                } else if let Err(e) = inner.drive() {
+                    Some(e)
+                } else if past() {
+                    Some(TransportError::Busy)
+                } else {
+                    None
+                };
+                if let Some(e) = failed {
+                    inner.ops[idx].in_call = false;
+                    inner.op_free.push(idx);
+                    outcome = Err(e);
+                    break 'parts;
+                }
+                drop(inner);
+                std::thread::yield_now();
+                inner = self.lock();
             }
-            if !is_again(rc) {
-                let e = fi_error(
-                    format!("posting a native {} to rank {target}", what.name()),
-                    what.call(),
-                    rc as i64,
-                );
-                return not_posted(&mut inner, e);
-            }
-            if let Err(e) = inner.drive() {
-                return not_posted(&mut inner, e);
-            }
-            if past() {
-                return not_posted(&mut inner, TransportError::Busy);
-            }
-            drop(inner);
-            std::thread::yield_now();
-            inner = self.lock();
         }
-        // Posted: wait for the completion, driving the queue (it moves the data on
-        // manual-progress providers, and keeps our side answering the peer).
+        // Posted: wait for every part's completion, driving the queue (it moves the data
+        // on manual-progress providers, and keeps our side answering the peer).
         let mut spins = 0u32;
-        loop {
-            if let Some(result) = inner.ops[idx].finished.take() {
+        let mut waiting = &mut posted[..count];
+        while !waiting.is_empty() {
+            let mut i = 0;
+            while i < waiting.len() {
+                let idx = waiting[i];
+                let Some(result) = inner.ops[idx].finished.take() else {
+                    i += 1;
+                    continue;
+                };
                 inner.ops[idx].in_call = false;
                 inner.op_free.push(idx);
-                inner.in_call_done[what as usize] += 1;
-                if result.is_err() {
-                    inner.peer_failed(target, what.failed());
+                if let Err(e) = result {
+                    if outcome.is_ok() {
+                        inner.peer_failed(target, what.failed());
+                        outcome = Err(e);
+                    }
                 }
-                return result;
+                let last = waiting.len() - 1;
+                waiting.swap(i, last);
+                waiting = &mut std::mem::take(&mut waiting)[..last];
             }
-            // An error reading the queue leaves the op's fate unknown: keep reading.
+            if waiting.is_empty() {
+                break;
+            }
+            // An error reading the queue leaves the ops' fate unknown: keep reading.
             let _ = inner.drive();
             if past() {
                 eprintln!(
@@ -1012,6 +1102,10 @@ impl OfiTransport {
                 inner = self.lock();
             }
         }
+        if outcome.is_ok() {
+            inner.in_call_done[what as usize] += 1;
+        }
+        outcome
     }
 
     fn check_liveness(&self, events: &mut Vec<Event>) {
@@ -1279,6 +1373,9 @@ impl Inner {
                         Fetched::from(std::mem::take(&mut op.result.bytes))
                     }
                 });
+                // The read into a lent buffer is done: the buffer goes back to its
+                // request before the engine hears of the completion.
+                drop(op.lent.take());
                 let token = op.token;
                 self.op_free.push(idx);
                 self.pending.push_back(Event::Completed { token, data });
@@ -1323,6 +1420,8 @@ impl Inner {
                     .into()));
                     return Ok(());
                 }
+                // The provider is done with a lent buffer too: back to its request.
+                drop(self.ops[idx].lent.take());
                 let NativeOp {
                     token,
                     silent,
@@ -1372,6 +1471,7 @@ impl Inner {
                     in_call: false,
                     finished: None,
                     dest: 0,
+                    lent: None,
                 });
                 i
             }
@@ -1782,6 +1882,48 @@ impl Transport for OfiTransport {
         })
     }
 
+    /// A get into a buffer its request lent (`Capabilities::lent_gets_from`): one
+    /// `fi_read` straight into it, the slot keeping the loan until the read's completion
+    /// (which hands it back). Many stay in flight, as the engine's other gets do, where
+    /// a get into a borrowed buffer waits in its call (`get_into`).
+    fn get_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let len = loan.as_ref().map_or(0, LentBuf::len);
+        if len < self.native.lent_gets_from {
+            return self.get(win, target, offset, len, token);
+        }
+        let m = self.remote(win, target, offset, len)?;
+        self.issue(target, token, true, "fi_read", |inner, idx, peer| {
+            let Inner { ep, ops, .. } = inner;
+            let op = &mut ops[idx];
+            let Some(mut lent) = loan.take() else {
+                return Err(TransportError::Busy);
+            };
+            let bytes = lent.bytes_mut();
+            let dst = sys::Local::plain(bytes.as_mut_ptr(), bytes.len());
+            // SAFETY: the lent buffer is the slot's from here until the read's
+            // completion drops it (nothing else can reach it meanwhile: it is out of its
+            // request, and on the heap, so moving the loan does not move it); a slot is
+            // freed only at its op's completion, or here if the post does not take; no
+            // descriptor is needed (`lent_gets_from` is set only where the provider asks
+            // for no registration of local buffers); the target range was checked
+            // against the window's registered length.
+            let rc = unsafe { ep.read(dst, m.at(peer, offset), &mut *op.ctx) };
+            if rc == 0 {
+                op.lent = Some(lent);
+            } else {
+                *loan = Some(lent);
+            }
+            Ok(rc)
+        })
+    }
+
     /// A large get straight into the caller's buffer (from `RMA_OFI_ZERO_COPY` bytes,
     /// where the provider needs no registration of local buffers), the call waiting for
     /// its completion as a large put's does (`in_call`): the provider
@@ -1805,16 +1947,18 @@ impl Transport for OfiTransport {
             len: dst.len(),
             desc: sys::Desc::NONE,
         };
-        let post = |ep: &mut Endpoint, peer, ctx| {
-            // SAFETY: the provider writes `dst` (a read's destination), borrowed mutably
-            // for this whole call, and `in_call` returns only after the op's completion
-            // (or aborts the process); the context is the slot's, alive until then; no
-            // descriptor is needed (`get_in_call`, checked above: the provider does not
-            // ask for FI_MR_LOCAL); the target range was checked against the window's registered
-            // length.
-            unsafe { ep.read(local, m.at(peer, offset), ctx) }
+        let parts = Parts::of(dst.len(), self.in_call_piece);
+        let post = |ep: &mut Endpoint, peer, ctx, part| {
+            let (at, len) = parts.range(part);
+            // SAFETY: the provider writes `dst` (a read's destination; `part` is a range
+            // within it), borrowed mutably for this whole call, and `in_call` returns
+            // only after every part's completion (or aborts the process); the context is
+            // the slot's, alive until then; no descriptor is needed (`get_in_call`,
+            // checked above: the provider does not ask for FI_MR_LOCAL); the target range
+            // was checked against the window's registered length.
+            unsafe { ep.read(local.part(at, len), m.at(peer, offset + at as u64), ctx) }
         };
-        self.in_call(target, InCall::Get, dst.len(), post)?;
+        self.in_call(target, InCall::Get, dst.len(), parts.count, post)?;
         Ok(true)
     }
 

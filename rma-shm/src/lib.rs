@@ -1332,6 +1332,7 @@ fn full_capabilities() -> Capabilities {
         max_atomic_elements: usize::MAX,
         ordered_puts: false,
         notified_puts_from: usize::MAX,
+        lent_gets_from: usize::MAX,
     }
 }
 

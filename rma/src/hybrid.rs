@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use rma_backend::{split_descriptor, Collectives, WindowSegment};
 use rma_core::transport::{
-    Event, Issued, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, UserMemory, Wake,
-    WindowOps,
+    Event, Issued, LentBuf, NativeAtomic, Notice, RemoteSegment, Segment, SharedAmong, UserMemory,
+    Wake, WindowOps,
 };
 use rma_core::{Bootstrap, Capabilities, Rank, Transport, TransportError};
 use rma_shm::ShmTransport;
@@ -588,6 +588,21 @@ impl Transport for HybridTransport {
         let issued = match self.on_node(target) {
             Some(i) => self.node.get(win, i, offset, len, token)?,
             None => self.net.get(win, target, offset, len, token)?,
+        };
+        self.count_op(target);
+        Ok(issued)
+    }
+    fn get_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let issued = match self.on_node(target) {
+            Some(i) => self.node.get_lent(win, i, offset, loan, token)?,
+            None => self.net.get_lent(win, target, offset, loan, token)?,
         };
         self.count_op(target);
         Ok(issued)

@@ -20,8 +20,8 @@ use std::time::Duration;
 use crate::datatype::{self, AccOp, DataType};
 use crate::error::{Error, Result, TransportError};
 use crate::transport::{
-    Capabilities, Event, Fetched, Issued, NativeAtomic, Notice, RemoteSegment, Segment, Transport,
-    UserMemory,
+    Capabilities, Event, Fetched, Issued, LentBuf, NativeAtomic, Notice, RemoteSegment, Segment,
+    Transport, UserMemory,
 };
 use crate::{Config, Engine, Rank};
 
@@ -76,6 +76,9 @@ impl Profile {
                     max_atomic_elements: usize::MAX,
                     ordered_puts: false,
                     notified_puts_from: usize::MAX,
+                    // Gets of a buffer the request owns from this size land in it
+                    // (`get_lent`), as on libfabric.
+                    lent_gets_from: SIM_LENT_GETS_FROM,
                 }
             }
             Profile::SharedMemory => Capabilities {
@@ -182,6 +185,9 @@ struct PendingNative {
     what: NativeOwned,
     /// A notified put's counter: its notice follows the data to the target.
     notice: Option<u32>,
+    /// A get's buffer lent by its request (`get_lent`): the data lands there, and the
+    /// loan goes back before the completion is reported.
+    lent: Option<LentBuf>,
 }
 
 enum NativeOwned {
@@ -300,6 +306,26 @@ impl Network {
     }
 }
 
+/// Gets of a buffer its request owns from this many bytes are lent to the simulated
+/// transport ([`Capabilities::lent_gets_from`]) in the RDMA profiles.
+pub const SIM_LENT_GETS_FROM: usize = 256;
+
+/// What a completed native op hands the engine: its fetched bytes, or, for a get into
+/// a lent buffer, none (they are in the buffer, which goes back to its request here).
+fn land(p: &mut PendingNative, data: Option<Vec<u8>>) -> Option<Fetched> {
+    match p.lent.take() {
+        Some(mut lent) => {
+            let bytes = data.unwrap_or_default();
+            let dst = lent.bytes_mut();
+            let n = dst.len().min(bytes.len());
+            dst[..n].copy_from_slice(&bytes[..n]);
+            drop(lent);
+            Some(Fetched::default())
+        }
+        None => data.map(|v| Fetched::copy_of(&v)),
+    }
+}
+
 /// One rank's endpoint on the simulated [`Network`].
 pub struct SimTransport {
     net: Arc<Network>,
@@ -376,9 +402,8 @@ impl SimTransport {
         // Like an RDMA queue pair, ops apply in issue order; completions may come late.
         if pending.is_empty() && self.roll(2) == 0 {
             drop(pending);
-            return self
-                .apply(&p)
-                .map(|d| Issued::Complete(d.map(|v| Fetched::copy_of(&v))));
+            let mut p = p;
+            return self.apply(&p).map(|d| Issued::Complete(land(&mut p, d)));
         }
         pending.push_back(p);
         Ok(Issued::Pending)
@@ -522,6 +547,7 @@ impl Transport for SimTransport {
             offset,
             what: NativeOwned::Put(data.to_vec()),
             notice: None,
+            lent: None,
         })
     }
     fn put_notified(
@@ -543,6 +569,7 @@ impl Transport for SimTransport {
             offset,
             what: NativeOwned::Put(data.to_vec()),
             notice: Some(index),
+            lent: None,
         })
     }
     fn get(
@@ -560,6 +587,28 @@ impl Transport for SimTransport {
             offset,
             what: NativeOwned::Get(len),
             notice: None,
+            lent: None,
+        })
+    }
+    fn get_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        let len = loan.as_ref().map_or(0, LentBuf::len);
+        // A dead target takes no loan: the caller keeps it.
+        self.alive(target)?;
+        self.native(PendingNative {
+            token,
+            target,
+            win,
+            offset,
+            what: NativeOwned::Get(len),
+            notice: None,
+            lent: loan.take(),
         })
     }
     fn atomic(
@@ -599,6 +648,7 @@ impl Transport for SimTransport {
             offset,
             what,
             notice: None,
+            lent: None,
         })
     }
     fn barrier_arrive(&self, win: u32) -> std::result::Result<Option<u64>, TransportError> {
@@ -702,11 +752,11 @@ impl Transport for SimTransport {
             let n = self.roll(pending.len() as u64 + 1) as usize;
             done.extend(pending.drain(..n));
         }
-        for p in done {
+        for mut p in done {
             match self.apply(&p) {
                 Ok(data) => events.push(Event::Completed {
                     token: p.token,
-                    data: data.map(|v| Fetched::copy_of(&v)),
+                    data: land(&mut p, data),
                 }),
                 Err(error) => events.push(Event::Failed {
                     token: p.token,

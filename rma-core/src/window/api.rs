@@ -717,7 +717,13 @@ impl<T: Element> Window<T> {
             let layout = Layout::contiguous(buf.len());
             let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
             let dst: &mut [u8] = bytemuck::cast_slice_mut(buf.as_mut_slice());
-            if let Some(done) = self.shared.get_direct(target, extent.offset, dst) {
+            // A get the backend would complete in the call, unless it reads this size
+            // into the buffer lent to it, with others in flight (`lent_gets_from`).
+            let lent = dst.len() >= self.shared.caps(target).lent_gets_from;
+            if let Some(done) = (!lent)
+                .then(|| self.shared.get_direct(target, extent.offset, dst))
+                .flatten()
+            {
                 return done.map(|()| Request::value(buf));
             }
             let landing = Arc::new(crate::request::Landing::new(Box::new(buf)));

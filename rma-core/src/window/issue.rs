@@ -517,7 +517,11 @@ pub(super) fn native_call(
         wants_result: false,
         into: None,
         notify: None,
-        landing: None,
+        // A get's buffer its request owns, to lend to the backend.
+        landing: match op.kind {
+            OpKind::Get => op.landing.clone(),
+            _ => None,
+        },
     };
     native_call_desc(w, &d, token, active, op.notify)
 }
@@ -555,7 +559,24 @@ pub(super) fn native_call_desc(
                 None => t.put(w.id, d.target, off, d.data, token),
             };
         }
-        OpKind::Get => return t.get(w.id, d.target, off, d.extent.bytes() as usize, token),
+        OpKind::Get => {
+            let len = d.extent.bytes() as usize;
+            // A get of a whole buffer its request owns, lent to the backend to read into
+            // (the loan goes back to the request if the backend does not take it).
+            if let Some((landing, at)) = &d.landing {
+                if len >= w.caps(d.target).lent_gets_from {
+                    if let Some(loan) = landing.lend(*at, len) {
+                        let mut loan = Some(loan);
+                        let issued = t.get_lent(w.id, d.target, off, &mut loan, token);
+                        if issued.is_ok() && loan.is_none() {
+                            w.counters.get_lent();
+                        }
+                        return issued;
+                    }
+                }
+            }
+            return t.get(w.id, d.target, off, len, token);
+        }
         OpKind::Accumulate | OpKind::GetAccumulate => NativeAtomic::Accumulate {
             op: d.op.unwrap_or(AccOp::Replace),
             datatype: d.datatype,

@@ -225,6 +225,17 @@ impl Local {
             desc: Desc::NONE,
         }
     }
+
+    /// The `len` bytes from byte `at` of this buffer (within it: the caller's to keep),
+    /// under the same descriptor.
+    pub fn part(self, at: usize, len: usize) -> Local {
+        debug_assert!(at + len <= self.len);
+        Local {
+            ptr: self.ptr.wrapping_add(at),
+            len,
+            desc: self.desc,
+        }
+    }
 }
 
 /// Registered memory of a peer: the peer, the address to name there (virtual address or
