@@ -56,33 +56,30 @@ pub(crate) type Convert<R> = fn(Fetched) -> R;
 /// hands it back. A reply copied there at once leaves no packet to hold, and nothing to
 /// copy at the wait, after the last one is in.
 pub(crate) struct Landing {
-    buf: Mutex<Option<Box<dyn LandingBuf>>>,
+    buf: Mutex<Option<Box<dyn GetBuffer>>>,
 }
 
-/// What a [`Landing`] holds: a vector of elements, seen as bytes.
-pub(crate) trait LandingBuf: Send + std::any::Any {
-    /// Its bytes.
+/// A buffer a get can own until its request's wait hands it back
+/// ([`Window::get_into_buffer`](crate::Window::get_into_buffer)): a vector of elements
+/// ([`Window::get_owned`](crate::Window::get_owned)), or memory outside Rust's ownership
+/// that its implementor vouches for, such as an MPI origin buffer (librma-mpi's
+/// MPI_Get). While a get holds it, the backend may write into its bytes (the loan of
+/// [`Capabilities::lent_gets_from`](crate::transport::Capabilities::lent_gets_from)) until
+/// the read completes.
+pub trait GetBuffer: Send + std::any::Any {
+    /// Its bytes, where the data lands: the same memory at every call, reached through
+    /// this buffer alone while it exists.
     fn bytes_mut(&mut self) -> &mut [u8];
-    /// How many bytes it has.
-    fn len(&self) -> usize;
-    /// Itself, for its wait to hand back as what it is.
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
-impl<T: crate::Element> LandingBuf for Vec<T> {
+impl<T: crate::Element> GetBuffer for Vec<T> {
     fn bytes_mut(&mut self) -> &mut [u8] {
         bytemuck::cast_slice_mut(self.as_mut_slice())
-    }
-    fn len(&self) -> usize {
-        std::mem::size_of_val(self.as_slice())
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
-        self
     }
 }
 
 impl Landing {
-    pub(crate) fn new(buf: Box<dyn LandingBuf>) -> Self {
+    pub(crate) fn new(buf: Box<dyn GetBuffer>) -> Self {
         Landing {
             buf: Mutex::new(Some(buf)),
         }
@@ -107,7 +104,7 @@ impl Landing {
         }
     }
 
-    fn take(&self) -> Option<Box<dyn LandingBuf>> {
+    fn take(&self) -> Option<Box<dyn GetBuffer>> {
         self.buf.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
@@ -115,16 +112,16 @@ impl Landing {
     /// read of the whole buffer borrows it (`None` otherwise, or when it is out).
     pub(crate) fn lend(self: &Arc<Self>, at: usize, len: usize) -> Option<LentBuf> {
         let mut slot = self.buf.lock().unwrap_or_else(|e| e.into_inner());
-        if at != 0 || slot.as_ref().is_none_or(|b| b.len() != len) {
+        if at != 0 || slot.as_mut().is_none_or(|b| b.bytes_mut().len() != len) {
             return None;
         }
         let buf = slot.take()?;
         drop(slot);
-        Some(LentBuf::new(buf, Arc::clone(self)))
+        Some(LentBuf::new(buf, len, Arc::clone(self)))
     }
 
     /// A lent buffer back (`LentBuf`'s drop).
-    pub(crate) fn restore(&self, buf: Box<dyn LandingBuf>) {
+    pub(crate) fn restore(&self, buf: Box<dyn GetBuffer>) {
         *self.buf.lock().unwrap_or_else(|e| e.into_inner()) = Some(buf);
     }
 }
@@ -346,7 +343,7 @@ impl<R: 'static> Request<R> {
                         bytes.give_back(&*t);
                     }
                 }
-                let buf = landing.take().map(LandingBuf::into_any);
+                let buf = landing.take().map(|b| -> Box<dyn std::any::Any> { b });
                 match buf.map(|b| b.downcast::<R>()) {
                     Some(Ok(value)) => Ok(*value),
                     _ => Err(crate::error::TransportError::Failed(

@@ -602,35 +602,39 @@ impl std::fmt::Debug for Fetched {
 /// buffer (it is out of its request), so the provider may write into it until the read's
 /// completion. Dropping it hands it back to the request, whose wait finds the data there.
 pub struct LentBuf {
-    buf: Option<Box<dyn crate::request::LandingBuf>>,
+    buf: Option<Box<dyn crate::request::GetBuffer>>,
+    len: usize,
     home: std::sync::Arc<crate::request::Landing>,
 }
 
 impl LentBuf {
     pub(crate) fn new(
-        buf: Box<dyn crate::request::LandingBuf>,
+        buf: Box<dyn crate::request::GetBuffer>,
+        len: usize,
         home: std::sync::Arc<crate::request::Landing>,
     ) -> Self {
         LentBuf {
             buf: Some(buf),
+            len,
             home,
         }
     }
 
     /// The buffer's bytes, for the read to land in. Their address stays the same while
-    /// the loan lives (the buffer is on the heap, and nothing else holds it).
+    /// the loan lives (the [`GetBuffer`](crate::GetBuffer) contract; moving the loan
+    /// moves a pointer to the buffer, not the buffer).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.buf.as_mut().map_or(&mut [], |b| b.bytes_mut())
     }
 
     /// How many bytes it has.
     pub fn len(&self) -> usize {
-        self.buf.as_ref().map_or(0, |b| b.len())
+        self.len
     }
 
     /// Whether it has none.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 }
 

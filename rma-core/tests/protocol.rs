@@ -889,8 +889,28 @@ fn gets_into_owned_buffers_are_lent_to_the_backend_many_in_flight() {
                 for (r, d, n) in requests {
                     check(r.wait()?, d, n);
                 }
+                // A buffer of no whole number of elements is refused, the epoch intact.
+                struct Bytes(Vec<u8>);
+                impl rma_core::GetBuffer for Bytes {
+                    fn bytes_mut(&mut self) -> &mut [u8] {
+                        &mut self.0
+                    }
+                }
+                let odd = win.get_into_buffer(peer, 0, Bytes(vec![0; 8 * 64 + 3]));
+                let refused = odd.map(drop).unwrap_err();
+                let bad_layout = ErrorKind::Usage(UsageError::BadLayout);
+                assert_eq!(refused.kind(), &bad_layout, "{refused}");
+                let got = win.get_into_buffer(peer, 8, Bytes(vec![0; 8 * 64]))?;
+                win.flush(peer)?;
+                let Bytes(bytes) = got.wait()?;
+                let words: Vec<u64> = bytes
+                    .chunks(8)
+                    .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+                    .collect();
+                check(words, 8, 64);
                 let stats = win.stats().since(&before);
-                let large = gets
+                // The sixteen large ones and the buffer of 64 elements.
+                let large = 1 + gets
                     .iter()
                     .filter(|&&(_, n)| n * 8 >= sim::SIM_LENT_GETS_FROM)
                     .count() as u64;

@@ -648,12 +648,37 @@ impl Win {
     ) -> MpiResult<Option<Shared>> {
         self.check_rank(rank)?;
         let at = self.byte_disp(rank, disp)?;
+        if n >= HELD_GETS_FROM {
+            return self.get_held(addr, n, rank, at);
+        }
         // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at `addr`,
         // not accessed by the application until the get completes (the borrow lives in
         // the completion until then).
         let buf: &'static mut [u8] = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
         let into = self.rma.get_into(rank, at, buf)?;
         self.landed_or_due(rank, into)
+    }
+
+    /// A large contiguous get into the application's buffer as a buffer the get holds
+    /// ([`OriginBuffer`]), at byte `at` of `rank`'s window: out of line.
+    #[inline(never)]
+    fn get_held(
+        &self,
+        addr: *const u8,
+        n: usize,
+        rank: Rank,
+        at: u64,
+    ) -> MpiResult<Option<Shared>> {
+        let buf = OriginBuffer {
+            ptr: addr as *mut u8,
+            len: n,
+        };
+        let request = self.rma.get_into_buffer(rank, at, buf)?;
+        if request.test()? {
+            request.wait()?;
+            return Ok(None);
+        }
+        Ok(Some(self.due(rank, Box::new(HeldGet(Some(request))))))
     }
 
     /// MPI_Get (and MPI_Rget): `None` when the data is in place already.
@@ -667,6 +692,9 @@ impl Win {
         if let (true, Runs::One([(disp, _)])) =
             (origin.flat.contiguous(origin.count) && n > 0, &all_runs)
         {
+            if n >= HELD_GETS_FROM {
+                return self.get_held(origin.addr, n, target.rank, *disp);
+            }
             // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at
             // `addr`, not accessed by the application until the get completes (the
             // borrow lives in the completion until then).
@@ -1067,6 +1095,51 @@ impl Win {
             }
         }
         first
+    }
+}
+
+/// Contiguous gets of at least this many bytes go into the application's buffer as a
+/// buffer the get holds ([`OriginBuffer`], rma's `Window::get_into_buffer`): where the
+/// backend reads natively into such buffers (libfabric, from 128 KiB), many stay in
+/// flight, none waiting in its call nor copied; on shared memory such a get is the same
+/// copy in the call as `get_into`'s. Smaller ones keep `get_into`, whose shared-memory
+/// path costs fewer instructions.
+const HELD_GETS_FROM: usize = 64 * 1024;
+
+/// An MPI_Get's origin buffer: MPI's contract gives it to the library until the get
+/// completes, so the get may hold it as its own ([`rma::GetBuffer`]).
+struct OriginBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: an OriginBuffer is the one handle on its bytes while the get holds them (it is
+// never copied); moving it to another thread (the progress agent's completion) moves
+// that claim, as moving a `Vec<u8>` would.
+unsafe impl Send for OriginBuffer {}
+
+impl rma::GetBuffer for OriginBuffer {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: MPI's contract for a get's origin buffer: `len` writable bytes at
+        // `ptr`, not accessed by the application until the get completes, which is
+        // when this handle comes back to us from the request's wait (or is dropped with
+        // the request); the slice borrows the handle.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// A contiguous get into the application's buffer, held by the get ([`OriginBuffer`]).
+struct HeldGet(Option<rma::Request<OriginBuffer>>);
+
+impl Completion for HeldGet {
+    fn test(&mut self) -> rma::Result<bool> {
+        self.0.as_ref().map_or(Ok(true), |r| r.test())
+    }
+    fn finish(mut self: Box<Self>) -> rma::Result<()> {
+        match self.0.take() {
+            Some(r) => r.wait().map(drop),
+            None => Ok(()),
+        }
     }
 }
 

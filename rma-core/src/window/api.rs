@@ -711,47 +711,109 @@ impl<T: Element> Window<T> {
     /// # Ok(())
     /// # }).unwrap();
     /// ```
-    pub fn get_owned(&self, target: Rank, disp: u64, mut buf: Vec<T>) -> Result<Request<Vec<T>>> {
-        self.raised("get_owned", || {
-            let target = self.shared.world(target)?;
-            let layout = Layout::contiguous(buf.len());
-            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
-            let dst: &mut [u8] = bytemuck::cast_slice_mut(buf.as_mut_slice());
-            // A get the backend would complete in the call, unless it reads this size
-            // into the buffer lent to it, with others in flight (`lent_gets_from`).
-            let lent = dst.len() >= self.shared.caps(target).lent_gets_from;
-            if let Some(done) = (!lent)
-                .then(|| self.shared.get_direct(target, extent.offset, dst))
-                .flatten()
-            {
-                return done.map(|()| Request::value(buf));
+    pub fn get_owned(&self, target: Rank, disp: u64, buf: Vec<T>) -> Result<Request<Vec<T>>> {
+        let elements = buf.len();
+        self.raised("get_owned", || self.get_landed(target, disp, buf, elements))
+    }
+
+    /// Gets whole elements at `disp` of `target`'s window into `buf`, as many as its
+    /// bytes hold, as [`get_owned`](Self::get_owned) does into a vector: the request holds
+    /// the buffer until its [`wait`](Request::wait) hands it back, the data in it. For
+    /// buffers of other kinds, such as memory Rust does not own that a [`GetBuffer`]
+    /// implementation vouches for (librma-mpi's MPI_Get into the application's origin
+    /// buffer). Where the backend reads natively into lent buffers
+    /// ([`Capabilities::lent_gets_from`](crate::transport::Capabilities::lent_gets_from)),
+    /// many such gets stay in flight, none copied.
+    ///
+    /// ```
+    /// # rma_core::sim::run(2, rma_core::sim::Profile::Rdma, 1, |engine| {
+    /// /// Bytes on the heap, a get's to fill.
+    /// struct Landing(Box<[u8]>);
+    /// impl rma_core::GetBuffer for Landing {
+    ///     fn bytes_mut(&mut self) -> &mut [u8] {
+    ///         &mut self.0
+    ///     }
+    /// }
+    /// let win = engine.allocate::<u64>(512)?;
+    /// let peer = (engine.rank() + 1) % 2;
+    /// win.lock_all(rma_core::Assert::NONE)?;
+    /// win.put(&vec![u64::from(engine.rank()); 512], engine.rank(), 0)?;
+    /// win.flush_all()?;
+    /// engine.barrier()?;
+    /// let got = win.get_into_buffer(peer, 0, Landing(vec![0; 4096].into()))?;
+    /// win.flush(peer)?;
+    /// let Landing(bytes) = got.wait()?;
+    /// assert!(bytes.chunks(8).all(|w| w == u64::from(peer).to_ne_bytes()));
+    /// win.unlock_all()?;
+    /// engine.barrier()?;
+    /// win.free()?;
+    /// # Ok(())
+    /// # }).unwrap();
+    /// ```
+    pub fn get_into_buffer<B: GetBuffer>(
+        &self,
+        target: Rank,
+        disp: u64,
+        mut buf: B,
+    ) -> Result<Request<B>> {
+        self.raised("get_into_buffer", || {
+            let bytes = buf.bytes_mut().len();
+            if !bytes.is_multiple_of(Self::SIZE) {
+                return Err(UsageError::BadLayout.into());
             }
-            let landing = Arc::new(crate::request::Landing::new(Box::new(buf)));
-            let mut parts = Vec::new();
-            match self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
-                Some(pieces) => {
-                    for piece in pieces {
-                        let at = piece.data_at * Self::SIZE;
-                        let extent =
-                            self.shared
-                                .extent(target, piece.disp, piece.layout, Self::SIZE)?;
-                        let posted = self.shared.post(OpDesc {
-                            landing: Some((Arc::clone(&landing), at)),
-                            ..Self::desc(OpKind::Get, target, extent, None, &[], true)
-                        })?;
-                        parts.push((self.request(posted, target, |bytes| bytes), at));
-                    }
-                }
-                None => {
+            self.get_landed(target, disp, buf, bytes / Self::SIZE)
+        })
+    }
+
+    /// A get of `elements` at `disp` of `target` into `buf`, which its request holds
+    /// until the wait: in the call where the backend completes it there (unless it reads
+    /// this size into lent buffers), else landing in `buf` (lent to the backend, or the
+    /// replies copied in as they arrive).
+    fn get_landed<B: GetBuffer>(
+        &self,
+        target: Rank,
+        disp: u64,
+        mut buf: B,
+        elements: usize,
+    ) -> Result<Request<B>> {
+        let target = self.shared.world(target)?;
+        let layout = Layout::contiguous(elements);
+        let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+        let dst = buf.bytes_mut();
+        // A get the backend would complete in the call, unless it reads this size into
+        // the buffer lent to it, with others in flight (`lent_gets_from`).
+        let lent = dst.len() >= self.shared.caps(target).lent_gets_from;
+        if let Some(done) = (!lent)
+            .then(|| self.shared.get_direct(target, extent.offset, dst))
+            .flatten()
+        {
+            return done.map(|()| Request::value(buf));
+        }
+        let landing = Arc::new(crate::request::Landing::new(Box::new(buf)));
+        let mut parts = Vec::new();
+        match self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
+            Some(pieces) => {
+                for piece in pieces {
+                    let at = piece.data_at * Self::SIZE;
+                    let extent =
+                        self.shared
+                            .extent(target, piece.disp, piece.layout, Self::SIZE)?;
                     let posted = self.shared.post(OpDesc {
-                        landing: Some((Arc::clone(&landing), 0)),
+                        landing: Some((Arc::clone(&landing), at)),
                         ..Self::desc(OpKind::Get, target, extent, None, &[], true)
                     })?;
-                    parts.push((self.request(posted, target, |bytes| bytes), 0));
+                    parts.push((self.request(posted, target, |bytes| bytes), at));
                 }
             }
-            Ok(Request::landed(parts, landing))
-        })
+            None => {
+                let posted = self.shared.post(OpDesc {
+                    landing: Some((Arc::clone(&landing), 0)),
+                    ..Self::desc(OpKind::Get, target, extent, None, &[], true)
+                })?;
+                parts.push((self.request(posted, target, |bytes| bytes), 0));
+            }
+        }
+        Ok(Request::landed(parts, landing))
     }
 
     /// Gets the elements `layout` selects at `disp` of `target`'s window into `buf`,
@@ -809,7 +871,7 @@ impl<T: Element> Window<T> {
     ) -> Result<GetInto<'b, T>> {
         if extent.count <= 1 {
             if let Some(posted) =
-                (self.shared).get_counted(target, extent.offset, extent.bytes() as usize)
+                (self.shared).get_counted(target, extent.offset, extent.bytes() as usize, None)
             {
                 let pending = Some(self.request(posted?, target, |bytes| bytes));
                 return Ok(GetInto { buf, pending });

@@ -91,9 +91,12 @@ impl WinState {
             // direct (see `direct`).
             if granted && d.kind == OpKind::Get && self.may_count_ops(w, d, rank) {
                 self.direct.open_counted(rank);
-                if let Some(posted) =
-                    w.get_counted(rank, d.extent.offset, d.extent.bytes() as usize)
-                {
+                if let Some(posted) = w.get_counted(
+                    rank,
+                    d.extent.offset,
+                    d.extent.bytes() as usize,
+                    d.landing.as_ref(),
+                ) {
                     return posted.map(Step::Done);
                 }
                 // Not one the backend reads into a buffer of its own, or no room now:

@@ -674,24 +674,38 @@ impl WindowShared {
         target: Rank,
         offset: u64,
         len: usize,
+        landing: Option<&(Arc<crate::request::Landing>, usize)>,
     ) -> Option<Result<Posted>> {
         if !self.direct.counts_ops_to(target) {
             return None;
         }
         let caps = self.caps(target);
-        if !caps.rdma_read || (caps.get_in_call && len as u64 > SPLIT_ABOVE) {
+        if !caps.rdma_read {
+            return None;
+        }
+        // A buffer its request owns, lent to the backend to read into (`get_lent`).
+        let loan = landing
+            .filter(|_| len >= caps.lent_gets_from)
+            .and_then(|(landing, at)| landing.lend(*at, len));
+        if loan.is_none() && caps.get_in_call && len as u64 > SPLIT_ABOVE {
             return None;
         }
         self.engine.activity.bump();
         let (index, state) = self.lock_counted_gets().start(target);
         self.direct.op_issued(target);
-        let issued = (self.engine.transport).get(
-            self.id,
-            target,
-            offset,
-            len,
-            counted_get_token(self.id, index),
-        );
+        let token = counted_get_token(self.id, index);
+        let transport = &self.engine.transport;
+        let issued = match loan {
+            Some(loan) => {
+                let mut loan = Some(loan);
+                let issued = transport.get_lent(self.id, target, offset, &mut loan, token);
+                if issued.is_ok() && loan.is_none() {
+                    self.counters.get_lent();
+                }
+                issued
+            }
+            None => transport.get(self.id, target, offset, len, token),
+        };
         let posted = match issued {
             Ok(Issued::Pending) => Posted::Later(Some(state)),
             Ok(Issued::Complete(data)) => {

@@ -610,6 +610,64 @@ static void adjacent_regions(MPI_Comm comm) {
     free(mem);
 }
 
+/* Large contiguous gets (64 KiB to 512 KiB) into the application's buffers, many under
+ * way at once: twelve MPI_Get and an MPI_Rget in a lock_all epoch (the request waited
+ * before the flush, the gets read after it), then thirteen MPI_Get in a fence epoch. Over the
+ * network librma-mpi hands each buffer to the get, read straight into, all in flight. */
+static void large_gets(MPI_Comm comm) {
+    enum { GETS = 12, WIN_LONGS = 1 << 19 };
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int right = (rank + 1) % size;
+    long *base;
+    MPI_Win win;
+    OK(MPI_Win_allocate(WIN_LONGS * sizeof(long), sizeof(long), MPI_INFO_NULL, comm, &base, &win));
+    for (long i = 0; i < WIN_LONGS; i++) base[i] = ((long)rank << 40) | (i * 7);
+    MPI_Barrier(comm);
+    long *out[GETS + 1];
+    int len[GETS + 1];
+    MPI_Aint at[GETS + 1];
+    for (int k = 0; k <= GETS; k++) {
+        len[k] = 8192 + k * 3001; /* 64 KiB to about 350 KiB */
+        if (k == GETS) len[k] = 65536; /* the request's: 512 KiB */
+        at[k] = (MPI_Aint)((k * 40009) % (WIN_LONGS - 70000));
+        out[k] = malloc(len[k] * sizeof(long));
+    }
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int k = 0; k <= GETS; k++)
+            for (int i = 0; i < len[k]; i++) out[k][i] = -1;
+        MPI_Request req;
+        if (epoch == 0) OK(MPI_Win_lock_all(0, win));
+        else OK(MPI_Win_fence(0, win));
+        for (int k = 0; k < GETS; k++)
+            OK(MPI_Get(out[k], len[k], MPI_LONG, right, at[k], len[k], MPI_LONG, win));
+        if (epoch == 0) { /* request-based ops: passive-target epochs only */
+            OK(MPI_Rget(out[GETS], len[GETS], MPI_LONG, right, at[GETS], len[GETS], MPI_LONG, win,
+                        &req));
+            OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        } else {
+            OK(MPI_Get(out[GETS], len[GETS], MPI_LONG, right, at[GETS], len[GETS], MPI_LONG, win));
+        }
+        if (epoch == 0) {
+            OK(MPI_Win_flush(right, win));
+        } else {
+            OK(MPI_Win_fence(0, win));
+        }
+        for (int k = 0; k <= GETS; k++) {
+            int wrong = -1;
+            for (int i = 0; i < len[k] && wrong < 0; i++)
+                if (out[k][i] != (((long)right << 40) | ((at[k] + i) * 7))) wrong = i;
+            CHECK(wrong < 0, "large get %d of %d longs (epoch %d): element %d is %ld", k, len[k],
+                  epoch, wrong, wrong < 0 ? 0 : out[k][wrong]);
+        }
+        if (epoch == 0) OK(MPI_Win_unlock_all(win));
+        else OK(MPI_Win_fence(0, win));
+    }
+    for (int k = 0; k <= GETS; k++) free(out[k]);
+    OK(MPI_Win_free(&win));
+}
+
 /* Darray datatypes (MPI_Type_create_darray) at the target: a 7x9 array of ints over a
  * 2 x size/2 process grid, block-cyclic, in C and in Fortran order. Every rank puts its
  * part into every rank's copy, accumulates 1 onto it and reads it back; MPI's own
@@ -746,6 +804,7 @@ int main(int argc, char **argv) {
     requests_and_flushes(MPI_COMM_WORLD);
     requests_and_flushes(split);
     adjacent_regions(MPI_COMM_WORLD);
+    large_gets(MPI_COMM_WORLD);
     distributed_array(MPI_COMM_WORLD);
     MPI_Comm_free(&split);
     int total = 0;
