@@ -75,17 +75,14 @@ for op in put get; do
   for _ in $(seq "$reps"); do
     c[a]+=" $(RMA_OFI_ORDERED=1 timeout 300 "target/release/osu_${op}_bw" -b ofi -m 1048576:1048576 -i 30 -x 3 | awk '$1 == "1048576" {print $2}')"
     c[c]+=" $(LD_LIBRARY_PATH=$wheel_fabric timeout 300 "target/release/osu_${op}_bw" -b ofi -m 1048576:1048576 -i 30 -x 3 | awk '$1 == "1048576" {print $2}')"
-    if [ "$op" = get ]; then
-      # Gets into buffers their requests own (Window::get_owned): lent to the provider,
-      # many in flight, as MPI_Get's buffer is the library's until the flush.
-      c[o]+=" $(LD_LIBRARY_PATH=$wheel_fabric timeout 300 target/release/osu_get_bw -b ofi -m 1048576:1048576 -i 30 -x 3 --owned-buffers | awk '$1 == "1048576" {print $2}')"
-    fi
+    # Gets into and puts from buffers their requests hold (Window::get_owned,
+    # Window::put_from_buffer): lent to the provider, many in flight, as MPI_Get's and
+    # MPI_Put's buffers are the library's until the flush.
+    c[o]+=" $(LD_LIBRARY_PATH=$wheel_fabric timeout 300 "target/release/osu_${op}_bw" -b ofi -m 1048576:1048576 -i 30 -x 3 --owned-buffers | awk '$1 == "1048576" {print $2}')"
     c[m]+=" $(MPICH_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=tcp timeout 300 \
       "$venvs/mpich/bin/mpiexec" -n 2 "$out/mpich_bw" "$op" 1048576 64 30 3 | awk '{print $3}')"
   done
-  owned=""
-  if [ "$op" = get ]; then owned=", rma 2.5.1 owned buffers $(median <<<"${c[o]}")"; fi
-  echo "  $op: rma 1.17 $(median <<<"${c[a]}"), rma 2.5.1 $(median <<<"${c[c]}")$owned, MPICH 5.0.2 $(median <<<"${c[m]}")"
+  echo "  $op: rma 1.17 $(median <<<"${c[a]}"), rma 2.5.1 $(median <<<"${c[c]}"), rma 2.5.1 held buffers $(median <<<"${c[o]}"), MPICH 5.0.2 $(median <<<"${c[m]}")"
   unset c
 done
 echo

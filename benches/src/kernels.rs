@@ -116,7 +116,8 @@ enum Pending<'b, T: Element> {
     One(Request<T>),
     /// A get into the caller's buffer (MPI_Get's pattern: no buffer per op).
     Into(GetInto<'b, T>),
-    /// A get into a buffer its request owns, back to the spares once waited for.
+    /// A get into (or put from) a buffer its request holds, back to the spares once
+    /// waited for.
     Owned(Request<Vec<T>>, &'b RefCell<Vec<Vec<T>>>),
 }
 
@@ -630,7 +631,8 @@ struct Burst<'w, T: Elem> {
     buf: &'w [T],
     count: usize,
     per_iteration: usize,
-    /// Gets into buffers of their own (`--owned-buffers`), from these spares.
+    /// Gets into and puts from buffers their requests hold (`--owned-buffers`), from
+    /// these spares.
     owned: Option<RefCell<Vec<Vec<T>>>>,
 }
 
@@ -641,15 +643,24 @@ impl<T: Elem> Burst<'_, T> {
     fn send<'b>(&'b self, dst: &'b mut [T], target: Rank) -> Result<Vec<Pending<'b, T>>> {
         let count = self.count;
         let mut pending = Vec::with_capacity(self.per_iteration);
-        if let (Some(spares), Operation::Get) = (&self.owned, self.op) {
+        if let (Some(spares), Operation::Get | Operation::Put) = (&self.owned, self.op) {
             for j in 0..self.per_iteration {
-                let buf = spares.borrow_mut().pop();
-                let buf = buf.unwrap_or_else(|| vec![T::ZERO; count]);
                 let disp = self.w.disp + (j * count) as u64;
-                pending.push(Pending::Owned(
-                    self.w.win.get_owned(target, disp, buf)?,
-                    spares,
-                ));
+                let buf = spares.borrow_mut().pop();
+                let request = match self.op {
+                    Operation::Get => {
+                        let buf = buf.unwrap_or_else(|| vec![T::ZERO; count]);
+                        self.w.win.get_owned(target, disp, buf)?
+                    }
+                    // The spares hold the data already (filled once, as OSU fills its
+                    // buffer): no copy per put.
+                    _ => {
+                        let slot = || self.buf[j * count..(j + 1) * count].to_vec();
+                        let buf = buf.unwrap_or_else(slot);
+                        self.w.win.put_from_buffer(buf, target, disp)?
+                    }
+                };
+                pending.push(Pending::Owned(request, spares));
             }
             return Ok(pending);
         }

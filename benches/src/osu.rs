@@ -462,8 +462,9 @@ pub struct Options {
     pub json: bool,
     /// Also time the same pattern with no library in the way, and print it and the ratio.
     pub reference: bool,
-    /// Bandwidth of gets into buffers the requests own (`Window::get_owned`) rather than
-    /// borrowed ones (`get_into`).
+    /// Bandwidth of gets into and puts from buffers the requests hold
+    /// (`Window::get_owned`, `Window::put_from_buffer`) rather than borrowed ones
+    /// (`get_into`, `put`).
     pub owned_buffers: bool,
     /// Write the table (or JSON) to this file instead of standard output.
     pub output: Option<PathBuf>,
@@ -604,9 +605,9 @@ pub fn usage(bench: &Benchmark, program: &str) -> String {
          \x20 -b, --backend BACKEND   transport: {} (default shm)\n\
          \x20     --reference         also time the same pattern by hand (no library), print it\n\
          \x20                         and the ratio ours/reference\n\
-         \x20     --owned-buffers     gets into buffers their requests own (get_owned, which a\n\
-         \x20                         reply by message lands in as it arrives), not borrowed\n\
-         \x20                         ones (get_into); bandwidth only\n\
+         \x20     --owned-buffers     gets into and puts from buffers their requests hold\n\
+         \x20                         (get_owned, put_from_buffer), not borrowed ones\n\
+         \x20                         (get_into, put); bandwidth only\n\
          \x20     --json              one JSON object per size instead of OSU's table\n\
          \x20 -o, --output FILE       write the table (or JSON) to FILE instead of stdout\n\
          \x20     --no-launch         with -b shm and no launcher, fail instead of starting\n\

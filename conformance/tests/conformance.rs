@@ -826,8 +826,9 @@ mod ofi {
         ok_on("tcp;ofi_rxm", 4, &["stress_fetch_and_op"], &[]);
         // Every op past one message; gets and puts of 128 KiB and more straight into and
         // from the caller's buffers (RMA_OFI_ZERO_COPY), each call waiting for its op;
-        // gets into buffers their requests own, lent to the provider, many in flight.
-        let lent = ("RMA_EXPECT_LENT_GETS", "1");
+        // gets into and puts from buffers their requests hold, lent to the provider,
+        // many in flight.
+        let lent = ("RMA_EXPECT_LENT", "1");
         ok_on(
             "tcp;ofi_rxm",
             2,
@@ -920,7 +921,7 @@ mod ofi {
         let large = [
             ("LD_LIBRARY_PATH", dir.as_str()),
             ("RMA_LARGE_MIB", "4"),
-            ("RMA_EXPECT_LENT_GETS", "1"),
+            ("RMA_EXPECT_LENT", "1"),
         ];
         ok_on(p, 2, &["large_ops"], &large);
         let dc = [("LD_LIBRARY_PATH", dir.as_str()), ("RMA_OFI_ORDERED", "0")];

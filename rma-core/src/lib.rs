@@ -112,7 +112,7 @@ pub use error::{
 };
 pub use group::Group;
 pub use pool::{GlobalPool, LocalPool};
-pub use request::{GetBuffer, Request};
+pub use request::{GetBuffer, PutBuffer, Request};
 pub use stats::{Counters, Stats};
 pub use transport::{
     Capabilities, Event, Fetched, Issued, NativeAtomic, RemoteSegment, Segment, SharedAmong,

@@ -51,12 +51,54 @@ impl RequestState {
 /// How a completed request's bytes become its value.
 pub(crate) type Convert<R> = fn(Fetched) -> R;
 
-/// A caller's buffer that a get's replies by message land in as they arrive
-/// ([`Window::get_owned`](crate::Window::get_owned)): its request owns it, and its wait
-/// hands it back. A reply copied there at once leaves no packet to hold, and nothing to
-/// copy at the wait, after the last one is in.
+/// A caller's buffer that an op holds until its request's wait hands it back: a get's
+/// that its replies by message land in as they arrive
+/// ([`Window::get_owned`](crate::Window::get_owned); a reply copied there at once leaves
+/// no packet to hold, and nothing to copy at the wait, after the last one is in), or a
+/// put's source ([`Window::put_from_buffer`](crate::Window::put_from_buffer)). Either may
+/// be lent to the backend for one native op ([`LentBuf`]).
 pub(crate) struct Landing {
-    buf: Mutex<Option<Box<dyn GetBuffer>>>,
+    buf: Mutex<Option<Held>>,
+}
+
+/// What a [`Landing`] holds.
+pub(crate) enum Held {
+    /// A get's destination.
+    Get(Box<dyn GetBuffer>),
+    /// A put's source.
+    Put(Box<dyn PutBuffer>),
+}
+
+impl Held {
+    fn len(&mut self) -> usize {
+        match self {
+            Held::Get(b) => b.bytes_mut().len(),
+            Held::Put(b) => b.bytes().len(),
+        }
+    }
+
+    /// Its bytes, to read (a put's source, or a get's buffer).
+    pub(crate) fn bytes(&mut self) -> &[u8] {
+        match self {
+            Held::Get(b) => b.bytes_mut(),
+            Held::Put(b) => b.bytes(),
+        }
+    }
+
+    /// Its bytes, to write: a get's buffer (a put's source is never written).
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Held::Get(b) => b.bytes_mut(),
+            Held::Put(_) => &mut [],
+        }
+    }
+
+    fn into_any(self) -> Box<dyn std::any::Any> {
+        match self {
+            Held::Get(b) => b,
+            Held::Put(b) => b,
+        }
+    }
 }
 
 /// A buffer a get can own until its request's wait hands it back
@@ -78,15 +120,34 @@ impl<T: crate::Element> GetBuffer for Vec<T> {
     }
 }
 
+/// A buffer a put can hold until its request's wait hands it back
+/// ([`Window::put_from_buffer`](crate::Window::put_from_buffer)): a vector of elements,
+/// or memory its implementor vouches for, such as an MPI origin buffer (librma-mpi's
+/// MPI_Put, which MPI gives the library until the put completes at the origin). While
+/// a put holds it, the backend may read its bytes (the loan of
+/// [`Capabilities::lent_puts_from`](crate::transport::Capabilities::lent_puts_from))
+/// until the write completes; nothing writes them.
+pub trait PutBuffer: Send + std::any::Any {
+    /// Its bytes, the put's data: the same memory at every call, which nothing writes
+    /// while this buffer exists.
+    fn bytes(&self) -> &[u8];
+}
+
+impl<T: crate::Element> PutBuffer for Vec<T> {
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(self.as_slice())
+    }
+}
+
 impl Landing {
-    pub(crate) fn new(buf: Box<dyn GetBuffer>) -> Self {
+    pub(crate) fn new(buf: Held) -> Self {
         Landing {
             buf: Mutex::new(Some(buf)),
         }
     }
 
     /// Copies `data` to byte `at` of the buffer: false if it does not fit there (or the
-    /// buffer went back already).
+    /// buffer went back already, or is a put's).
     pub(crate) fn write(&self, at: usize, data: &[u8]) -> bool {
         let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
         let Some(bytes) = buf.as_mut().map(|b| b.bytes_mut()) else {
@@ -104,15 +165,21 @@ impl Landing {
         }
     }
 
-    fn take(&self) -> Option<Box<dyn GetBuffer>> {
+    /// `f` of the buffer's bytes from byte `at` on, if it is here (not lent out).
+    pub(crate) fn with_bytes<R>(&self, at: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        buf.as_mut().and_then(|b| b.bytes().get(at..)).map(f)
+    }
+
+    fn take(&self) -> Option<Held> {
         self.buf.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// The buffer lent for one read of `len` bytes at byte `at` ([`LentBuf`]): only a
-    /// read of the whole buffer borrows it (`None` otherwise, or when it is out).
+    /// The buffer lent for one op of `len` bytes at byte `at` ([`LentBuf`]): only an op
+    /// on the whole buffer borrows it (`None` otherwise, or when it is out).
     pub(crate) fn lend(self: &Arc<Self>, at: usize, len: usize) -> Option<LentBuf> {
         let mut slot = self.buf.lock().unwrap_or_else(|e| e.into_inner());
-        if at != 0 || slot.as_mut().is_none_or(|b| b.bytes_mut().len() != len) {
+        if at != 0 || slot.as_mut().is_none_or(|b| b.len() != len) {
             return None;
         }
         let buf = slot.take()?;
@@ -121,7 +188,7 @@ impl Landing {
     }
 
     /// A lent buffer back (`LentBuf`'s drop).
-    pub(crate) fn restore(&self, buf: Box<dyn GetBuffer>) {
+    pub(crate) fn restore(&self, buf: Held) {
         *self.buf.lock().unwrap_or_else(|e| e.into_inner()) = Some(buf);
     }
 }
@@ -343,7 +410,7 @@ impl<R: 'static> Request<R> {
                         bytes.give_back(&*t);
                     }
                 }
-                let buf = landing.take().map(|b| -> Box<dyn std::any::Any> { b });
+                let buf = landing.take().map(Held::into_any);
                 match buf.map(|b| b.downcast::<R>()) {
                     Some(Ok(value)) => Ok(*value),
                     _ => Err(crate::error::TransportError::Failed(

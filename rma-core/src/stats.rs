@@ -25,6 +25,7 @@ pub struct Counters {
     agent_passes: AtomicU64,
     collectives_in_shared_memory: AtomicU64,
     gets_lent: AtomicU64,
+    puts_lent: AtomicU64,
 }
 
 impl Counters {
@@ -89,6 +90,10 @@ impl Counters {
     pub(crate) fn get_lent(&self) {
         self.gets_lent.fetch_add(1, Relaxed);
     }
+    /// A put was written straight from the buffer its request holds, lent to the backend.
+    pub(crate) fn put_lent(&self) {
+        self.puts_lent.fetch_add(1, Relaxed);
+    }
     pub(crate) fn refused(&self) {
         self.refused.fetch_add(1, Relaxed);
     }
@@ -120,6 +125,7 @@ impl Counters {
             agent_passes: self.agent_passes.load(Relaxed),
             collectives_in_shared_memory: self.collectives_in_shared_memory.load(Relaxed),
             gets_lent: self.gets_lent.load(Relaxed),
+            puts_lent: self.puts_lent.load(Relaxed),
         }
     }
 }
@@ -223,6 +229,9 @@ pub struct Stats {
     /// Gets read straight into the buffer their request owns, lent to the backend
     /// ([`Capabilities::lent_gets_from`](crate::transport::Capabilities::lent_gets_from)).
     pub gets_lent: u64,
+    /// Puts written straight from the buffer their request holds, lent to the backend
+    /// ([`Capabilities::lent_puts_from`](crate::transport::Capabilities::lent_puts_from)).
+    pub puts_lent: u64,
 }
 
 impl Stats {
@@ -257,6 +266,7 @@ impl Stats {
             collectives_in_shared_memory: self.collectives_in_shared_memory
                 - earlier.collectives_in_shared_memory,
             gets_lent: self.gets_lent - earlier.gets_lent,
+            puts_lent: self.puts_lent - earlier.puts_lent,
             ..self.clone()
         }
     }

@@ -76,6 +76,12 @@ pub struct Capabilities {
     /// rather than each completed in its call ([`get_in_call`](Self::get_in_call)) or
     /// read into a buffer of the backend's and copied. `usize::MAX`: never.
     pub lent_gets_from: usize,
+    /// Puts of at least this many bytes from a buffer their request holds
+    /// ([`Window::put_from_buffer`](crate::Window::put_from_buffer)) are written straight
+    /// from it while it is lent to the backend ([`Transport::put_lent`]), many in flight
+    /// together, each complete at the target when its completion comes. `usize::MAX`:
+    /// never.
+    pub lent_puts_from: usize,
 }
 
 /// Window ids and notification counter indexes below this go with a notified put
@@ -100,6 +106,7 @@ impl Capabilities {
         ordered_puts: false,
         notified_puts_from: usize::MAX,
         lent_gets_from: usize::MAX,
+        lent_puts_from: usize::MAX,
     };
 
     /// The bit for an (op, datatype) pair of plain numbers in [`atomics`](Self::atomics)
@@ -597,19 +604,20 @@ impl std::fmt::Debug for Fetched {
     }
 }
 
-/// A buffer a get's request owns, lent to the backend for the get's read
-/// ([`Transport::get_lent`]): while the backend holds it, nothing else can reach the
-/// buffer (it is out of its request), so the provider may write into it until the read's
-/// completion. Dropping it hands it back to the request, whose wait finds the data there.
+/// A buffer an op's request holds, lent to the backend for the op's one native call: a
+/// get's destination ([`Transport::get_lent`]) or a put's source
+/// ([`Transport::put_lent`]). While the backend holds it, nothing else can reach the
+/// buffer (it is out of its request), so the provider may use it until the op's
+/// completion. Dropping it hands it back to the request, whose wait finds it there.
 pub struct LentBuf {
-    buf: Option<Box<dyn crate::request::GetBuffer>>,
+    buf: Option<crate::request::Held>,
     len: usize,
     home: std::sync::Arc<crate::request::Landing>,
 }
 
 impl LentBuf {
     pub(crate) fn new(
-        buf: Box<dyn crate::request::GetBuffer>,
+        buf: crate::request::Held,
         len: usize,
         home: std::sync::Arc<crate::request::Landing>,
     ) -> Self {
@@ -620,11 +628,18 @@ impl LentBuf {
         }
     }
 
-    /// The buffer's bytes, for the read to land in. Their address stays the same while
-    /// the loan lives (the [`GetBuffer`](crate::GetBuffer) contract; moving the loan
-    /// moves a pointer to the buffer, not the buffer).
+    /// A get's buffer, for the read to land in (a put's source has no bytes to write:
+    /// empty). Their address stays the same while the loan lives (the
+    /// [`GetBuffer`](crate::GetBuffer) contract; moving the loan moves a pointer to the
+    /// buffer, not the buffer).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.buf.as_mut().map_or(&mut [], |b| b.bytes_mut())
+    }
+
+    /// The bytes, to read: a put's source (or a get's buffer). At the same address while
+    /// the loan lives, and written by nothing.
+    pub fn bytes(&mut self) -> &[u8] {
+        self.buf.as_mut().map_or(&[], |b| b.bytes())
     }
 
     /// How many bytes it has.
@@ -1117,6 +1132,25 @@ pub trait Transport: Send + Sync {
     ) -> Result<Issued, TransportError> {
         let len = loan.as_ref().map_or(0, LentBuf::len);
         self.get(win, target, offset, len, token)
+    }
+    /// Native put at `offset` straight from `loan` (a buffer its request holds, lent for
+    /// the op: [`Capabilities::lent_puts_from`]). A backend that posts the write takes
+    /// the loan out of the option and keeps it until the write's completion, which must
+    /// mean the data is in the target's memory, then drops it (handing the buffer back)
+    /// before it reports the completion. This default writes the loan's bytes as an
+    /// ordinary [`put`](Self::put) and leaves the loan.
+    fn put_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        match loan.as_mut() {
+            Some(lent) => self.put(win, target, offset, lent.bytes(), token),
+            None => Err(TransportError::Busy),
+        }
     }
     /// Native atomic at `offset`.
     fn atomic(

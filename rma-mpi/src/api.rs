@@ -937,7 +937,7 @@ fn communicate(
             // The common call: one predefined contiguous datatype, one count, both sides.
             let (addr, rank, disp) = (origin.0.cast(), rank_of(rank)?, disp as i64);
             return match what {
-                Comm::Put => w.put_contiguous(addr, n, rank, disp).map(|()| None),
+                Comm::Put => w.put_contiguous(addr, n, rank, disp),
                 Comm::Get => w.get_contiguous(addr, n, rank, disp),
                 Comm::Accumulate(op) => w
                     .accumulate_contiguous(addr, n, flat, acc_op(op)?, rank, disp)

@@ -584,13 +584,46 @@ impl Win {
         n: usize,
         rank: Rank,
         disp: i64,
-    ) -> MpiResult<()> {
+    ) -> MpiResult<Option<Shared>> {
         self.check_rank(rank)?;
         let at = self.byte_disp(rank, disp)?;
+        if n >= HELD_OPS_FROM {
+            return self.put_held(addr, n, rank, at);
+        }
         // SAFETY: MPI's contract for an origin buffer: `n` bytes at `addr` (`count`
         // contiguous items) are readable during the call.
         let data = unsafe { std::slice::from_raw_parts(addr, n) };
-        Ok(self.rma.put(data, rank, at)?)
+        self.rma.put(data, rank, at)?;
+        Ok(None)
+    }
+
+    /// A large contiguous put from the application's buffer as a buffer the put holds
+    /// ([`OriginSource`]), to byte `at` of `rank`'s window: out of line. Due (MPI_Rput's
+    /// request, too) until it is complete at the origin.
+    #[inline(never)]
+    fn put_held(
+        &self,
+        addr: *const u8,
+        n: usize,
+        rank: Rank,
+        at: u64,
+    ) -> MpiResult<Option<Shared>> {
+        let source = OriginSource { ptr: addr, len: n };
+        let request = self.rma.put_from_buffer(source, rank, at)?;
+        self.held_due(rank, request)
+    }
+
+    /// A held op's request ([`Held`]): finished now if it is complete, else due.
+    fn held_due<B: Send + 'static>(
+        &self,
+        rank: Rank,
+        request: rma::Request<B>,
+    ) -> MpiResult<Option<Shared>> {
+        if request.test()? {
+            request.wait()?;
+            return Ok(None);
+        }
+        Ok(Some(self.due(rank, Box::new(Held(Some(request))))))
     }
 
     /// MPI_Put_notify (and MPIX_Put_notify) of `n` bytes at `addr` to `disp` of `rank`,
@@ -648,7 +681,7 @@ impl Win {
     ) -> MpiResult<Option<Shared>> {
         self.check_rank(rank)?;
         let at = self.byte_disp(rank, disp)?;
-        if n >= HELD_GETS_FROM {
+        if n >= HELD_OPS_FROM {
             return self.get_held(addr, n, rank, at);
         }
         // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at `addr`,
@@ -674,11 +707,7 @@ impl Win {
             len: n,
         };
         let request = self.rma.get_into_buffer(rank, at, buf)?;
-        if request.test()? {
-            request.wait()?;
-            return Ok(None);
-        }
-        Ok(Some(self.due(rank, Box::new(HeldGet(Some(request))))))
+        self.held_due(rank, request)
     }
 
     /// MPI_Get (and MPI_Rget): `None` when the data is in place already.
@@ -692,7 +721,7 @@ impl Win {
         if let (true, Runs::One([(disp, _)])) =
             (origin.flat.contiguous(origin.count) && n > 0, &all_runs)
         {
-            if n >= HELD_GETS_FROM {
+            if n >= HELD_OPS_FROM {
                 return self.get_held(origin.addr, n, target.rank, *disp);
             }
             // SAFETY: MPI's contract for a get's origin buffer: `n` writable bytes at
@@ -1098,13 +1127,37 @@ impl Win {
     }
 }
 
-/// Contiguous gets of at least this many bytes go into the application's buffer as a
-/// buffer the get holds ([`OriginBuffer`], rma's `Window::get_into_buffer`): where the
-/// backend reads natively into such buffers (libfabric, from 128 KiB), many stay in
-/// flight, none waiting in its call nor copied; on shared memory such a get is the same
-/// copy in the call as `get_into`'s. Smaller ones keep `get_into`, whose shared-memory
-/// path costs fewer instructions.
-const HELD_GETS_FROM: usize = 64 * 1024;
+/// Contiguous gets and puts of at least this many bytes go into or from the
+/// application's buffer as a buffer the op holds ([`OriginBuffer`], [`OriginSource`];
+/// rma's `Window::get_into_buffer` and `Window::put_from_buffer`): where the backend
+/// reads into or writes from such buffers natively (libfabric: gets from 128 KiB, puts
+/// from 16 KiB), many stay in flight, none waiting in its call nor copied; on shared
+/// memory such an op is the same copy in the call as a borrowed one's. Smaller ones keep
+/// the borrowed calls, whose shared-memory paths cost fewer instructions.
+const HELD_OPS_FROM: usize = 64 * 1024;
+
+/// An MPI_Put's origin buffer: MPI's contract gives it to the library, unchanged, until
+/// the put completes at the origin, so the put may hold it as its own source
+/// ([`rma::PutBuffer`]).
+struct OriginSource {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: an OriginSource is the one handle on its bytes while the put holds them (it is
+// never copied), and they are only read; moving it to another thread (the progress
+// agent's completion) moves that claim, as moving a `Vec<u8>` would.
+unsafe impl Send for OriginSource {}
+
+impl rma::PutBuffer for OriginSource {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: MPI's contract for a put's origin buffer: `len` readable bytes at `ptr`,
+        // not modified by the application until the put completes at the origin, which is
+        // when this handle comes back to us from the request's wait (or is dropped with
+        // the request); the slice borrows the handle.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
 
 /// An MPI_Get's origin buffer: MPI's contract gives it to the library until the get
 /// completes, so the get may hold it as its own ([`rma::GetBuffer`]).
@@ -1128,10 +1181,11 @@ impl rma::GetBuffer for OriginBuffer {
     }
 }
 
-/// A contiguous get into the application's buffer, held by the get ([`OriginBuffer`]).
-struct HeldGet(Option<rma::Request<OriginBuffer>>);
+/// A contiguous get into or put from the application's buffer, held by the op
+/// ([`OriginBuffer`], [`OriginSource`]) until its request hands it back.
+struct Held<B>(Option<rma::Request<B>>);
 
-impl Completion for HeldGet {
+impl<B: Send + 'static> Completion for Held<B> {
     fn test(&mut self) -> rma::Result<bool> {
         self.0.as_ref().map_or(Ok(true), |r| r.test())
     }

@@ -93,6 +93,14 @@
 //!   MPICH's do, and the flush waits for them. A request dropped early leaves its
 //!   buffer with the loan. 1 MiB get bandwidth over tcp (libfabric 2.5.1, `osu_get_bw`
 //!   against `--owned-buffers`, same run): see the README's network table.
+//! - **Puts from buffers their requests hold** (`Window::put_from_buffer`, librma-mpi's
+//!   MPI_Put and MPI_Rput of 64 KiB and more; from `RMA_OFI_ZERO_COPY_PUT`'s size:
+//!   `Capabilities::lent_puts_from`): one `fi_writemsg` with `FI_DELIVERY_COMPLETE`
+//!   straight from the lent buffer (`Transport::put_lent`), the loan kept until the
+//!   write's completion, which the engine takes as the put's completion at the target
+//!   (what a flush needs, ordered puts or not); nothing writes the buffer meanwhile (it
+//!   is out of its request). Many stay in flight, where a put from a borrowed buffer
+//!   waits in its call until the provider lets go of it.
 //! - **Notified puts** (issue #28) of 8 KiB and more on tcp (`NOTIFIED_PUTS_FROM`,
 //!   `notices_on`): one `fi_writemsg` with `FI_REMOTE_CQ_DATA`, its 8 bytes the sender's
 //!   rank, the window and the counter; the target's provider writes the data, then
@@ -679,6 +687,13 @@ impl OfiTransport {
             // on the same providers: read straight into them, many in flight.
             lent_gets_from: if rma && !inner.ep.local_mr() {
                 zero_copy_min
+            } else {
+                usize::MAX
+            },
+            // Puts from buffers their requests hold (`put_lent`), from the size of the
+            // zero-copy puts, on the same providers.
+            lent_puts_from: if rma && !inner.ep.local_mr() {
+                zero_copy_put_min
             } else {
                 usize::MAX
             },
@@ -1879,6 +1894,55 @@ impl Transport for OfiTransport {
             // completion, its descriptor none or its region; range checked against the
             // registered length.
             Ok(unsafe { ep.read(dst, m.at(peer, offset), &mut *op.ctx) })
+        })
+    }
+
+    /// A put from a buffer its request lent (`Capabilities::lent_puts_from`): one
+    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE` straight from it, the slot keeping the
+    /// loan until the write's completion, which is then the put's completion at the
+    /// target (the engine counts it so; with ordered puts too); the loan goes back
+    /// before the engine hears of it. Many stay in flight, where a put from a borrowed
+    /// buffer of this size waits in its call for the provider to let go of it
+    /// (`write_in_call`). Smaller ones are ordinary puts of the loan's bytes.
+    fn put_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let len = loan.as_ref().map_or(0, LentBuf::len);
+        if len < self.native.lent_puts_from {
+            let Some(lent) = loan.as_mut() else {
+                return Err(TransportError::Busy);
+            };
+            return self.put(win, target, offset, lent.bytes(), token);
+        }
+        let m = self.remote(win, target, offset, len)?;
+        self.issue(target, token, false, "fi_writemsg", |inner, idx, peer| {
+            let Inner { ep, ops, .. } = inner;
+            let op = &mut ops[idx];
+            let Some(mut lent) = loan.take() else {
+                return Err(TransportError::Busy);
+            };
+            let bytes = lent.bytes();
+            let src = sys::Local::plain(bytes.as_ptr().cast_mut(), bytes.len());
+            // SAFETY: the provider only reads the lent buffer (a write's source), which
+            // is the slot's from here until the write's completion drops it (nothing
+            // else reaches it meanwhile: it is out of its request, and nothing writes
+            // it, the PutBuffer contract; moving the loan does not move it); a slot is
+            // freed only at its op's completion, or here if the post does not take; no
+            // descriptor is needed (`lent_puts_from` is set only where the provider asks
+            // for no registration of local buffers); the target range was checked
+            // against the window's registered length.
+            let rc = unsafe { ep.write(src, m.at(peer, offset), false, true, None, &mut *op.ctx) };
+            if rc == 0 {
+                op.lent = Some(lent);
+            } else {
+                *loan = Some(lent);
+            }
+            Ok(rc)
         })
     }
 

@@ -1333,6 +1333,7 @@ fn full_capabilities() -> Capabilities {
         ordered_puts: false,
         notified_puts_from: usize::MAX,
         lent_gets_from: usize::MAX,
+        lent_puts_from: usize::MAX,
     }
 }
 

@@ -592,6 +592,21 @@ impl Transport for HybridTransport {
         self.count_op(target);
         Ok(issued)
     }
+    fn put_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> Result<Issued, TransportError> {
+        let issued = match self.on_node(target) {
+            Some(i) => self.node.put_lent(win, i, offset, loan, token)?,
+            None => self.net.put_lent(win, target, offset, loan, token)?,
+        };
+        self.count_op(target);
+        Ok(issued)
+    }
     fn get_lent(
         &self,
         win: u32,

@@ -54,8 +54,8 @@ pub use rma_core::{
     AccOp, Assert, AsyncProgress, BackendError, Bootstrap, Comm, ComplexF32, ComplexF64,
     ComplexLongDouble, Config, DataType, Element, Elements, Engine, Error, ErrorKind, FreeError,
     GetBuffer, GetInto, Group, Layout, LocF32, LocF64, LocI16, LocI32, LocI64, LocLongDouble,
-    LocOp, LockType, LongDouble, PeerError, Rank, Request, Result, Stats, TransportError,
-    UsageError, UserMemory, Window, WindowKind,
+    LocOp, LockType, LongDouble, PeerError, PutBuffer, Rank, Request, Result, Stats,
+    TransportError, UsageError, UserMemory, Window, WindowKind,
 };
 
 /// The engine underneath, whole: the `Transport` contract and its

@@ -78,7 +78,8 @@ impl Profile {
                     notified_puts_from: usize::MAX,
                     // Gets of a buffer the request owns from this size land in it
                     // (`get_lent`), as on libfabric.
-                    lent_gets_from: SIM_LENT_GETS_FROM,
+                    lent_gets_from: SIM_LENT_FROM,
+                    lent_puts_from: SIM_LENT_FROM,
                 }
             }
             Profile::SharedMemory => Capabilities {
@@ -306,9 +307,10 @@ impl Network {
     }
 }
 
-/// Gets of a buffer its request owns from this many bytes are lent to the simulated
-/// transport ([`Capabilities::lent_gets_from`]) in the RDMA profiles.
-pub const SIM_LENT_GETS_FROM: usize = 256;
+/// Gets and puts of a buffer their request holds, from this many bytes, are lent to the
+/// simulated transport ([`Capabilities::lent_gets_from`], [`Capabilities::lent_puts_from`])
+/// in the RDMA profiles.
+pub const SIM_LENT_FROM: usize = 256;
 
 /// What a completed native op hands the engine: its fetched bytes, or, for a get into
 /// a lent buffer, none (they are in the buffer, which goes back to its request here).
@@ -348,14 +350,14 @@ impl SimTransport {
         }
     }
 
-    fn apply(&self, p: &PendingNative) -> std::result::Result<Option<Vec<u8>>, TransportError> {
+    fn apply(&self, p: &mut PendingNative) -> std::result::Result<Option<Vec<u8>>, TransportError> {
         let seg = self
             .net
             .segment(p.win, p.target)
             .ok_or(TransportError::Failed("no such window".into()))?;
         let off = p.offset as usize;
         let len = match &p.what {
-            NativeOwned::Put(d) => d.len(),
+            NativeOwned::Put(d) => p.lent.as_ref().map_or(d.len(), LentBuf::len),
             NativeOwned::Get(n) => *n,
             NativeOwned::Accumulate { operand, .. } => operand.len(),
             NativeOwned::CompareAndSwap { compare, .. } => compare.len(),
@@ -365,9 +367,17 @@ impl SimTransport {
                 "remote access outside the registered region".into(),
             ));
         }
+        let lent_source = match p.what {
+            NativeOwned::Put(_) => p.lent.as_mut().map(|l| l.bytes().to_vec()),
+            _ => None,
+        };
         let mut out = None;
         seg.update(off, len, &mut |t| match &p.what {
-            NativeOwned::Put(d) => t.copy_from_slice(d),
+            // A put from a lent buffer: its bytes, read now (the write).
+            NativeOwned::Put(d) => match lent_source.as_deref() {
+                Some(src) => t.copy_from_slice(src),
+                None => t.copy_from_slice(d),
+            },
             NativeOwned::Get(_) => out = Some(t.to_vec()),
             NativeOwned::Accumulate {
                 op,
@@ -403,7 +413,9 @@ impl SimTransport {
         if pending.is_empty() && self.roll(2) == 0 {
             drop(pending);
             let mut p = p;
-            return self.apply(&p).map(|d| Issued::Complete(land(&mut p, d)));
+            return self
+                .apply(&mut p)
+                .map(|d| Issued::Complete(land(&mut p, d)));
         }
         pending.push_back(p);
         Ok(Issued::Pending)
@@ -590,6 +602,26 @@ impl Transport for SimTransport {
             lent: None,
         })
     }
+    fn put_lent(
+        &self,
+        win: u32,
+        target: Rank,
+        offset: u64,
+        loan: &mut Option<LentBuf>,
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        // A dead target takes no loan: the caller keeps it.
+        self.alive(target)?;
+        self.native(PendingNative {
+            token,
+            target,
+            win,
+            offset,
+            what: NativeOwned::Put(Vec::new()),
+            notice: None,
+            lent: loan.take(),
+        })
+    }
     fn get_lent(
         &self,
         win: u32,
@@ -753,7 +785,7 @@ impl Transport for SimTransport {
             done.extend(pending.drain(..n));
         }
         for mut p in done {
-            match self.apply(&p) {
+            match self.apply(&mut p) {
                 Ok(data) => events.push(Event::Completed {
                     token: p.token,
                     data: land(&mut p, data),

@@ -478,11 +478,25 @@ impl WinState {
         done_count: u32,
         staged: Option<&[u8]>,
     ) -> Result<()> {
-        let data = match staged {
-            Some(data) if op.staged => data,
-            _ => &op.data,
-        };
-        encode_op(&mut self.enc, w.id, &op, data, fl, done_count);
+        match (&op.landing, op.kind) {
+            // A put from a buffer its request holds goes natively (`put_from_buffer`
+            // checks); should one go by message, its bytes are the buffer's.
+            (Some((landing, at)), OpKind::Put) => {
+                let enc = &mut self.enc;
+                landing
+                    .with_bytes(*at, |data| encode_op(enc, w.id, &op, data, fl, done_count))
+                    .ok_or(TransportError::Failed(
+                        "a held put's buffer is not there".into(),
+                    ))?;
+            }
+            _ => {
+                let data = match staged {
+                    Some(data) if op.staged => data,
+                    _ => &op.data,
+                };
+                encode_op(&mut self.enc, w.id, &op, data, fl, done_count);
+            }
+        }
         op.staged = false;
         let kind = op_kind_wire(op.kind);
         self.send_encoded(w, rank, kind)?;

@@ -765,6 +765,82 @@ impl<T: Element> Window<T> {
         })
     }
 
+    /// Puts the bytes of `buf` (whole elements) at `disp` of `target`'s window, the
+    /// request holding `buf` until its [`wait`](Request::wait) hands it back, once the
+    /// put is complete at the origin (MPI_Rput's local completion); the epoch's flush or
+    /// end completes it at the target, as any put. Where the backend writes natively
+    /// from lent buffers ([`Capabilities::lent_puts_from`](crate::transport::Capabilities::lent_puts_from):
+    /// libfabric, from 16 KiB), the data goes straight from `buf`, many such puts in
+    /// flight, none copied and none waiting in its call; elsewhere the put is an ordinary
+    /// one and the request is done at once.
+    ///
+    /// ```
+    /// # rma_core::sim::run(2, rma_core::sim::Profile::Rdma, 1, |engine| {
+    /// let win = engine.allocate::<u64>(512)?;
+    /// let peer = (engine.rank() + 1) % 2;
+    /// win.lock_all(rma_core::Assert::NONE)?;
+    /// let sent = win.put_from_buffer(vec![u64::from(engine.rank()); 512], peer, 0)?;
+    /// win.flush(peer)?;
+    /// let back: Vec<u64> = sent.wait()?; // the buffer, to fill again
+    /// assert_eq!(back.len(), 512);
+    /// engine.barrier()?;
+    /// assert_eq!(win.local_to_vec(), vec![u64::from(peer); 512]);
+    /// win.unlock_all()?;
+    /// engine.barrier()?;
+    /// win.free()?;
+    /// # Ok(())
+    /// # }).unwrap();
+    /// ```
+    pub fn put_from_buffer<B: PutBuffer>(
+        &self,
+        buf: B,
+        target: Rank,
+        disp: u64,
+    ) -> Result<Request<B>> {
+        self.raised("put_from_buffer", || {
+            let target = self.shared.world(target)?;
+            let bytes = buf.bytes().len();
+            if !bytes.is_multiple_of(Self::SIZE) {
+                return Err(UsageError::BadLayout.into());
+            }
+            let layout = Layout::contiguous(bytes / Self::SIZE);
+            let extent = self.shared.extent(target, disp, layout, Self::SIZE)?;
+            let lend = bytes >= self.shared.caps(target).lent_puts_from
+                && self
+                    .shared
+                    .native_allowed(OpKind::Put, None, DataType::U8, target, extent);
+            if !lend {
+                // An ordinary put: its bytes taken in the call (copied, sent, or written),
+                // the buffer free again.
+                let data = buf.bytes();
+                if let Some(p) = self.pieces(OpKind::Put, None, target, disp, layout, extent)? {
+                    // As elements (copied where the bytes are not aligned for them).
+                    let copied: Vec<T>;
+                    let elements: &[T] = match bytemuck::try_cast_slice(data) {
+                        Ok(elements) => elements,
+                        Err(_) => {
+                            copied = bytemuck::pod_collect_to_vec(data);
+                            &copied
+                        }
+                    };
+                    self.post_pieces(OpKind::Put, None, target, p, elements, false)?;
+                } else {
+                    self.shared
+                        .post(Self::desc(OpKind::Put, target, extent, None, data, false))?;
+                }
+                return Ok(Request::value(buf));
+            }
+            let held = crate::request::Held::Put(Box::new(buf));
+            let landing = Arc::new(crate::request::Landing::new(held));
+            let posted = self.shared.post(OpDesc {
+                landing: Some((Arc::clone(&landing), 0)),
+                ..Self::desc(OpKind::Put, target, extent, None, &[], true)
+            })?;
+            let part = (self.request(posted, target, |bytes| bytes), 0);
+            Ok(Request::landed(vec![part], landing))
+        })
+    }
+
     /// A get of `elements` at `disp` of `target` into `buf`, which its request holds
     /// until the wait: in the call where the backend completes it there (unless it reads
     /// this size into lent buffers), else landing in `buf` (lent to the backend, or the
@@ -789,7 +865,9 @@ impl<T: Element> Window<T> {
         {
             return done.map(|()| Request::value(buf));
         }
-        let landing = Arc::new(crate::request::Landing::new(Box::new(buf)));
+        let landing = Arc::new(crate::request::Landing::new(crate::request::Held::Get(
+            Box::new(buf),
+        )));
         let mut parts = Vec::new();
         match self.pieces(OpKind::Get, None, target, disp, layout, extent)? {
             Some(pieces) => {

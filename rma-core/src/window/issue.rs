@@ -497,6 +497,33 @@ pub(super) fn native_blocks(
     }
 }
 
+/// A put from a buffer its request holds ([`Window::put_from_buffer`](crate::Window::put_from_buffer)):
+/// lent to the backend for the write ([`Transport::put_lent`](crate::transport::Transport::put_lent)),
+/// which may also write its bytes as an ordinary put and leave the loan.
+#[inline(never)]
+fn put_held(
+    w: &WindowShared,
+    d: &OpDesc<'_>,
+    token: u64,
+) -> std::result::Result<Issued, TransportError> {
+    let Some((landing, at)) = &d.landing else {
+        return Err(TransportError::Failed(
+            "a held put without its buffer".into(),
+        ));
+    };
+    let Some(loan) = landing.lend(*at, d.extent.bytes() as usize) else {
+        return Err(TransportError::Failed(
+            "a held put's buffer is not there".into(),
+        ));
+    };
+    let mut loan = Some(loan);
+    let issued = (w.engine.transport).put_lent(w.id, d.target, d.extent.offset, &mut loan, token);
+    if issued.is_ok() && loan.is_none() {
+        w.counters.put_lent();
+    }
+    issued
+}
+
 /// The transport call of a native op issued from its element (queued first); `active`:
 /// in an active-target epoch (see [`native_call_desc`]).
 pub(super) fn native_call(
@@ -517,9 +544,9 @@ pub(super) fn native_call(
         wants_result: false,
         into: None,
         notify: None,
-        // A get's buffer its request owns, to lend to the backend.
+        // A get's or put's buffer its request holds, to lend to the backend.
         landing: match op.kind {
-            OpKind::Get => op.landing.clone(),
+            OpKind::Get | OpKind::Put => op.landing.clone(),
             _ => None,
         },
     };
@@ -546,6 +573,7 @@ pub(super) fn native_call_desc(
         return native_blocks(w, d);
     }
     let atomic = match d.kind {
+        OpKind::Put if d.landing.is_some() => return put_held(w, d, token),
         OpKind::Put => {
             if let Some(index) = notice.filter(|_| w.transport_notifies(d.target, d.data.len())) {
                 return t.put_notified(w.id, d.target, off, d.data, index, token);

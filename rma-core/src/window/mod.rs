@@ -33,7 +33,7 @@ use crate::group::Group;
 use crate::op_table::{ByteSpan, OpElem, OpKind, OpTable, SyncFlag, TargetElem};
 use crate::per_rank::PerRank;
 use crate::pool::LocalPool;
-use crate::request::{GetBuffer, Request, RequestState};
+use crate::request::{GetBuffer, PutBuffer, Request, RequestState};
 use crate::stats::{Counters, Stats};
 use crate::target::{Memory, Reply, TargetSide, Waiter};
 use crate::transport::{

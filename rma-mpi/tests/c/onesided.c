@@ -668,6 +668,65 @@ static void large_gets(MPI_Comm comm) {
     OK(MPI_Win_free(&win));
 }
 
+/* Large contiguous puts (64 KiB to 512 KiB) from the application's buffers, many under
+ * way at once: twelve MPI_Put and an MPI_Rput in a lock_all epoch (the request waited
+ * before the flush), then thirteen MPI_Put in a fence epoch; each epoch's values are new,
+ * and the target checks every element after it. Over the network librma-mpi hands each
+ * buffer to its put, written straight from it, all in flight. */
+static void large_puts(MPI_Comm comm) {
+    enum { PUTS = 12, WIN_LONGS = 1 << 19 };
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    long *base;
+    MPI_Win win;
+    OK(MPI_Win_allocate(WIN_LONGS * sizeof(long), sizeof(long), MPI_INFO_NULL, comm, &base, &win));
+    for (long i = 0; i < WIN_LONGS; i++) base[i] = -1;
+    long *src[PUTS + 1];
+    int len[PUTS + 1];
+    MPI_Aint at[PUTS + 1];
+    for (int k = 0; k <= PUTS; k++) {
+        len[k] = k == PUTS ? 65536 : 8192 + k * 3001;
+        at[k] = k == 0 ? 0 : at[k - 1] + len[k - 1]; /* side by side, no overlap */
+        src[k] = malloc(len[k] * sizeof(long));
+    }
+    MPI_Barrier(comm);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        for (int k = 0; k <= PUTS; k++)
+            for (int i = 0; i < len[k]; i++)
+                src[k][i] = ((long)rank << 40) | ((long)epoch << 36) | ((at[k] + i) * 3);
+        MPI_Request req;
+        if (epoch == 0) OK(MPI_Win_lock_all(0, win));
+        else OK(MPI_Win_fence(0, win));
+        for (int k = 0; k < PUTS; k++)
+            OK(MPI_Put(src[k], len[k], MPI_LONG, right, at[k], len[k], MPI_LONG, win));
+        if (epoch == 0) { /* request-based ops: passive-target epochs only */
+            OK(MPI_Rput(src[PUTS], len[PUTS], MPI_LONG, right, at[PUTS], len[PUTS], MPI_LONG, win,
+                        &req));
+            OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+            OK(MPI_Win_flush(right, win));
+            OK(MPI_Win_unlock_all(win));
+            MPI_Barrier(comm);
+        } else {
+            OK(MPI_Put(src[PUTS], len[PUTS], MPI_LONG, right, at[PUTS], len[PUTS], MPI_LONG, win));
+            OK(MPI_Win_fence(0, win));
+        }
+        for (int k = 0; k <= PUTS; k++) {
+            int wrong = -1;
+            for (int i = 0; i < len[k] && wrong < 0; i++)
+                if (base[at[k] + i] != (((long)left << 40) | ((long)epoch << 36) | ((at[k] + i) * 3)))
+                    wrong = i;
+            CHECK(wrong < 0, "large put %d of %d longs (epoch %d): element %d is %ld", k, len[k],
+                  epoch, wrong, wrong < 0 ? 0 : base[at[k] + wrong]);
+        }
+        if (epoch == 1) OK(MPI_Win_fence(0, win));
+        MPI_Barrier(comm);
+    }
+    for (int k = 0; k <= PUTS; k++) free(src[k]);
+    OK(MPI_Win_free(&win));
+}
+
 /* Darray datatypes (MPI_Type_create_darray) at the target: a 7x9 array of ints over a
  * 2 x size/2 process grid, block-cyclic, in C and in Fortran order. Every rank puts its
  * part into every rank's copy, accumulates 1 onto it and reads it back; MPI's own
@@ -805,6 +864,7 @@ int main(int argc, char **argv) {
     requests_and_flushes(split);
     adjacent_regions(MPI_COMM_WORLD);
     large_gets(MPI_COMM_WORLD);
+    large_puts(MPI_COMM_WORLD);
     distributed_array(MPI_COMM_WORLD);
     MPI_Comm_free(&split);
     int total = 0;
