@@ -203,7 +203,7 @@ pub(crate) use mpi_own;
 /// requests that are not ours go on to these, the next definitions.
 #[allow(non_snake_case)]
 pub mod next {
-    use super::{MPI_Request, MPI_Status};
+    use super::{MPI_Comm, MPI_Request, MPI_Status};
     use std::os::raw::c_int;
 
     macro_rules! next_calls {
@@ -223,6 +223,8 @@ pub mod next {
     }
 
     next_calls! {
+        PMPI_Barrier(comm: MPI_Comm);
+        PMPI_Ibarrier(comm: MPI_Comm, req: *mut MPI_Request);
         PMPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status);
         PMPI_Test(req: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status);
         PMPI_Request_free(req: *mut MPI_Request);

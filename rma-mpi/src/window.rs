@@ -239,6 +239,20 @@ pub fn world() -> &'static Mutex<Option<rma::World>> {
     WORLD.get_or_init(|| Mutex::new(None))
 }
 
+/// The World's engine, when the World reaches some rank over the network: there a peer's
+/// native reads and writes of this process's windows move only while this process polls
+/// (libfabric's tcp provider), so a barrier keeps rma's progress going (`MPI_Barrier`).
+/// `None` before MPI_Init and after MPI_Finalize, on one node, and while another thread
+/// holds the World (a window's creation: that barrier is the MPI's own).
+pub fn network_engine() -> Option<rma::Engine> {
+    static NETWORK: OnceLock<bool> = OnceLock::new();
+    let world = world().try_lock().ok()?;
+    let w = world.as_ref()?;
+    let network = *NETWORK
+        .get_or_init(|| (0..w.size() as rma::Rank).any(|r| w.route(r) == rma::Route::Network));
+    network.then(|| w.engine().clone())
+}
+
 /// The rma communicator of a window over `comm`, with the members of `comm` in its
 /// order.
 struct WindowComm {

@@ -261,6 +261,24 @@ fn over_libfabric_tcp_every_call_gives_exact_results() {
     for source in ["onesided.c", "errors.c"] {
         passes_with(source, &ofi);
     }
+    // Progress in the application's MPI_Barrier: with rma's progress agent off, the
+    // target's side of rank 0's large gets and puts is served from the barrier alone.
+    let exe = compile("barrier_progress.c", false);
+    let no_agent = [
+        ofi[0],
+        ofi[1],
+        ("RMA_ASYNC_PROGRESS", "0"),
+        ("RMA_TIMEOUT_MS", "20000"),
+    ];
+    for ranks in [2, 3] {
+        let out = launch_with(&exe, ranks, true, &no_agent);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(" No Errors"),
+            "barrier_progress.c over libfabric tcp on {ranks} ranks: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // Notified access (issue #28) over the network: each notified op an active message
     // the target counts, or a put and its count behind it.
     let exe = compile("notify.c", true);
