@@ -1,7 +1,8 @@
 //! The C entry points: MPI's one-sided interface with C linkage, as `mpi.h` declares
 //! it, plus the calls librma-mpi must see to run it (MPI_Init and MPI_Finalize to start
 //! and stop rma, the completion calls for its requests, MPI_Type_commit and
-//! MPI_Type_free for its datatype cache). Each entry point checks its arguments,
+//! MPI_Type_free for its datatype cache, MPI_Barrier to make rma's progress while the
+//! application waits there). Each entry point checks its arguments,
 //! calls the Rust body and turns the outcome into MPI's: a code, through the window's
 //! error handler. A panic never crosses into C: it is MPI_ERR_INTERN.
 

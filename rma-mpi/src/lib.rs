@@ -14,10 +14,13 @@
 //! How the parts meet:
 //! - At MPI_Init (intercepted) rma's World starts over MPI_COMM_WORLD through a
 //!   bootstrap over MPI's own collectives on a duplicate communicator, called through
-//!   PMPI (`bootstrap`); MPI_Finalize stops it first. MPI programs wait in MPI's own calls, where rma cannot serve its peers:
-//!   the progress agent runs wherever peers need it (networks; on shared memory from
-//!   the first window over the application's memory or dynamic window, whose
-//!   operations are active messages), unless `RMA_ASYNC_PROGRESS=0`.
+//!   PMPI (`bootstrap`); MPI_Finalize stops it first. MPI programs wait in MPI's own
+//!   calls, where rma cannot serve its peers: the progress agent runs wherever peers need
+//!   it (networks; on shared memory from the first window over the application's memory
+//!   or dynamic window, whose operations are active messages), unless
+//!   `RMA_ASYNC_PROGRESS=0`. MPI_Barrier (intercepted) makes rma's progress itself where
+//!   the World reaches a rank over the network: the MPI's own MPI_Ibarrier, tested in
+//!   turn with a progress pass.
 //! - A window over a communicator is an rma window of bytes over an rma communicator of
 //!   the same members in the same order (`window`); displacement units are applied at
 //!   the origin, bounds checked by the target.
