@@ -852,6 +852,35 @@ impl OfiTransport {
         Err(TransportError::Busy)
     }
 
+    /// [`issue`](Self::issue) of an op on a buffer its request lent: `post(endpoint, the
+    /// loan, peer address, context)` on a slot of its own, which keeps the loan once the
+    /// post takes, until the op's completion drops it (a slot is freed only then); a
+    /// post that does not take leaves the loan with the caller.
+    fn issue_lent(
+        &self,
+        target: Rank,
+        token: u64,
+        fetch: bool,
+        call: &'static str,
+        loan: &mut Option<LentBuf>,
+        mut post: impl FnMut(&mut Endpoint, &mut LentBuf, sys::fi_addr_t, *mut OpContext) -> isize,
+    ) -> Result<Issued, TransportError> {
+        self.issue(target, token, fetch, call, |inner, idx, peer| {
+            let Inner { ep, ops, .. } = inner;
+            let op = &mut ops[idx];
+            let Some(mut lent) = loan.take() else {
+                return Err(TransportError::Busy);
+            };
+            let rc = post(ep, &mut lent, peer, &mut *op.ctx);
+            if rc == 0 {
+                op.lent = Some(lent);
+            } else {
+                *loan = Some(lent);
+            }
+            Ok(rc)
+        })
+    }
+
     /// Registers window memory that another backend owns (the shared-memory segment of
     /// a hybrid world, reached by the node's ranks through load/store) so that ranks of
     /// other nodes reach it natively too. `None` when the segment is not plain mapped
@@ -1920,30 +1949,25 @@ impl Transport for OfiTransport {
             return self.put(win, target, offset, lent.bytes(), token);
         }
         let m = self.remote(win, target, offset, len)?;
-        self.issue(target, token, false, "fi_writemsg", |inner, idx, peer| {
-            let Inner { ep, ops, .. } = inner;
-            let op = &mut ops[idx];
-            let Some(mut lent) = loan.take() else {
-                return Err(TransportError::Busy);
-            };
-            let bytes = lent.bytes();
-            let src = sys::Local::plain(bytes.as_ptr().cast_mut(), bytes.len());
-            // SAFETY: the provider only reads the lent buffer (a write's source), which
-            // is the slot's from here until the write's completion drops it (nothing
-            // else reaches it meanwhile: it is out of its request, and nothing writes
-            // it, the PutBuffer contract; moving the loan does not move it); a slot is
-            // freed only at its op's completion, or here if the post does not take; no
-            // descriptor is needed (`lent_puts_from` is set only where the provider asks
-            // for no registration of local buffers); the target range was checked
-            // against the window's registered length.
-            let rc = unsafe { ep.write(src, m.at(peer, offset), false, true, None, &mut *op.ctx) };
-            if rc == 0 {
-                op.lent = Some(lent);
-            } else {
-                *loan = Some(lent);
-            }
-            Ok(rc)
-        })
+        self.issue_lent(
+            target,
+            token,
+            false,
+            "fi_writemsg",
+            loan,
+            |ep, lent, peer, ctx| {
+                let bytes = lent.bytes();
+                let src = sys::Local::plain(bytes.as_ptr().cast_mut(), bytes.len());
+                // SAFETY: the provider only reads the lent buffer (a write's source), which
+                // is the slot's from here until the write's completion drops it
+                // (`issue_lent`; nothing else reaches it meanwhile: it is out of its request,
+                // and nothing writes it, the PutBuffer contract; moving the loan does not
+                // move it); no descriptor is needed (`lent_puts_from` is set only where the
+                // provider asks for no registration of local buffers); the target range was
+                // checked against the window's registered length.
+                unsafe { ep.write(src, m.at(peer, offset), false, true, None, ctx) }
+            },
+        )
     }
 
     /// A get into a buffer its request lent (`Capabilities::lent_gets_from`): one
@@ -1963,29 +1987,24 @@ impl Transport for OfiTransport {
             return self.get(win, target, offset, len, token);
         }
         let m = self.remote(win, target, offset, len)?;
-        self.issue(target, token, true, "fi_read", |inner, idx, peer| {
-            let Inner { ep, ops, .. } = inner;
-            let op = &mut ops[idx];
-            let Some(mut lent) = loan.take() else {
-                return Err(TransportError::Busy);
-            };
-            let bytes = lent.bytes_mut();
-            let dst = sys::Local::plain(bytes.as_mut_ptr(), bytes.len());
-            // SAFETY: the lent buffer is the slot's from here until the read's
-            // completion drops it (nothing else can reach it meanwhile: it is out of its
-            // request, and on the heap, so moving the loan does not move it); a slot is
-            // freed only at its op's completion, or here if the post does not take; no
-            // descriptor is needed (`lent_gets_from` is set only where the provider asks
-            // for no registration of local buffers); the target range was checked
-            // against the window's registered length.
-            let rc = unsafe { ep.read(dst, m.at(peer, offset), &mut *op.ctx) };
-            if rc == 0 {
-                op.lent = Some(lent);
-            } else {
-                *loan = Some(lent);
-            }
-            Ok(rc)
-        })
+        self.issue_lent(
+            target,
+            token,
+            true,
+            "fi_read",
+            loan,
+            |ep, lent, peer, ctx| {
+                let bytes = lent.bytes_mut();
+                let dst = sys::Local::plain(bytes.as_mut_ptr(), bytes.len());
+                // SAFETY: the lent buffer is the slot's from here until the read's
+                // completion drops it (`issue_lent`; nothing else can reach it meanwhile: it
+                // is out of its request, and on the heap, so moving the loan does not move
+                // it); no descriptor is needed (`lent_gets_from` is set only where the
+                // provider asks for no registration of local buffers); the target range was
+                // checked against the window's registered length.
+                unsafe { ep.read(dst, m.at(peer, offset), ctx) }
+            },
+        )
     }
 
     /// A large get straight into the caller's buffer (from `RMA_OFI_ZERO_COPY` bytes,

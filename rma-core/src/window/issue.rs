@@ -516,12 +516,7 @@ fn put_held(
             "a held put's buffer is not there".into(),
         ));
     };
-    let mut loan = Some(loan);
-    let issued = (w.engine.transport).put_lent(w.id, d.target, d.extent.offset, &mut loan, token);
-    if issued.is_ok() && loan.is_none() {
-        w.counters.put_lent();
-    }
-    issued
+    w.issue_lent(OpKind::Put, d.target, d.extent.offset, loan, token)
 }
 
 /// The transport call of a native op issued from its element (queued first); `active`:
@@ -591,17 +586,8 @@ pub(super) fn native_call_desc(
             let len = d.extent.bytes() as usize;
             // A get of a whole buffer its request owns, lent to the backend to read into
             // (the loan goes back to the request if the backend does not take it).
-            if let Some((landing, at)) = &d.landing {
-                if len >= w.caps(d.target).lent_gets_from {
-                    if let Some(loan) = landing.lend(*at, len) {
-                        let mut loan = Some(loan);
-                        let issued = t.get_lent(w.id, d.target, off, &mut loan, token);
-                        if issued.is_ok() && loan.is_none() {
-                            w.counters.get_lent();
-                        }
-                        return issued;
-                    }
-                }
+            if let Some(loan) = w.loan_for_get(d.target, len, d.landing.as_ref()) {
+                return w.issue_lent(OpKind::Get, d.target, off, loan, token);
             }
             return t.get(w.id, d.target, off, len, token);
         }

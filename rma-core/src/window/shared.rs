@@ -683,10 +683,7 @@ impl WindowShared {
         if !caps.rdma_read {
             return None;
         }
-        // A buffer its request owns, lent to the backend to read into (`get_lent`).
-        let loan = landing
-            .filter(|_| len >= caps.lent_gets_from)
-            .and_then(|(landing, at)| landing.lend(*at, len));
+        let loan = self.loan_for_get(target, len, landing);
         if loan.is_none() && caps.get_in_call && len as u64 > SPLIT_ABOVE {
             return None;
         }
@@ -694,17 +691,9 @@ impl WindowShared {
         let (index, state) = self.lock_counted_gets().start(target);
         self.direct.op_issued(target);
         let token = counted_get_token(self.id, index);
-        let transport = &self.engine.transport;
         let issued = match loan {
-            Some(loan) => {
-                let mut loan = Some(loan);
-                let issued = transport.get_lent(self.id, target, offset, &mut loan, token);
-                if issued.is_ok() && loan.is_none() {
-                    self.counters.get_lent();
-                }
-                issued
-            }
-            None => transport.get(self.id, target, offset, len, token),
+            Some(loan) => self.issue_lent(OpKind::Get, target, offset, loan, token),
+            None => (self.engine.transport).get(self.id, target, offset, len, token),
         };
         let posted = match issued {
             Ok(Issued::Pending) => Posted::Later(Some(state)),
@@ -721,6 +710,44 @@ impl WindowShared {
         };
         self.counters.op_direct();
         Some(Ok(posted))
+    }
+
+    /// The buffer a get of `len` bytes toward `target` lands in, lent to the backend
+    /// (`LentBuf`): where the get's request holds one (`landing`) and the backend reads
+    /// this size into lent buffers (`Capabilities::lent_gets_from`).
+    pub(super) fn loan_for_get(
+        &self,
+        target: Rank,
+        len: usize,
+        landing: Option<&(Arc<crate::request::Landing>, usize)>,
+    ) -> Option<crate::transport::LentBuf> {
+        let (landing, at) = landing.filter(|_| len >= self.caps(target).lent_gets_from)?;
+        landing.lend(*at, len)
+    }
+
+    /// The backend's get or put (`kind`) of `loan`'s bytes at `offset` of `target`
+    /// (`Transport::get_lent`, `Transport::put_lent`), counted as lent if the backend
+    /// took the loan (one that it did not take goes back to its request here).
+    pub(super) fn issue_lent(
+        &self,
+        kind: OpKind,
+        target: Rank,
+        offset: u64,
+        loan: crate::transport::LentBuf,
+        token: u64,
+    ) -> std::result::Result<Issued, TransportError> {
+        let (t, mut loan) = (&self.engine.transport, Some(loan));
+        let issued = match kind {
+            OpKind::Put => t.put_lent(self.id, target, offset, &mut loan, token),
+            _ => t.get_lent(self.id, target, offset, &mut loan, token),
+        };
+        if issued.is_ok() && loan.is_none() {
+            match kind {
+                OpKind::Put => self.counters.put_lent(),
+                _ => self.counters.get_lent(),
+            }
+        }
+        issued
     }
 
     /// The window's counted gets: a lock of their own, taken alone or inside the state's
