@@ -935,7 +935,8 @@ fn gets_into_owned_buffers_are_lent_to_the_backend_many_in_flight() {
 /// before one flush, in a lock_all epoch and then in a fence epoch, one request dropped
 /// unwaited and one waited before the flush; every request hands its buffer back, the
 /// target holds every put's bytes, every large put was lent (the count) and no small
-/// one, and with active messages none is, with the same results.
+/// one, and with active messages none is, with the same results. Outside an epoch, past
+/// the window, or of no whole number of elements, such a put is a typed error.
 #[test]
 fn puts_from_held_buffers_are_lent_to_the_backend_many_in_flight() {
     for profile in [Profile::ActiveMessages, Profile::Rdma, Profile::OrderedPuts] {
@@ -953,6 +954,38 @@ fn puts_from_held_buffers_are_lent_to_the_backend_many_in_flight() {
                     .map(|k| (k * 400, 64 + k * 8))
                     .chain((0..4).map(|k| (7000 + k * 10, 3)))
                     .collect();
+                // Bad input, before any epoch: each a typed error, nothing sent or lent.
+                let outside = win.put_from_buffer(vec![1u64; 64], peer, 0).map(drop);
+                let no_epoch = outside.unwrap_err();
+                assert!(
+                    matches!(
+                        no_epoch.kind(),
+                        ErrorKind::Usage(UsageError::NoEpoch { .. })
+                    ),
+                    "{no_epoch}"
+                );
+                win.lock_all(Assert::NONE)?;
+                let past = win.put_from_buffer(vec![1u64; 64], peer, LEN as u64 - 8);
+                let past = past.map(drop).unwrap_err();
+                assert!(
+                    matches!(
+                        past.kind(),
+                        ErrorKind::Usage(UsageError::OutOfBounds { .. })
+                    ),
+                    "{past}"
+                );
+                struct Bytes(Vec<u8>);
+                impl rma_core::PutBuffer for Bytes {
+                    fn bytes(&self) -> &[u8] {
+                        &self.0
+                    }
+                }
+                let odd = win.put_from_buffer(Bytes(vec![0; 8 * 64 + 3]), peer, 0);
+                let odd = odd.map(drop).unwrap_err();
+                let bad_layout = ErrorKind::Usage(UsageError::BadLayout);
+                assert_eq!(odd.kind(), &bad_layout, "{odd}");
+                win.unlock_all()?;
+                e.barrier()?;
                 let before = win.stats();
                 for round in 0..2u64 {
                     if round == 0 {
